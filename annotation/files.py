@@ -1,0 +1,40 @@
+"""Reading user files: size limits, encodings and one-line errors that name the file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from store.errors import StoreError
+
+MAX_FILE_BYTES = 200 * 1024 * 1024  # larger imports are refused, not read into memory
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The file as text (UTF-8, a BOM allowed), or a StoreError saying why not."""
+    path = Path(path)
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise StoreError(f"{path}: {size / 2**20:.0f} MB is over the {MAX_FILE_BYTES // 2**20} MB import limit")
+    if size == 0:
+        raise StoreError(f"{path}: the file is empty")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise StoreError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    if not text.strip():
+        raise StoreError(f"{path}: the file is empty")
+    return text
+
+
+def loads_json(text: str, where: str) -> object:
+    """json.loads with a one-line error, including for input nested too deeply to parse."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise StoreError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise StoreError(f"{where}: JSON nested too deeply") from None

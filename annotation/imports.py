@@ -1,0 +1,119 @@
+"""Imports into the store: parse the whole file first, then write it in one transaction (all or nothing)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from annotation.files import read_text
+from annotation.labelstudio import parse_export
+from annotation.native import parse_native
+from store.db import write
+from store.rankings import RankingIn, insert_rankings
+
+
+@dataclass
+class ImportSummary:
+    tasks: int = 0
+    annotations: int = 0
+    added: int = 0
+    already: int = 0
+    pairs: int = 0
+    flagged: int = 0
+    skipped: Counter = field(default_factory=Counter)
+
+    def line(self) -> str:
+        skipped = sum(self.skipped.values())
+        why = f" ({', '.join(f'{k} {v}' for k, v in sorted(self.skipped.items()))})" if skipped else ""
+        return (
+            f"tasks {self.tasks}, annotations {self.annotations}, rankings added {self.added}, "
+            f"pairs added {self.pairs}, already imported {self.already}, skipped {skipped}{why}, "
+            f"flagged {self.flagged}"
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "tasks": self.tasks,
+            "annotations": self.annotations,
+            "added": self.added,
+            "already": self.already,
+            "pairs": self.pairs,
+            "flagged": self.flagged,
+            "skipped": dict(self.skipped),
+        }
+
+
+def store_rankings(
+    db: str | os.PathLike,
+    rankings: list[RankingIn],
+    summary: ImportSummary,
+    source: str,
+    origin: str,
+    content_sha256: str | None,
+) -> ImportSummary:
+    """One transaction: the import record and every new ranking, or nothing."""
+    with write(db) as con:
+        import_id = con.execute(
+            "INSERT INTO imports (source, origin, content_sha256, summary) VALUES (?, ?, ?, '{}') RETURNING import_id",
+            [source, origin, content_sha256],
+        ).fetchone()[0]
+        result = insert_rankings(con, rankings, import_id=import_id)
+        summary.added, summary.already = result.added, result.already
+        summary.pairs, summary.flagged = result.pairs, result.flagged
+        if result.added:
+            con.execute(
+                "UPDATE imports SET summary = ? WHERE import_id = ?", [json.dumps(summary.as_dict()), import_id]
+            )
+        else:  # a re-import adds no row at all, not even an import record
+            con.execute("DELETE FROM imports WHERE import_id = ?", [import_id])
+    return summary
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def import_native(db: str | os.PathLike, path: str | os.PathLike) -> ImportSummary:
+    text = read_text(path)
+    rankings = parse_native(text, Path(path).name)
+    summary = ImportSummary(tasks=len(rankings), annotations=len(rankings))
+    return store_rankings(db, rankings, summary, "native", str(path), _sha(text))
+
+
+def import_labelstudio_text(
+    db: str | os.PathLike,
+    text: str,
+    name: str,
+    origin: str,
+    config_xml: str | None = None,
+    bucket_order: list[str] | None = None,
+) -> ImportSummary:
+    parsed = parse_export(text, name, config_xml=config_xml, bucket_order=bucket_order)
+    summary = ImportSummary(tasks=parsed.tasks, annotations=parsed.annotations, skipped=parsed.skipped)
+    return store_rankings(db, parsed.rankings, summary, "labelstudio", origin, _sha(text))
+
+
+def import_labelstudio_file(
+    db: str | os.PathLike,
+    path: str | os.PathLike,
+    config: str | os.PathLike | None = None,
+    bucket_order: list[str] | None = None,
+) -> ImportSummary:
+    config_xml = read_text(config) if config else None
+    return import_labelstudio_text(db, read_text(path), Path(path).name, str(path), config_xml, bucket_order)
+
+
+def import_labelstudio_url(
+    db: str | os.PathLike, url: str, project: int, api_key: str, bucket_order: list[str] | None = None
+) -> ImportSummary:
+    """Pull a project's JSON export live with label-studio-sdk (Label Studio 1.2x: a personal access token)."""
+    from annotation.labelstudio_live import fetch_export
+
+    tasks, config_xml = fetch_export(url, project, api_key)
+    return import_labelstudio_text(
+        db, json.dumps(tasks), f"{url} project {project}", f"{url}#project={project}", config_xml, bucket_order
+    )

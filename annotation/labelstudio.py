@@ -1,0 +1,350 @@
+"""Label Studio exports -> rankings.
+
+Accepts the JSON export (a list of tasks or one task; pre-1.0 files say `completions`), JSON_MIN and CSV/TSV, for
+the Ranker template (rank mode `{"ranker": {"<name>": [ids]}}`, the older flat list `{"ranker": [ids]}`, and
+buckets `{"ranker": {"_": [...], "<bucket>": [...]}}` with a user-given bucket order) and the Pairwise template
+(`{"selected": "left" | "right"}`, left = the first `toName` field). Cancelled or empty annotations are skipped.
+A ranking equal to the order shown, or made in under `FAST_LEAD_TIME_S`, is stored with a flag.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+
+from annotation.files import loads_json
+from store.errors import StoreError
+from store.rankings import RankedItem, RankingIn
+
+FAST_LEAD_TIME_S = 2.0
+# Keys JSON_MIN and CSV add beside the task data (label_studio_sdk converter).
+_META_KEYS = {"id", "annotator", "annotation_id", "created_at", "updated_at", "lead_time", "agreement", "history"}
+
+
+@dataclass
+class LabelConfig:
+    """What the importer needs from a labeling config: which field each Pairwise compares, the List field."""
+
+    pairwise: dict[str, tuple[str, str]] = field(default_factory=dict)  # control name -> (left, right) fields
+    list_field: str | None = None  # data key of the <List> the Ranker orders
+    prompt_field: str = "prompt"
+
+
+def parse_label_config(xml: str) -> LabelConfig:
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as e:
+        raise StoreError(f"the labeling config is not valid XML: {e}") from None
+    cfg = LabelConfig()
+    for tag in root.iter():
+        if tag.tag == "Pairwise":
+            names = [n.strip() for n in tag.get("toName", "").split(",")]
+            if len(names) == 2:
+                cfg.pairwise[tag.get("name", "")] = (names[0], names[1])
+        elif tag.tag == "List" and tag.get("value", "").startswith("$"):
+            cfg.list_field = tag.get("value")[1:]
+    # toName names the Text tags; their value says which data key holds the text.
+    values = {t.get("name"): t.get("value", "")[1:] for t in root.iter() if t.get("value", "").startswith("$")}
+    cfg.pairwise = {k: (values.get(a, a), values.get(b, b)) for k, (a, b) in cfg.pairwise.items()}
+    return cfg
+
+
+@dataclass
+class Annotation:
+    """One annotation of one task, whatever the export format it came from."""
+
+    task_id: object
+    annotation_id: object
+    data: dict
+    results: list[dict]  # each with 'from_name' and 'value'
+    annotator: str
+    lead_time: float | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class Parsed:
+    rankings: list[RankingIn]
+    tasks: int
+    annotations: int
+    skipped: Counter
+
+
+def _annotator(completed_by: object) -> str:
+    if isinstance(completed_by, dict):
+        completed_by = completed_by.get("email") or completed_by.get("id")
+    return f"ls:{completed_by}" if completed_by not in (None, "") else "ls:unknown"
+
+
+def _float(x: object) -> float | None:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _from_json_tasks(tasks: list) -> list[Annotation]:
+    out = []
+    for n, task in enumerate(tasks, 1):
+        if not isinstance(task, dict):
+            raise StoreError(f"task {n}: expected a JSON object, got {type(task).__name__}")
+        anns = task.get("annotations", task.get("completions"))
+        if not isinstance(anns, list) or not isinstance(task.get("data"), dict):
+            raise StoreError(f"task {task.get('id', n)}: needs 'data' and an 'annotations' list")
+        for a in anns:
+            if not isinstance(a, dict):
+                raise StoreError(f"task {task.get('id', n)}: an annotation is not a JSON object")
+            results = a.get("result") or []
+            out.append(
+                Annotation(
+                    task_id=task.get("id", n),
+                    annotation_id=a.get("id"),
+                    data=task["data"],
+                    results=[r for r in results if isinstance(r, dict)],
+                    annotator=_annotator(a.get("completed_by")),
+                    lead_time=_float(a.get("lead_time")),
+                    cancelled=bool(a.get("was_cancelled") or a.get("skipped")),
+                )
+            )
+    return out
+
+
+def _is_control_value(v: object) -> bool:
+    return (
+        isinstance(v, list) and bool(v) and all(isinstance(x, dict) and ("ranker" in x or "selected" in x) for x in v)
+    )
+
+
+def _from_min_records(records: list[dict]) -> list[Annotation]:
+    """JSON_MIN / CSV rows: task data flattened to the top level, one key per control name."""
+    out = []
+    for n, rec in enumerate(records, 1):
+        if not isinstance(rec, dict):
+            raise StoreError(f"record {n}: expected a JSON object, got {type(rec).__name__}")
+        results = [{"from_name": k, "value": x} for k, v in rec.items() if _is_control_value(v) for x in v]
+        data = {k: v for k, v in rec.items() if k not in _META_KEYS and not _is_control_value(v)}
+        out.append(
+            Annotation(
+                task_id=rec.get("id", n),
+                annotation_id=rec.get("annotation_id"),
+                data=data,
+                results=results,
+                annotator=_annotator(rec.get("annotator")),
+                lead_time=_float(rec.get("lead_time")),
+            )
+        )
+    return out
+
+
+def _csv_records(text: str, sep: str) -> list[dict]:
+    reader = csv.DictReader(io.StringIO(text), delimiter=sep)
+    if not reader.fieldnames:
+        raise StoreError("the CSV file has no header row")
+    records = []
+    for row in reader:
+        rec = {}
+        for k, v in row.items():
+            if k is None:
+                raise StoreError(f"CSV row {reader.line_num}: more values than columns")
+            v = v or ""
+            rec[k] = loads_json(v, f"CSV row {reader.line_num} column {k}") if v[:1] in "[{" else v
+        records.append(rec)
+    return records
+
+
+def read_export(text: str, name: str) -> list[Annotation]:
+    """Detect the format from the file name and content and return its annotations."""
+    lower = name.lower()
+    if lower.endswith((".csv", ".tsv")):
+        sep = "\t" if lower.endswith(".tsv") else ","
+        records = _csv_records(text, sep)
+        if records and "prompt" not in records[0]:
+            cols = ", ".join(list(records[0])[:8])
+            raise StoreError(f"the CSV has no 'prompt' column (columns: {cols})")
+        return _from_min_records(records)
+    obj = loads_json(text, name)
+    tasks = [obj] if isinstance(obj, dict) else obj
+    if not isinstance(tasks, list):
+        raise StoreError(f"{name}: expected a Label Studio export (a list of tasks), got {type(obj).__name__}")
+    if not tasks:
+        raise StoreError(f"{name}: the export holds no tasks")
+    if all(isinstance(t, dict) and ("annotations" in t or "completions" in t) for t in tasks):
+        return _from_json_tasks(tasks)
+    if all(isinstance(t, dict) and "data" in t and len(t) <= 3 for t in tasks):
+        raise StoreError(f"{name}: these are tasks without annotations (an import file, not an export)")
+    return _from_min_records(tasks)
+
+
+def _list_items(data: dict, cfg: LabelConfig, where: str) -> list[tuple[str, str]]:
+    """The Ranker's items as (id, text), in the order Label Studio showed them."""
+    key = cfg.list_field
+    if key is None:
+        key = next(
+            (
+                k
+                for k, v in data.items()
+                if isinstance(v, list) and v and all(isinstance(x, dict) and "id" in x for x in v)
+            ),
+            None,
+        )
+    items = data.get(key) if key else None
+    if not isinstance(items, list):
+        raise StoreError(f"{where}: a Ranker result but no list of items in the task data")
+    out = []
+    for x in items:
+        text = x.get("body", x.get("title")) if isinstance(x, dict) else None
+        if not isinstance(text, str) or "id" not in x:
+            raise StoreError(f"{where}: every item needs an 'id' and a text 'body'")
+        out.append((str(x["id"]), text))
+    return out
+
+
+def _ranker_ranks(value: object, bucket_order: list[str] | None, where: str) -> dict[str, int]:
+    """item id -> rank (1 = best, equal = tie) from any of the three Ranker result shapes."""
+    if isinstance(value, list):  # older flat form: ids best first
+        return {str(i): n for n, i in enumerate(value, 1)}
+    if not isinstance(value, dict):
+        raise StoreError(f"{where}: unreadable Ranker value {value!r:.60}")
+    columns = {k: v for k, v in value.items() if k != "_"}
+    if bucket_order:
+        unknown = [k for k in columns if k not in bucket_order]
+        if unknown:
+            raise StoreError(f"{where}: bucket {unknown[0]!r} is not in --bucket-order {','.join(bucket_order)}")
+        present = [b for b in bucket_order if columns.get(b)]
+        return {str(i): present.index(b) + 1 for b in present for i in columns[b]}
+    if len(columns) == 1 and "_" not in value:
+        ids = next(iter(columns.values()))
+        return {str(i): n for n, i in enumerate(ids, 1)}
+    raise StoreError(
+        f"{where}: this export uses Ranker buckets ({', '.join(sorted(columns))}); pass --bucket-order "
+        "with the buckets best first, e.g. --bucket-order " + ",".join(sorted(columns))
+    )
+
+
+def _ranker(ann: Annotation, value: object, cfg: LabelConfig, bucket_order, where: str) -> list[RankedItem]:
+    items = _list_items(ann.data, cfg, where)
+    ranks = _ranker_ranks(value, bucket_order, where)
+    known = {i for i, _ in items}
+    missing = [i for i in ranks if i not in known]
+    if missing:
+        raise StoreError(f"{where}: ranked item {missing[0]!r} is not among the task's items")
+    return [
+        RankedItem(text=text, rank=ranks[i], shown_position=pos, response_id=_store_id(i))
+        for pos, (i, text) in enumerate(items)
+        if i in ranks
+    ]
+
+
+def _store_id(item_id: str) -> int | None:
+    """Items written by `rlhf export-ls` carry the response id as 'r<id>'."""
+    m = re.fullmatch(r"r(\d+)", item_id)
+    return int(m.group(1)) if m else None
+
+
+def _pairwise(ann: Annotation, from_name: str, value: dict, cfg: LabelConfig, where: str) -> list[RankedItem]:
+    left, right = cfg.pairwise.get(from_name) or ("answer1", "answer2")
+    if left not in ann.data or right not in ann.data:
+        texts = [k for k, v in ann.data.items() if isinstance(v, str) and k != cfg.prompt_field]
+        if len(texts) != 2:
+            raise StoreError(f"{where}: a Pairwise result but the task has no answer1/answer2 fields")
+        left, right = texts
+    selected = value.get("selected")
+    if selected in ("left", left):
+        ranks = (1, 2)
+    elif selected in ("right", right):
+        ranks = (2, 1)
+    else:
+        return []
+    return [
+        RankedItem(text=str(ann.data[left]), rank=ranks[0], shown_position=0),
+        RankedItem(text=str(ann.data[right]), rank=ranks[1], shown_position=1),
+    ]
+
+
+def _flags(items: list[RankedItem], lead_time: float | None, pairwise: bool) -> list[str]:
+    flags = []
+    by_rank = [it.shown_position for it in sorted(items, key=lambda it: it.rank)]
+    if not pairwise and len({it.rank for it in items}) == len(items) and by_rank == sorted(by_rank):
+        flags.append("shown_order")  # Label Studio saves the original order when the annotator never dragged
+    if lead_time is not None and lead_time < FAST_LEAD_TIME_S:
+        flags.append("fast")
+    return flags
+
+
+def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None) -> RankingIn | str:
+    """The ranking this annotation makes, or the reason it is skipped."""
+    where = f"task {ann.task_id} annotation {ann.annotation_id}"
+    if ann.cancelled:
+        return "cancelled"
+    if not ann.results:
+        return "empty"
+    items, pairwise = None, False
+    for r in ann.results:
+        value = r.get("value")
+        if isinstance(value, dict) and "ranker" in value:
+            items = _ranker(ann, value["ranker"], cfg, bucket_order, where)
+        elif isinstance(value, dict) and "selected" in value:
+            items, pairwise = _pairwise(ann, str(r.get("from_name", "")), value, cfg, where), True
+        if items is not None:
+            break
+    if items is None:
+        return "unsupported"
+    if len(items) < 2:
+        return "no preference"
+    prompt = ann.data.get(cfg.prompt_field)
+    if not isinstance(prompt, str):
+        raise StoreError(f"{where}: no '{cfg.prompt_field}' text in the task data")
+    if ann.annotation_id is not None:
+        key = f"ls:{ann.task_id}:{ann.annotation_id}"
+    else:  # a hand-made export without annotation ids: the content is the identity
+        canon = json.dumps([prompt, [(it.text, it.rank) for it in items], ann.annotator], ensure_ascii=False)
+        key = "ls:sha256:" + hashlib.sha256(canon.encode()).hexdigest()[:32]
+    ranking = RankingIn(
+        prompt=prompt,
+        items=items,
+        annotator=ann.annotator,
+        source="labelstudio",
+        external_key=key,
+        lead_time_s=ann.lead_time,
+        flags=_flags(items, ann.lead_time, pairwise),
+    )
+    ranking.items = _dense(ranking.items)
+    problem = ranking.problem()
+    if problem:
+        raise StoreError(f"{where}: {problem}")
+    return ranking
+
+
+def _dense(items: list[RankedItem]) -> list[RankedItem]:
+    """Renumber ranks 1..n keeping ties, so a partial ranking still reads 'rank r of the items ranked'."""
+    order = {r: n for n, r in enumerate(sorted({it.rank for it in items}), 1)}
+    for it in items:
+        it.rank = order[it.rank]
+    return items
+
+
+def parse_export(text: str, name: str, config_xml: str | None = None, bucket_order: list[str] | None = None) -> Parsed:
+    """Every ranking in a Label Studio export, with counts of what was skipped and why."""
+    cfg = parse_label_config(config_xml) if config_xml else LabelConfig()
+    annotations = read_export(text, name)
+    rankings, skipped = [], Counter()
+    for ann in annotations:
+        got = to_ranking(ann, cfg, bucket_order)
+        if isinstance(got, str):
+            skipped[got] += 1
+        else:
+            rankings.append(got)
+    if skipped["unsupported"] and not rankings:
+        kinds = sorted({str(r.get("type", r.get("from_name"))) for a in annotations for r in a.results})
+        raise StoreError(
+            f"{name}: unsupported Label Studio template (result types: {', '.join(kinds)}); "
+            "rlhf-studio imports Ranker and Pairwise results"
+        )
+    tasks = len({a.task_id for a in annotations})
+    return Parsed(rankings=rankings, tasks=tasks, annotations=len(annotations), skipped=skipped)

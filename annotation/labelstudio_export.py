@@ -1,0 +1,64 @@
+"""`rlhf export-ls`: Label Studio tasks for the Ranker template plus its labeling config, so a team can label in
+Label Studio and import the result back with `rlhf import-ls`.
+
+Items are shuffled per task (seeded), so a ranking left in the order shown is detectable on import. Item ids are
+'r<response id>', which lets the import map each item back to its stored response."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import duckdb
+
+from store.errors import StoreError
+
+RANKER_CONFIG = """<View>
+  <Header value="Rank the responses: drag the best to the top"/>
+  <Text name="prompt" value="$prompt"/>
+  <List name="answers" value="$items" title="Responses"/>
+  <Ranker name="rank" toName="answers"/>
+</View>
+"""
+
+
+def ranker_tasks(con: duckdb.DuckDBPyConnection, seed: int = 0) -> list[dict]:
+    """One task per prompt with at least two distinct, non-empty responses."""
+    rows = con.execute(
+        """SELECT p.prompt_id, p.text, list(r.response_id ORDER BY r.position, r.response_id),
+                  list(r.text ORDER BY r.position, r.response_id)
+           FROM prompts p JOIN responses r USING (prompt_id)
+           WHERE r.duplicate_of IS NULL AND trim(r.text) <> ''
+           GROUP BY p.prompt_id, p.text HAVING count(*) >= 2 ORDER BY p.prompt_id"""
+    ).fetchall()
+    tasks = []
+    for prompt_id, prompt, ids, texts in rows:
+        items = [{"id": f"r{i}", "title": "", "body": t} for i, t in zip(ids, texts, strict=True)]
+        random.Random(f"{seed}:{prompt_id}").shuffle(items)
+        for n, item in enumerate(items, 1):
+            item["title"] = f"Response {n}"
+        tasks.append({"data": {"prompt": prompt, "prompt_id": prompt_id, "items": items}})
+    return tasks
+
+
+def export_ls(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
+    """Write OUT/tasks.json and OUT/label_config.xml; returns (tasks file, config file, number of tasks)."""
+    out = Path(out)
+    tasks = ranker_tasks(con, seed)
+    if not tasks:
+        raise StoreError("no prompt has two or more sampled responses yet: run `rlhf sample` first")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        files = {
+            out / "tasks.json": json.dumps(tasks, ensure_ascii=False, indent=1),
+            out / "label_config.xml": RANKER_CONFIG,
+        }
+        for path, text in files.items():
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+    except OSError as e:
+        raise StoreError(f"cannot write Label Studio export to {out}: {e.strerror}") from None
+    return out / "tasks.json", out / "label_config.xml", len(tasks)

@@ -1,0 +1,70 @@
+"""The native ranking format, one JSON object per line:
+
+    {"prompt": str, "responses": [str, ...], "ranks": [int, ...], "annotator": str (optional)}
+
+ranks[i] is the rank of responses[i]; 1 = best; equal numbers are a tie."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from store.errors import StoreError
+from store.rankings import RankedItem, RankingIn
+
+DEFAULT_ANNOTATOR = "unknown"
+
+
+def _key(obj: dict) -> str:
+    """Identical lines are the same ranking: re-importing a file adds nothing."""
+    canon = json.dumps([obj["prompt"], obj["responses"], obj["ranks"], obj.get("annotator")], ensure_ascii=False)
+    return "native:" + hashlib.sha256(canon.encode()).hexdigest()[:32]
+
+
+def parse_line(obj: object, where: str) -> RankingIn:
+    if not isinstance(obj, dict):
+        raise StoreError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in ("prompt", "responses", "ranks") if k not in obj]
+    if missing:
+        raise StoreError(f"{where}: missing field {', '.join(repr(m) for m in missing)}")
+    prompt, responses, ranks = obj["prompt"], obj["responses"], obj["ranks"]
+    if not isinstance(prompt, str):
+        raise StoreError(f"{where}: 'prompt' must be a string")
+    if not isinstance(responses, list) or not all(isinstance(r, str) for r in responses):
+        raise StoreError(f"{where}: 'responses' must be a list of strings")
+    if not isinstance(ranks, list):
+        raise StoreError(f"{where}: 'ranks' must be a list of integers")
+    if len(ranks) != len(responses):
+        raise StoreError(f"{where}: {len(ranks)} ranks for {len(responses)} responses")
+    annotator = obj.get("annotator", DEFAULT_ANNOTATOR)
+    if not isinstance(annotator, str) or not annotator.strip():
+        raise StoreError(f"{where}: 'annotator' must be a non-empty string")
+    ranking = RankingIn(
+        prompt=prompt,
+        items=[
+            RankedItem(text=t, rank=r, shown_position=i) for i, (t, r) in enumerate(zip(responses, ranks, strict=True))
+        ],
+        annotator=annotator,
+        source="native",
+        external_key=_key(obj),
+    )
+    problem = ranking.problem()
+    if problem:
+        raise StoreError(f"{where}: {problem}")
+    return ranking
+
+
+def parse_native(text: str, name: str = "input") -> list[RankingIn]:
+    """All rankings of a native JSONL file; the first bad line raises a StoreError naming it."""
+    rankings = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise StoreError(f"{name} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        rankings.append(parse_line(obj, f"{name} line {n}"))
+    if not rankings:
+        raise StoreError(f"{name}: no rankings in the file")
+    return rankings

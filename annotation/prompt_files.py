@@ -1,0 +1,58 @@
+"""Prompt files for `rlhf prompts add`: .txt (one prompt per line), .jsonl (`prompt` field), .csv (`prompt`
+column)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+from annotation.files import read_text
+from store.errors import StoreError
+
+MAX_PROMPT_CHARS = 20_000
+
+
+def read_prompts(path: str | os.PathLike) -> list[str]:
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".txt", ".jsonl", ".csv"):
+        raise StoreError(f"{path.name}: prompts come from .txt, .jsonl or .csv files")
+    text = read_text(path)
+    if suffix == ".txt":
+        prompts = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
+    elif suffix == ".jsonl":
+        prompts = list(_jsonl(text, path.name))
+    else:
+        prompts = list(_csv(text, path.name))
+    prompts = [(n, p) for n, p in prompts if p]
+    for n, p in prompts:
+        if len(p) > MAX_PROMPT_CHARS:
+            raise StoreError(f"{path.name} line {n}: prompt of {len(p)} characters is over {MAX_PROMPT_CHARS}")
+    if not prompts:
+        raise StoreError(f"{path.name}: no prompts in the file")
+    return [p for _, p in prompts]
+
+
+def _jsonl(text: str, name: str):
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise StoreError(f"{name} line {n}: not valid JSON") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+            raise StoreError(f"{name} line {n}: needs a 'prompt' string field")
+        yield n, obj["prompt"].strip()
+
+
+def _csv(text: str, name: str):
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or "prompt" not in reader.fieldnames:
+        cols = ", ".join(reader.fieldnames or [])
+        raise StoreError(f"{name}: the CSV has no 'prompt' column (columns: {cols})")
+    for row in reader:
+        yield reader.line_num, (row.get("prompt") or "").strip()

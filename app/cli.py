@@ -1,0 +1,221 @@
+"""`rlhf`: every command calls the same plain function the app's buttons call.
+
+Errors a user can cause are one line on stderr and exit status 1, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from app.config_args import add_dataclass_args, dataclass_from_args
+from store.errors import StoreError
+from training.generation import SamplingConfig
+from training.models import ModelError
+
+
+def _db(args: argparse.Namespace) -> str:
+    return args.db
+
+
+def cmd_init(args: argparse.Namespace) -> None:
+    from store.db import _open, latest_version, migrate
+
+    con = _open(args.db, timeout=10)
+    try:
+        before, after = migrate(con)
+    finally:
+        con.close()
+    state = "created" if before == 0 else ("migrated" if before != after else "up to date")
+    print(f"store {args.db}: {state} (schema version {after}, latest {latest_version()})")
+
+
+def cmd_prompts_add(args: argparse.Namespace) -> None:
+    from annotation.prompt_files import read_prompts
+    from store.db import write
+    from store.prompts import add_prompts
+
+    texts = read_prompts(args.file)
+    with write(args.db) as con:
+        added, already = add_prompts(con, texts, source=os.path.basename(args.file))
+    print(f"prompts: {added} added, {already} already in the store")
+
+
+def cmd_sample(args: argparse.Namespace) -> None:
+    from annotation.sampling import sample_pending
+    from store.db import connect
+    from store.prompts import pending_prompts
+    from training.generation import Sampler
+
+    config = dataclass_from_args(SamplingConfig, args)
+    with connect(args.db) as con:
+        if not pending_prompts(con, 1):
+            print("no prompts without responses: nothing to sample (add prompts with `rlhf prompts add`)")
+            return
+    bar = _progress_bar("sampling")
+    sampler = Sampler(config)
+    report = sample_pending(
+        args.db,
+        sampler,
+        k=args.k,
+        model_id=sampler.model_id,
+        params=config.params(args.k),
+        batch_prompts=config.batch_prompts,
+        seed=config.seed,
+        limit=args.limit,
+        progress=bar,
+    )
+    print(report.line())
+
+
+def _progress_bar(desc: str):
+    from tqdm import tqdm
+
+    state = {}
+
+    def update(done: int, total: int) -> None:
+        if "bar" not in state:
+            state["bar"] = tqdm(total=total, desc=desc, unit="prompt", file=sys.stderr)
+        state["bar"].n = done
+        state["bar"].refresh()
+        if done >= total:
+            state["bar"].close()
+
+    return update
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    from annotation.imports import import_native
+
+    print(import_native(args.db, args.file).line())
+
+
+def cmd_import_ls(args: argparse.Namespace) -> None:
+    from annotation.imports import import_labelstudio_file, import_labelstudio_url
+
+    buckets = [b.strip() for b in args.bucket_order.split(",")] if args.bucket_order else None
+    if args.url:
+        if args.project is None or args.file:
+            raise StoreError("a live pull takes --url URL --project ID and no FILE")
+        key = os.environ.get("LABEL_STUDIO_API_KEY", "")
+        summary = import_labelstudio_url(args.db, args.url, args.project, key, bucket_order=buckets)
+    elif args.file:
+        summary = import_labelstudio_file(args.db, args.file, config=args.config, bucket_order=buckets)
+    else:
+        raise StoreError("give a Label Studio export FILE, or --url URL --project ID")
+    print(summary.line())
+
+
+def cmd_export_ls(args: argparse.Namespace) -> None:
+    from annotation.labelstudio_export import export_ls
+    from store.db import connect
+
+    with connect(args.db, create=False) as con:
+        tasks, config, n = export_ls(con, args.out, seed=args.seed)
+    print(f"wrote {n} tasks to {tasks} and the labeling config to {config}")
+
+
+def cmd_pairs(args: argparse.Namespace) -> None:
+    from store.db import connect
+    from store.pairs import export_pairs, stats
+
+    if not args.out and not args.stats:
+        raise StoreError("give --out FILE.jsonl|FILE.parquet and/or --stats")
+    with connect(args.db, create=False) as con:
+        if args.out:
+            n = export_pairs(con, args.out, drop_flagged=args.drop_flagged)
+            print(f"wrote {n} pairs to {args.out}")
+        if args.stats:
+            s = stats(con)
+            if args.json:
+                print(json.dumps(s, indent=2))
+            else:
+                _print_stats(s)
+
+
+def _print_stats(s: dict) -> None:
+    print(f"prompts {s['prompts']} ({s['prompts_with_responses']} with responses, {s['prompts_pending']} pending)")
+    print(f"responses {s['responses']} ({s['duplicate_responses']} identical to another sample)")
+    print(f"rankings {s['rankings']} (skipped {s['skipped']}, flagged {s['flagged']})")
+    print(f"pairs {s['pairs']} (tied pairs left out: {s['tied_pairs']})")
+    for a in s["annotators"]:
+        print(f"  {a['annotator']}: {a['rankings']} rankings, {a['skipped']} skipped, {a['pairs']} pairs")
+
+
+def cmd_ui(args: argparse.Namespace) -> None:
+    from app.ui import launch
+
+    launch(db=args.db, host=args.host, port=args.port, auth=args.auth, model=args.model)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from store.db import default_db_path
+
+    p = argparse.ArgumentParser(prog="rlhf", description="Preference annotation and RLHF, end to end.")
+    p.add_argument("--db", default=default_db_path(), help="store file (default ./rlhf.duckdb or $RLHF_DB)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("ui", help="start the Gradio app")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=7860)
+    s.add_argument("--auth", help="file of user:password lines; the login becomes the annotator id")
+    s.add_argument("--model", default="default", help="SFT model used by the app's sampling")
+    s.set_defaults(func=cmd_ui)
+
+    s = sub.add_parser("init", help="create or migrate the store")
+    s.set_defaults(func=cmd_init)
+
+    s = sub.add_parser("prompts", help="manage prompts")
+    ps = s.add_subparsers(dest="prompts_command", required=True, metavar="ACTION")
+    a = ps.add_parser("add", help="load prompts from .txt (one per line), .jsonl (prompt) or .csv (prompt column)")
+    a.add_argument("file")
+    a.set_defaults(func=cmd_prompts_add)
+
+    s = sub.add_parser("sample", help="sample K responses for every prompt that has none yet")
+    s.add_argument("--k", type=int, default=4, help="responses per prompt (default: 4)")
+    s.add_argument("--limit", type=int, help="sample at most this many prompts")
+    add_dataclass_args(s, SamplingConfig)
+    s.set_defaults(func=cmd_sample)
+
+    s = sub.add_parser("import", help="import rankings in the native JSONL format")
+    s.add_argument("file")
+    s.set_defaults(func=cmd_import)
+
+    s = sub.add_parser("import-ls", help="import Label Studio results (a JSON/JSON_MIN/CSV/TSV file, or --url)")
+    s.add_argument("file", nargs="?")
+    s.add_argument("--url", help="a running Label Studio; the key comes from LABEL_STUDIO_API_KEY")
+    s.add_argument("--project", type=int, help="project id for --url")
+    s.add_argument("--config", help="the project's labeling config XML (names the Pairwise fields, the List)")
+    s.add_argument("--bucket-order", help="Ranker buckets best first, comma-separated (same bucket = tie)")
+    s.set_defaults(func=cmd_import_ls)
+
+    s = sub.add_parser("export-ls", help="write Label Studio Ranker tasks + labeling config to folder OUT")
+    s.add_argument("out")
+    s.add_argument("--seed", type=int, default=0, help="seed of the per-task item shuffle")
+    s.set_defaults(func=cmd_export_ls)
+
+    s = sub.add_parser("pairs", help="expand rankings to chosen/rejected pairs")
+    s.add_argument("--out", help="FILE.jsonl or FILE.parquet")
+    s.add_argument("--stats", action="store_true", help="print counts")
+    s.add_argument("--json", action="store_true", help="with --stats: print JSON")
+    s.add_argument("--drop-flagged", action="store_true", help="leave out rankings flagged as suspicious")
+    s.set_defaults(func=cmd_pairs)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (StoreError, ModelError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: everything written before this point is kept", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

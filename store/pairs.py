@@ -1,0 +1,92 @@
+"""Reading pairs out of the store: export to JSONL/Parquet and the counts behind `rlhf pairs --stats`.
+
+Pairs are the SQL view `pairs` (store/schema.sql); nothing here loops over rankings in Python."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from store.errors import StoreError
+
+PAIR_COLUMNS = (
+    "prompt, chosen, rejected, margin, annotator, source, prompt_id, ranking_id, chosen_id, rejected_id, flagged"
+)
+
+
+def pairs_query(drop_flagged: bool = False) -> str:
+    where = "WHERE NOT flagged" if drop_flagged else ""
+    return f"SELECT {PAIR_COLUMNS} FROM pairs {where} ORDER BY prompt_id, ranking_id, chosen_id, rejected_id"
+
+
+def _copy_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return "(FORMAT json)"
+    if suffix == ".parquet":
+        return "(FORMAT parquet, COMPRESSION zstd)"
+    raise StoreError(f"cannot write {path.name}: the pairs file must end in .jsonl or .parquet")
+
+
+def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_flagged: bool = False) -> int:
+    """Write all pairs to OUT (.jsonl or .parquet); the file appears whole or not at all. Returns the count."""
+    out = Path(out)
+    fmt = _copy_format(out)
+    if not out.parent.is_dir():
+        raise StoreError(f"cannot write {out}: folder {out.parent} does not exist")
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        con.execute(f"COPY ({pairs_query(drop_flagged)}) TO '{_sql_path(tmp)}' {fmt}")
+        os.replace(tmp, out)
+    except duckdb.Error as e:
+        raise StoreError(f"cannot write {out}: {str(e).splitlines()[0]}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return count_pairs(con, drop_flagged)
+
+
+def _sql_path(path: Path) -> str:
+    """COPY takes no parameters for its target, so the path is quoted here (single quotes doubled)."""
+    return str(path).replace("'", "''")
+
+
+def count_pairs(con: duckdb.DuckDBPyConnection, drop_flagged: bool = False) -> int:
+    where = "WHERE NOT flagged" if drop_flagged else ""
+    return con.execute(f"SELECT count(*) FROM pairs {where}").fetchone()[0]
+
+
+def stats(con: duckdb.DuckDBPyConnection) -> dict:
+    """Headline counts of the store, plus per-annotator and per-source breakdowns."""
+    one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+    per_annotator = con.execute(
+        """SELECT r.annotator, count(DISTINCT r.ranking_id) FILTER (WHERE NOT r.skipped) AS rankings,
+                  count(DISTINCT r.ranking_id) FILTER (WHERE r.skipped) AS skipped,
+                  (SELECT count(*) FROM pairs p WHERE p.annotator = r.annotator) AS pairs
+           FROM rankings r GROUP BY r.annotator ORDER BY r.annotator"""
+    ).fetchall()
+    per_source = con.execute(
+        "SELECT source, count(*) FROM rankings WHERE NOT skipped GROUP BY source ORDER BY source"
+    ).fetchall()
+    return {
+        "prompts": one("SELECT count(*) FROM prompts"),
+        "prompts_with_responses": one("SELECT count(DISTINCT prompt_id) FROM responses"),
+        "prompts_pending": one(
+            """SELECT count(*) FROM prompts p
+               WHERE NOT EXISTS (SELECT 1 FROM responses r WHERE r.prompt_id = p.prompt_id)"""
+        ),
+        "responses": one("SELECT count(*) FROM responses"),
+        "duplicate_responses": one("SELECT count(*) FROM responses WHERE duplicate_of IS NOT NULL"),
+        "rankings": one("SELECT count(*) FROM rankings WHERE NOT skipped"),
+        "skipped": one("SELECT count(*) FROM rankings WHERE skipped"),
+        "flagged": one("SELECT count(*) FROM rankings WHERE len(flags) > 0"),
+        "pairs": one("SELECT count(*) FROM pairs"),
+        "tied_pairs": one(
+            """SELECT count(*) FROM ranking_items a JOIN ranking_items b
+               ON a.ranking_id = b.ranking_id AND a.rank = b.rank AND a.response_id < b.response_id
+               JOIN rankings r ON r.ranking_id = a.ranking_id WHERE NOT r.skipped"""
+        ),
+        "annotators": [{"annotator": a, "rankings": n, "skipped": s, "pairs": p} for a, n, s, p in per_annotator],
+        "sources": dict(per_source),
+    }

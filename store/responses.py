@@ -1,0 +1,48 @@
+"""Sampled responses: one row per sample, with the model, sampling parameters and seed that made it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import duckdb
+
+
+@dataclass
+class Sample:
+    """One generated response for one prompt."""
+
+    prompt_id: int
+    text: str
+    position: int  # sample index within the prompt's K samples
+    n_tokens: int
+    finish_reason: str  # 'eos' or 'length'
+    seed: int
+    params: dict = field(default_factory=dict)
+
+
+def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id: str) -> int:
+    """Store samples, marking each exact repeat of an earlier sample of the same prompt as a duplicate.
+
+    Returns how many were duplicates. Runs inside the caller's transaction."""
+    duplicates = 0
+    first: dict[tuple[int, str], int] = {}
+    for s in samples:
+        key = (s.prompt_id, s.text)
+        dup = first.get(key)
+        if dup is None:
+            row = con.execute(
+                "SELECT min(response_id) FROM responses WHERE prompt_id = ? AND text = ?", list(key)
+            ).fetchone()
+            dup = row[0]
+        new_id = con.execute(
+            """INSERT INTO responses (prompt_id, text, model_id, params, seed, position, n_tokens,
+                                      finish_reason, duplicate_of)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING response_id""",
+            [s.prompt_id, s.text, model_id, json.dumps(s.params), s.seed, s.position, s.n_tokens, s.finish_reason, dup],
+        ).fetchone()[0]
+        if dup is None:
+            first[key] = new_id
+        else:
+            duplicates += 1
+    return duplicates

@@ -1,0 +1,132 @@
+"""Immutable training inputs. Training never opens the database: `rlhf train-*` first freezes the pairs into
+Parquet files plus a manifest (row counts, content hash), records the snapshot, and names it in the run config.
+
+The split into train/eval is by prompt, so no prompt's pairs sit on both sides."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import duckdb
+
+from store.errors import StoreError
+from store.pairs import PAIR_COLUMNS
+
+SPLITS = ("train", "eval")
+
+
+def split_of(prompt: str, eval_fraction: float, seed: int) -> str:
+    """'eval' for a stable pseudo-random `eval_fraction` of prompts, chosen by hashing the prompt text, so the
+    same prompt lands on the same side in every snapshot of a growing store."""
+    h = int.from_bytes(hashlib.sha256(f"{seed}:{prompt}".encode()).digest()[:8], "big") / 2**64
+    return "eval" if h < eval_fraction else "train"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: int) -> dict[str, int]:
+    prompts = con.execute("SELECT DISTINCT prompt_id, prompt FROM pairs ORDER BY prompt_id").fetchall()
+    if not prompts:
+        raise StoreError("no pairs in the store yet: import or submit rankings first")
+    splits = {pid: split_of(text, eval_fraction, seed) for pid, text in prompts}
+    # A small store could hash every prompt to one side; keep at least one prompt on each side when possible.
+    if eval_fraction > 0 and len(prompts) >= 2 and "eval" not in splits.values():
+        splits[min(splits, key=lambda p: hashlib.sha256(f"{seed}:{p}".encode()).hexdigest())] = "eval"
+    con.execute("CREATE OR REPLACE TEMP TABLE snapshot_split (prompt_id BIGINT, split VARCHAR)")
+    con.executemany("INSERT INTO snapshot_split VALUES (?, ?)", list(splits.items()))
+    return splits
+
+
+def write_snapshot(
+    con: duckdb.DuckDBPyConnection,
+    root: str | os.PathLike,
+    eval_fraction: float = 0.1,
+    seed: int = 0,
+    drop_flagged: bool = False,
+) -> Path:
+    """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns the folder.
+
+    The folder appears whole (written aside, then renamed) and its files are read-only."""
+    if not 0 <= eval_fraction < 1:
+        raise StoreError(f"eval fraction must be in [0, 1), got {eval_fraction}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    _assign_splits(con, eval_fraction, seed)
+    where = "AND NOT p.flagged" if drop_flagged else ""
+    tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=root))
+    try:
+        splits = {}
+        for split in SPLITS:
+            path = tmp / f"{split}.parquet"
+            query = f"""SELECT {", ".join("p." + c.strip() for c in PAIR_COLUMNS.split(","))}
+                        FROM pairs p JOIN snapshot_split s USING (prompt_id)
+                        WHERE s.split = '{split}' {where}
+                        ORDER BY p.prompt_id, p.ranking_id, p.chosen_id, p.rejected_id"""
+            con.execute(f"COPY ({query}) TO '{str(path).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
+            pairs, prompts, rankings = con.execute(
+                f"SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT ranking_id) FROM ({query})"
+            ).fetchone()
+            splits[split] = {
+                "file": path.name,
+                "pairs": pairs,
+                "prompts": prompts,
+                "rankings": rankings,
+                "sha256": _sha256(path),
+            }
+        content = hashlib.sha256("".join(splits[s]["sha256"] for s in SPLITS).encode()).hexdigest()
+        created = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        manifest = {
+            "format": 1,
+            "name": f"snap-{created}-{content[:8]}",
+            "created_at": created,
+            "eval_fraction": eval_fraction,
+            "seed": seed,
+            "drop_flagged": drop_flagged,
+            "columns": [c.strip() for c in PAIR_COLUMNS.split(",")],
+            "splits": splits,
+            "content_sha256": content,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        for f in tmp.iterdir():
+            f.chmod(0o444)
+        final = root / manifest["name"]
+        if final.exists():  # same second, same content: the snapshot already exists
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(final)
+    except (duckdb.Error, OSError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StoreError(f"cannot write snapshot under {root}: {str(e).splitlines()[0]}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    con.execute(
+        "INSERT INTO snapshots (path, content_sha256, manifest) VALUES (?, ?, ?)",
+        [str(final.resolve()), content, json.dumps(manifest)],
+    )
+    return final
+
+
+def verify_snapshot(folder: str | os.PathLike) -> dict:
+    """Read a snapshot's manifest and check every file against its hash; returns the manifest."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError) as e:
+        raise StoreError(f"{folder} is not a snapshot: {e}") from None
+    for split, info in manifest["splits"].items():
+        if _sha256(folder / info["file"]) != info["sha256"]:
+            raise StoreError(f"snapshot {folder.name}: {split} file does not match its manifest hash")
+    return manifest
