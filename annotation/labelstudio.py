@@ -162,7 +162,8 @@ def read_export(text: str, name: str) -> list[Annotation]:
     """Detect the format from the file name and content and return its annotations."""
     lower = name.lower()
     if lower.endswith((".csv", ".tsv")):
-        sep = "\t" if lower.endswith(".tsv") else ","
+        header = text.split("\n", 1)[0]
+        sep = "\t" if header.count("\t") > header.count(",") else ","  # the SDK writes TSV as result.csv
         records = _csv_records(text, sep)
         if records and "prompt" not in records[0]:
             cols = ", ".join(list(records[0])[:8])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from annotation.files import loads_json
 from store.errors import StoreError
 from store.rankings import RankedItem, RankingIn
 
@@ -60,10 +61,7 @@ def parse_native(text: str, name: str = "input") -> list[RankingIn]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise StoreError(f"{name} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        obj = loads_json(line, f"{name} line {n}")
         rankings.append(parse_line(obj, f"{name} line {n}"))
     if not rankings:
         raise StoreError(f"{name}: no rankings in the file")

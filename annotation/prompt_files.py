@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from pathlib import Path
 
-from annotation.files import read_text
+from annotation.files import loads_json, read_text
 from store.errors import StoreError
 
 MAX_PROMPT_CHARS = 20_000
@@ -40,10 +39,7 @@ def _jsonl(text: str, name: str):
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise StoreError(f"{name} line {n}: not valid JSON") from None
+        obj = loads_json(line, f"{name} line {n}")
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
             raise StoreError(f"{name} line {n}: needs a 'prompt' string field")
         yield n, obj["prompt"].strip()

@@ -12,7 +12,7 @@ import sys
 from app.config_args import add_dataclass_args, dataclass_from_args
 from store.errors import StoreError
 from training.generation import SamplingConfig
-from training.models import ModelError
+from training.models import ModelError, resolve_model
 
 
 def _db(args: argparse.Namespace) -> str:
@@ -49,6 +49,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
     from training.generation import Sampler
 
     config = dataclass_from_args(SamplingConfig, args)
+    resolve_model(config.model)  # a bad --model is an error even when there is nothing to sample
     with connect(args.db) as con:
         if not pending_prompts(con, 1):
             print("no prompts without responses: nothing to sample (add prompts with `rlhf prompts add`)")

@@ -20,7 +20,7 @@ import duckdb
 from store.errors import StoreBusy, StoreError
 
 DEFAULT_DB = "rlhf.duckdb"
-LOCK_TIMEOUT_S = 10.0
+LOCK_TIMEOUT_S = float(os.environ.get("RLHF_LOCK_TIMEOUT", "10"))
 
 
 def default_db_path() -> str:

@@ -55,10 +55,15 @@ class Sampler:
         self.config = config
         folder = resolve_model(config.model)
         self.model_id = model_id(config.model)
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        self.tokenizer.padding_side = "left"
         dtype = torch.bfloat16 if config.dtype == "bf16" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                folder, dtype=dtype, local_files_only=True, trust_remote_code=False, use_safetensors=True
+            )
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelError(f"cannot load a causal LM from {folder}: {str(e).splitlines()[0][:200]}") from None
+        self.tokenizer.padding_side = "left"
         self.model.eval()  # dropout off
         eos = self.tokenizer.eos_token_id
         self.eos_ids = set([eos] if isinstance(eos, int) else eos)

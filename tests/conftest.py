@@ -1,0 +1,95 @@
+import json
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from app.cli import main
+from store.db import connect
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+DATA = Path(__file__).parent / "data"
+TABLES = ("prompts", "responses", "rankings", "ranking_items", "imports", "snapshots")
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    path = str(tmp_path / "store.duckdb")
+    with connect(path):
+        pass
+    return path
+
+
+def store_rows(path: str) -> dict:
+    """Every row of every table, for 'the store is exactly as it was' checks."""
+    con = duckdb.connect(path, read_only=True)
+    try:
+        return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in TABLES}
+    finally:
+        con.close()
+
+
+def query(path: str, sql: str, params=None) -> list[tuple]:
+    con = duckdb.connect(path, read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def cli(db, capsys):
+    """Run `rlhf --db <db> ARGS` in-process; returns (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["--db", db, *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    """The default SmolLM2 model converted to a plain HF folder (converted once, then cached)."""
+    from training.models import resolve_model
+
+    return resolve_model("default")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
+    """A 2-layer, hidden-32 random Llama with the default model's real tokenizer and chat template."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-model")
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    for name in ("chat_template.jinja",):
+        if (default_model_dir / name).exists() and not (out / name).exists():
+            shutil.copy(default_model_dir / name, out / name)
+    return out

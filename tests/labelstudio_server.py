@@ -1,0 +1,92 @@
+"""A real Label Studio server on 127.0.0.1 for round-trip tests (installed by the Makefile into .venv-ls)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+LS_BIN = Path(os.environ.get("RLHF_LABEL_STUDIO_BIN", ROOT / ".venv-ls" / "bin" / "label-studio"))
+EMAIL, PASSWORD = "admin@example.org", "round-trip-pw-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LabelStudioServer:
+    def __init__(self, data_dir: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(data_dir / "server.log", "w")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(data_dir), "DJANGO_DEBUG": "false"}
+        self.proc = subprocess.Popen(
+            [
+                str(LS_BIN),
+                "start",
+                "--no-browser",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(data_dir),
+                "--username",
+                EMAIL,
+                "--password",
+                PASSWORD,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def wait(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Label Studio exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"Label Studio did not answer within {timeout} s")
+
+    def personal_access_token(self) -> str:
+        """Label Studio 1.2x disables legacy tokens: log in and create a personal access token, as a user would."""
+        s = requests.Session()
+        s.get(self.url + "/user/login/", timeout=10)
+        s.post(
+            self.url + "/user/login/",
+            timeout=10,
+            allow_redirects=False,
+            data={"email": EMAIL, "password": PASSWORD, "csrfmiddlewaretoken": s.cookies.get("csrftoken")},
+            headers={"Referer": self.url + "/user/login/"},
+        )
+        r = s.post(
+            self.url + "/api/token/",
+            json={},
+            timeout=10,
+            headers={"X-CSRFToken": s.cookies.get("csrftoken"), "Referer": self.url},
+        )
+        r.raise_for_status()
+        return r.json()["token"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()

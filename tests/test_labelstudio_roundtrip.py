@@ -1,0 +1,117 @@
+"""export-ls -> labelling in a real Label Studio server -> import-ls (live pull and exported file)."""
+
+import json
+import os
+
+import pytest
+
+from store.db import write
+from store.prompts import prompt_ids
+from store.responses import Sample, add_samples
+from tests.conftest import query, store_rows
+from tests.labelstudio_server import LS_BIN, LabelStudioServer
+
+PROMPTS = {
+    "Name a fruit.": ["Apple.", "A banana is a fruit.", "Pear", "Mango, sweet and ripe, is a tropical fruit."],
+    "Say hello.": ["Hi", "Hello there, friend!", "Hello.", "Hey"],
+    "Count to three.": ["1 2 3", "One, two, three.", "one two three!", "1, 2, 3"],
+}
+
+
+@pytest.fixture(scope="module")
+def ls_server(tmp_path_factory):
+    if not LS_BIN.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"Label Studio is not installed at {LS_BIN}: `make test` installs it")
+        pytest.skip(f"no Label Studio at {LS_BIN} (`make test` installs it)")
+    server = LabelStudioServer(tmp_path_factory.mktemp("label-studio"))
+    try:
+        server.wait()
+        server.token = server.personal_access_token()
+        yield server
+    finally:
+        server.stop()
+
+
+def _sampled_store(db):
+    with write(db) as con:
+        ids = prompt_ids(con, list(PROMPTS), "test")
+        samples = [
+            Sample(prompt_id=ids[p], text=t, position=j, n_tokens=len(t.split()), finish_reason="eos", seed=0)
+            for p, texts in PROMPTS.items()
+            for j, t in enumerate(texts)
+        ]
+        add_samples(con, samples, model_id="test")
+
+
+def longest_first(items):
+    """The scripted annotator: longer answers are better."""
+    return [it["id"] for it in sorted(items, key=lambda it: -len(it["body"]))]
+
+
+def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypatch):
+    from label_studio_sdk import LabelStudio
+
+    _sampled_store(db)
+    code, out, err = cli("export-ls", str(tmp_path / "ls"))
+    assert code == 0, err
+    assert out.startswith("wrote 3 tasks")
+    tasks = json.loads((tmp_path / "ls" / "tasks.json").read_text())
+    config = (tmp_path / "ls" / "label_config.xml").read_text()
+
+    client = LabelStudio(base_url=ls_server.url, api_key=ls_server.token)
+    project = client.projects.create(title="rlhf-studio round trip", label_config=config)
+    client.projects.import_tasks(id=project.id, request=tasks)
+    ls_tasks = sorted(client.tasks.list(project=project.id), key=lambda t: t.id)
+    assert len(ls_tasks) == 3
+    for t in ls_tasks:
+        order = longest_first(t.data["items"])
+        client.annotations.create(
+            id=t.id,
+            lead_time=15.0,
+            result=[
+                {"from_name": "rank", "to_name": "answers", "type": "ranker", "value": {"ranker": {"rank": order}}}
+            ],
+        )
+    # a second annotator skips the first task
+    client.annotations.create(id=ls_tasks[0].id, was_cancelled=True, result=[])
+
+    responses_before = query(db, "SELECT count(*) FROM responses")
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", ls_server.token)
+    code, out, err = cli("import-ls", "--url", ls_server.url, "--project", str(project.id))
+    assert code == 0, err
+    assert out.strip() == (
+        "tasks 3, annotations 4, rankings added 3, pairs added 18, already imported 0, skipped 1 (cancelled 1), "
+        "flagged 0"
+    )
+    # every item mapped back to its sampled response: no new response rows
+    assert query(db, "SELECT count(*) FROM responses") == responses_before
+    expected = {(p, a, b) for p, texts in PROMPTS.items() for a in texts for b in texts if len(a) > len(b)}
+    assert set(query(db, "SELECT prompt, chosen, rejected FROM pairs")) == expected
+    # the order Label Studio showed (the shuffled export) is stored per item
+    shown = query(db, "SELECT r.text, i.shown_position FROM ranking_items i JOIN responses r USING (response_id)")
+    shown_by_task = {it["body"]: n for t in tasks for n, it in enumerate(t["data"]["items"])}
+    assert dict(shown) == shown_by_task
+
+    # the same annotations as an exported file add nothing
+    before = store_rows(db)
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(client.projects.exports.as_json(project.id)))
+    code, out, _ = cli("import-ls", str(export))
+    assert code == 0 and "rankings added 0" in out and "already imported 3" in out
+    assert store_rows(db) == before
+
+
+def test_live_pull_with_a_bad_key_is_one_line(cli, db, ls_server, monkeypatch):
+    before = store_rows(db)
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", "not-a-token")
+    code, out, err = cli("import-ls", "--url", ls_server.url, "--project", "1")
+    assert code == 1 and out == ""
+    assert err.startswith(f"error: cannot pull project 1 from {ls_server.url}") and len(err.strip().splitlines()) == 1
+    assert store_rows(db) == before
+
+
+def test_live_pull_without_a_key(cli, db, monkeypatch):
+    monkeypatch.delenv("LABEL_STUDIO_API_KEY", raising=False)
+    code, _, err = cli("import-ls", "--url", "http://127.0.0.1:9", "--project", "1")
+    assert code == 1 and "set LABEL_STUDIO_API_KEY" in err

@@ -1,0 +1,197 @@
+"""The store itself: schema and migrations, prompts, the lock held by another process, stats, snapshots."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import pytest
+
+from annotation.imports import import_native
+from store.db import connect, migrate, schema_version
+from store.errors import StoreError
+from store.pairs import stats
+from store.snapshot import split_of, verify_snapshot, write_snapshot
+from tests.conftest import query, store_rows, write_jsonl
+
+
+def test_init_creates_then_reports_up_to_date(tmp_path, capsys):
+    from app.cli import main
+
+    db = str(tmp_path / "s.duckdb")
+    assert main(["--db", db, "init"]) == 0
+    assert capsys.readouterr().out.strip() == f"store {db}: created (schema version 1, latest 1)"
+    assert main(["--db", db, "init"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_numbered_migrations_apply_once_in_order(tmp_path):
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    (folder / "0002_add_note.sql").write_text("ALTER TABLE prompts ADD COLUMN note VARCHAR;")
+    (folder / "0003_index.sql").write_text("CREATE INDEX prompts_source ON prompts (source);")
+    con = duckdb.connect(str(tmp_path / "m.duckdb"))
+    assert migrate(con) == (0, 1)  # the packaged schema only
+    assert migrate(con, folder) == (1, 3)
+    assert migrate(con, folder) == (3, 3)
+    assert schema_version(con) == 3
+    assert "note" in [r[0] for r in con.execute("DESCRIBE prompts").fetchall()]
+
+
+def test_a_failing_migration_changes_nothing(tmp_path):
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    (folder / "0002_ok.sql").write_text("ALTER TABLE prompts ADD COLUMN note VARCHAR;")
+    (folder / "0003_broken.sql").write_text("ALTER TABLE no_such_table ADD COLUMN x INT;")
+    con = duckdb.connect(str(tmp_path / "m.duckdb"))
+    migrate(con)
+    with pytest.raises(duckdb.Error):
+        migrate(con, folder)
+    assert schema_version(con) == 1
+    assert "note" not in [r[0] for r in con.execute("DESCRIBE prompts").fetchall()]
+
+
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("p.txt", "What is DNS?\n\n  Name a prime.  \nWhat is DNS?\n", "prompts: 2 added, 1 already in the store"),
+        ("p.jsonl", '{"prompt": "a"}\n{"prompt": "b", "id": 3}\n', "prompts: 2 added, 0 already in the store"),
+        ("p.csv", 'id,prompt\n1,"a, with comma"\n2,b\n', "prompts: 2 added, 0 already in the store"),
+    ],
+)
+def test_prompts_add(cli, db, tmp_path, name, content, expected):
+    (tmp_path / name).write_text(content)
+    code, out, err = cli("prompts", "add", str(tmp_path / name))
+    assert code == 0, err
+    assert out.strip() == expected
+    code, out, _ = cli("prompts", "add", str(tmp_path / name))
+    assert "0 added" in out
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("p.csv", "id,text\n1,a\n", "the CSV has no 'prompt' column (columns: id, text)"),
+        ("p.jsonl", '{"prompt": "a"}\n{"text": "b"}\n', "p.jsonl line 2: needs a 'prompt' string field"),
+        ("p.jsonl", '{"prompt": "a"\n', "p.jsonl line 1: not valid JSON"),
+        ("p.txt", "", "the file is empty"),
+        ("p.pdf", "x", "prompts come from .txt, .jsonl or .csv files"),
+    ],
+)
+def test_bad_prompt_files(cli, db, tmp_path, name, content, message):
+    before = store_rows(db)
+    (tmp_path / name).write_text(content)
+    code, _, err = cli("prompts", "add", str(tmp_path / name))
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1
+    assert store_rows(db) == before
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time, duckdb
+    con = duckdb.connect(sys.argv[1])
+    print("holding", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_store_held_by_another_process_is_one_clear_error(db, tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, db], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(StoreError, match=rf"store .* is in use by another process \(process {holder.pid}\)"):
+            with connect(db, timeout=0.5):
+                pass
+        env = {**os.environ, "RLHF_LOCK_TIMEOUT": "0.5"}
+        r = subprocess.run(
+            [sys.executable, "-m", "app.cli", "--db", db, "pairs", "--stats"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 1 and r.stdout == ""
+        assert r.stderr.startswith("error: store") and "in use by another process" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    with connect(db):  # released: usable again
+        pass
+
+
+def test_lock_is_released_between_commands(cli, db, tmp_path):
+    """A CLI command holds the file only for its transaction: another connection opens right after."""
+    write_jsonl(tmp_path / "r.jsonl", [{"prompt": "p", "responses": ["a", "b"], "ranks": [1, 2]}])
+    assert cli("import", str(tmp_path / "r.jsonl"))[0] == 0
+    duckdb.connect(db).close()
+
+
+def test_read_commands_refuse_a_missing_store(tmp_path, capsys):
+    from app.cli import main
+
+    missing = tmp_path / "none.duckdb"
+    assert main(["--db", str(missing), "pairs", "--stats"]) == 1
+    assert capsys.readouterr().err.strip() == f"error: no store at {missing}: run `rlhf init` (or pass --db)"
+    assert not missing.exists()
+
+
+def _fill(db, tmp_path, n_prompts=40):
+    rows = [
+        {"prompt": f"prompt {i}", "responses": [f"{i}-a", f"{i}-b", f"{i}-c"], "ranks": [1, 2, 3], "annotator": a}
+        for i in range(n_prompts)
+        for a in ("ann", "bob")
+    ]
+    rows.append({"prompt": "tied", "responses": ["x", "y"], "ranks": [1, 1]})
+    import_native(db, write_jsonl(tmp_path / "r.jsonl", rows))
+
+
+def test_stats(cli, db, tmp_path):
+    _fill(db, tmp_path, n_prompts=2)
+    with connect(db) as con:
+        s = stats(con)
+    # 2 prompts x 2 annotators x C(3,2) = 12 pairs; the tied ranking gives 0 pairs and 1 tied pair
+    assert (s["prompts"], s["rankings"], s["pairs"], s["tied_pairs"]) == (3, 5, 12, 1)
+    assert s["annotators"][0] == {"annotator": "ann", "rankings": 2, "skipped": 0, "pairs": 6}
+    code, out, _ = cli("pairs", "--stats")
+    assert code == 0 and "pairs 12 (tied pairs left out: 1)" in out
+
+
+def test_snapshot_is_split_by_prompt_and_hashed(db, tmp_path):
+    _fill(db, tmp_path)
+    with connect(db) as con:
+        folder = write_snapshot(con, tmp_path / "snaps", eval_fraction=0.25, seed=3)
+    manifest = verify_snapshot(folder)
+    train, evals = (duckdb.sql(f"SELECT * FROM '{folder / f}'").fetchall() for f in ("train.parquet", "eval.parquet"))
+    cols = manifest["columns"]
+    prompts = {s: {r[cols.index("prompt")] for r in rows} for s, rows in (("train", train), ("eval", evals))}
+    assert prompts["train"].isdisjoint(prompts["eval"])
+    assert len(train) + len(evals) == 40 * 2 * 3
+    assert manifest["splits"]["train"]["pairs"] == len(train) and manifest["splits"]["eval"]["pairs"] == len(evals)
+    assert manifest["splits"]["eval"]["prompts"] == len(prompts["eval"]) > 0
+    # which side a prompt lands on is a function of the prompt and the seed alone
+    assert prompts["eval"] == {f"prompt {i}" for i in range(40) if split_of(f"prompt {i}", 0.25, 3) == "eval"}
+    assert query(db, "SELECT content_sha256 FROM snapshots") == [(manifest["content_sha256"],)]
+    assert all(not os.access(f, os.W_OK) or os.geteuid() == 0 for f in folder.iterdir())
+    assert oct((folder / "manifest.json").stat().st_mode)[-3:] == "444"
+
+
+def test_a_changed_snapshot_file_is_detected(db, tmp_path):
+    _fill(db, tmp_path, n_prompts=4)
+    with connect(db) as con:
+        folder = write_snapshot(con, tmp_path / "snaps", eval_fraction=0.5)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    target = folder / manifest["splits"]["train"]["file"]
+    target.chmod(0o644)
+    target.write_bytes(target.read_bytes() + b"x")
+    with pytest.raises(StoreError, match="train file does not match its manifest hash"):
+        verify_snapshot(folder)
+
+
+def test_snapshot_of_an_empty_store(db, tmp_path):
+    with connect(db) as con, pytest.raises(StoreError, match="no pairs in the store yet"):
+        write_snapshot(con, tmp_path / "snaps")
+    assert not list((tmp_path / "snaps").iterdir())
