@@ -3,6 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PORT ?= 7860
 # A real Label Studio server for the round-trip tests, in its own venv (its pins differ from the app's).
 LS_VENV := .venv-ls
 LS_STAMP := $(LS_VENV)/.installed
@@ -26,7 +27,7 @@ $(LS_STAMP):
 	touch $(LS_STAMP)
 
 run: $(STAMP)
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/rlhf ui
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/rlhf ui --port $(PORT)
 
 test: $(STAMP) $(LS_STAMP)
 	$(BIN)/ruff check .

@@ -25,8 +25,9 @@ class SampleReport:
     empty: int = 0
 
     def line(self) -> str:
+        prompts = f"{self.prompts} prompt{'' if self.prompts == 1 else 's'}"
         return (
-            f"sampled {self.responses} responses for {self.prompts} prompts "
+            f"sampled {self.responses} responses for {prompts} "
             f"({self.duplicates} identical to another sample, {self.empty} empty)"
         )
 

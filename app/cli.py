@@ -32,14 +32,9 @@ def cmd_init(args: argparse.Namespace) -> None:
 
 
 def cmd_prompts_add(args: argparse.Namespace) -> None:
-    from annotation.prompt_files import read_prompts
-    from store.db import write
-    from store.prompts import add_prompts
+    from annotation.actions import add_prompt_file
 
-    texts = read_prompts(args.file)
-    with write(args.db) as con:
-        added, already = add_prompts(con, texts, source=os.path.basename(args.file))
-    print(f"prompts: {added} added, {already} already in the store")
+    print(add_prompt_file(args.db, args.file))
 
 
 def cmd_sample(args: argparse.Namespace) -> None:
@@ -118,30 +113,15 @@ def cmd_export_ls(args: argparse.Namespace) -> None:
 
 
 def cmd_pairs(args: argparse.Namespace) -> None:
-    from store.db import connect
-    from store.pairs import export_pairs, stats
+    from annotation.actions import stats_lines, store_stats, write_pairs_file
 
     if not args.out and not args.stats:
         raise StoreError("give --out FILE.jsonl|FILE.parquet and/or --stats")
-    with connect(args.db, create=False) as con:
-        if args.out:
-            n = export_pairs(con, args.out, drop_flagged=args.drop_flagged)
-            print(f"wrote {n} pairs to {args.out}")
-        if args.stats:
-            s = stats(con)
-            if args.json:
-                print(json.dumps(s, indent=2))
-            else:
-                _print_stats(s)
-
-
-def _print_stats(s: dict) -> None:
-    print(f"prompts {s['prompts']} ({s['prompts_with_responses']} with responses, {s['prompts_pending']} pending)")
-    print(f"responses {s['responses']} ({s['duplicate_responses']} identical to another sample)")
-    print(f"rankings {s['rankings']} (skipped {s['skipped']}, flagged {s['flagged']})")
-    print(f"pairs {s['pairs']} (tied pairs left out: {s['tied_pairs']})")
-    for a in s["annotators"]:
-        print(f"  {a['annotator']}: {a['rankings']} rankings, {a['skipped']} skipped, {a['pairs']} pairs")
+    if args.out:
+        print(write_pairs_file(args.db, args.out, drop_flagged=args.drop_flagged))
+    if args.stats:
+        s = store_stats(args.db)
+        print(json.dumps(s, indent=2) if args.json else "\n".join(stats_lines(s)))
 
 
 def cmd_ui(args: argparse.Namespace) -> None:

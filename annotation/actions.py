@@ -1,0 +1,55 @@
+"""What a user can do to the data, as plain functions returning one summary line. The CLI and the app's Data tab
+both call these; a StoreError carries the one-line message for a mistake."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from annotation.prompt_files import read_prompts
+from store.db import connect, write
+from store.pairs import export_pairs, stats
+from store.prompts import add_prompts
+
+EXAMPLE_PROMPTS = "example_prompts.txt"
+
+
+def example_prompts_path() -> Path:
+    return Path(str(resources.files("annotation").joinpath("data", EXAMPLE_PROMPTS)))
+
+
+def add_prompt_file(db: str | os.PathLike, path: str | os.PathLike, source: str | None = None) -> str:
+    texts = read_prompts(path)
+    with write(db) as con:
+        added, already = add_prompts(con, texts, source=source or os.path.basename(path))
+    return f"prompts: {added} added, {already} already in the store"
+
+
+def add_example_prompts(db: str | os.PathLike) -> str:
+    return add_prompt_file(db, example_prompts_path(), source="example")
+
+
+def write_pairs_file(db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False) -> str:
+    with connect(db, create=False) as con:
+        n = export_pairs(con, out, drop_flagged=drop_flagged)
+    return f"wrote {n} pairs to {out}"
+
+
+def store_stats(db: str | os.PathLike) -> dict:
+    with connect(db, create=False) as con:
+        return stats(con)
+
+
+def stats_lines(s: dict) -> list[str]:
+    lines = [
+        f"prompts {s['prompts']} ({s['prompts_with_responses']} with responses, {s['prompts_pending']} pending)",
+        f"responses {s['responses']} ({s['duplicate_responses']} identical to another sample)",
+        f"rankings {s['rankings']} (skipped {s['skipped']}, flagged {s['flagged']})",
+        f"pairs {s['pairs']} (tied pairs left out: {s['tied_pairs']})",
+    ]
+    lines += [
+        f"  {a['annotator']}: {a['rankings']} rankings, {a['skipped']} skipped, {a['pairs']} pairs"
+        for a in s["annotators"]
+    ]
+    return lines

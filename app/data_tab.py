@@ -1,0 +1,126 @@
+"""Data tab: store counts, prompts (upload or the bundled examples), sampling, Label Studio import and export,
+pairs download. Every button calls a plain function from annotation/ or store/."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+from annotation.actions import add_example_prompts, add_prompt_file, stats_lines, store_stats, write_pairs_file
+from annotation.imports import import_labelstudio_file
+from annotation.labelstudio_export import export_ls
+from annotation.sampling import sample_pending
+from store.db import connect
+from store.errors import StoreError
+from training.generation import SamplingConfig
+from training.models import ModelError
+
+
+def counts_markdown(db: str) -> str:
+    s = store_stats(db)
+    lines = stats_lines(s)
+    if s["prompts"] == 0:
+        lines.insert(0, "**The store is empty.** Load the bundled example prompts, then sample responses to rank.")
+    return "\n".join(f"- {line}" if not line.startswith("**") else line for line in lines)
+
+
+def _out_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="rlhf-download-"))
+
+
+def pairs_download(db: str, fmt: str) -> str:
+    out = _out_dir() / f"pairs.{fmt}"
+    write_pairs_file(db, out)
+    return str(out)
+
+
+def ls_export_download(db: str) -> list[str]:
+    with connect(db, create=False) as con:
+        tasks, config, _ = export_ls(con, _out_dir())
+    return [str(tasks), str(config)]
+
+
+def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
+    config = SamplingConfig(model=ctx.model)
+    sampler = ctx.sampler(config)
+    report = sample_pending(
+        ctx.db,
+        sampler,
+        k=int(k),
+        model_id=sampler.model_id,
+        params=config.params(int(k)),
+        batch_prompts=config.batch_prompts,
+        seed=config.seed,
+        limit=int(limit) if limit else None,
+        progress=(lambda done, total: progress(done / max(total, 1), desc=f"sampled {done}/{total} prompts"))
+        if progress
+        else None,
+    )
+    return report.line()
+
+
+def build_data_tab(ctx, demo) -> None:
+    import gradio as gr
+
+    def safe(fn):
+        """A user mistake becomes a red message in the page, never a stack trace."""
+
+        @functools.wraps(fn)  # keeps the signature: Gradio looks for gr.Progress in it
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (StoreError, ModelError) as e:
+                raise gr.Error(str(e)) from None
+
+        return run
+
+    counts = gr.Markdown(elem_id="store-counts")
+    status = gr.Textbox(label="Last action", interactive=False, elem_id="data-status")
+    with gr.Row():
+        examples_btn = gr.Button("Load example prompts", elem_id="load-examples")
+        k = gr.Number(value=4, precision=0, minimum=2, maximum=16, label="K responses per prompt")
+        limit = gr.Number(value=None, precision=0, minimum=1, label="At most this many prompts (empty = all)")
+        sample_btn = gr.Button("Sample pending prompts", variant="primary", elem_id="sample")
+    with gr.Row():
+        prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"])
+        with gr.Column():
+            ls_file = gr.File(
+                label="Import Label Studio export (JSON, JSON_MIN, CSV, TSV)", file_types=[".json", ".csv", ".tsv"]
+            )
+            buckets = gr.Textbox(label="Bucket order, best first (only for bucket rankers)", placeholder="good,ok,bad")
+            ls_btn = gr.Button("Import", elem_id="import-ls")
+    with gr.Row():
+        fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Pairs format")
+        pairs_btn = gr.Button("Download pairs", elem_id="download-pairs")
+        pairs_file = gr.File(label="Pairs", interactive=False)
+        ls_export_btn = gr.Button("Export Label Studio tasks", elem_id="export-ls")
+        ls_export_files = gr.File(label="Label Studio tasks + config", file_count="multiple", interactive=False)
+
+    refresh = safe(lambda: counts_markdown(ctx.db))
+
+    def on_prompts(path):
+        return add_prompt_file(ctx.db, path, source=Path(path).name) if path else "no file"
+
+    def on_ls(path, order):
+        if not path:
+            return "no file"
+        bucket_order = [b.strip() for b in order.split(",") if b.strip()] or None
+        return import_labelstudio_file(ctx.db, path, bucket_order=bucket_order).line()
+
+    def on_sample(k_value, limit_value, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
+        return sample_from_app(ctx, k_value, limit_value, progress)
+
+    demo.load(refresh, outputs=counts, api_name="counts")
+    for trigger, fn, inputs, outputs, name in [
+        (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
+        (prompts_file.upload, on_prompts, [prompts_file], status, "add_prompts"),
+        (ls_btn.click, on_ls, [ls_file, buckets], status, "import_ls"),
+        (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
+        (ls_export_btn.click, lambda: ls_export_download(ctx.db), [], ls_export_files, "export_ls"),
+    ]:
+        trigger(safe(fn), inputs, outputs, api_name=name).then(refresh, None, counts)
+    # Sampling runs one at a time (it holds the model); the rest of the app keeps answering meanwhile.
+    sample_btn.click(safe(on_sample), [k, limit], status, api_name="sample", concurrency_limit=1).then(
+        refresh, None, counts
+    )

@@ -1,0 +1,91 @@
+"""The Gradio app: composition root for the tabs. Tabs only build components and wire events to plain functions.
+
+Binds 127.0.0.1 unless told otherwise, and refuses any other address without --auth (the store holds every
+prompt and ranking; training can be launched from it)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import threading
+from pathlib import Path
+
+from store.db import connect
+from store.errors import StoreError
+from training.generation import Sampler, SamplingConfig
+
+
+class AppContext:
+    """What every session shares: the store path and the loaded sampling model (loaded on first use)."""
+
+    def __init__(self, db: str, model: str = "default"):
+        self.db = db
+        self.model = model
+        self._sampler: Sampler | None = None
+        self._lock = threading.Lock()
+
+    def sampler(self, config: SamplingConfig) -> Sampler:
+        with self._lock:
+            if self._sampler is None or self._sampler.config != config:
+                self._sampler = Sampler(config)
+            return self._sampler
+
+
+def read_auth_file(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """`user:password` lines (blank lines and # comments ignored)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise StoreError(f"cannot read auth file {path}: {e}") from None
+    users = []
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user.strip() or not password:
+            raise StoreError(f"auth file {path} line {n}: expected user:password")
+        users.append((user.strip(), password))
+    if not users:
+        raise StoreError(f"auth file {path} has no users")
+    return users
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_app(ctx: AppContext):
+    import gradio as gr
+
+    from app.data_tab import build_data_tab
+
+    with gr.Blocks(title="rlhf-studio", analytics_enabled=False) as demo:
+        gr.Markdown("# rlhf-studio\nRank sampled responses, train a reward model, run PPO, compare.")
+        with gr.Tabs():
+            with gr.Tab("Data", id="data"):
+                build_data_tab(ctx, demo)
+    return demo
+
+
+def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: str | None = None, model: str = "default"):
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    users = read_auth_file(auth) if auth else None
+    if not is_loopback(host) and not users:
+        raise StoreError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
+    with connect(db):  # create or migrate the store before the first request
+        pass
+    demo = build_app(AppContext(db, model))
+    demo.queue(default_concurrency_limit=8).launch(
+        server_name=host,
+        server_port=port,
+        auth=users,
+        show_error=True,
+        max_file_size="200mb",
+        footer_links=[],
+    )

@@ -1,0 +1,55 @@
+"""The default SmolLM2-135M-Instruct model, offline, through the CLI exactly as a user types it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import query
+
+
+def rlhf(db, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "--db", db, *args], capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.slow
+def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
+    db = str(tmp_path / "rlhf.duckdb")
+    (tmp_path / "prompts.txt").write_text(
+        "What is the capital of France?\nGive me a tip for learning to cook.\nWhy do cats purr?\nName a planet.\n"
+    )
+    assert rlhf(db, "init").returncode == 0
+    assert rlhf(db, "prompts", "add", str(tmp_path / "prompts.txt")).stdout.strip() == (
+        "prompts: 4 added, 0 already in the store"
+    )
+    r = rlhf(db, "sample", "--k", "4", "--limit", "3")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith("sampled 12 responses for 3 prompts")
+    rows = query(db, "SELECT prompt_id, text, model_id, params, seed, n_tokens, finish_reason FROM responses")
+    assert len(rows) == 12
+    assert sorted({r[0] for r in rows}) == [1, 2, 3]  # the 4th prompt waits for the next run
+    assert all(r[1].strip() for r in rows)
+    assert {r[2] for r in rows} == {"default:SmolLM2-135M-Instruct"}
+    params = json.loads(rows[0][3])
+    assert params == {
+        "temperature": 0.8,
+        "top_p": 0.95,
+        "top_k": 0,
+        "max_new_tokens": 128,
+        "min_new_tokens": 1,
+        "batch_prompts": 16,
+        "dtype": "fp32",
+        "seed": 0,
+        "k": 4,
+    }
+    assert {r[4] for r in rows} == {1}  # one generate call for all three prompts: seed 0 + first prompt id
+    assert all(0 < r[5] <= 128 and r[6] in ("eos", "length") for r in rows)
+    # an instruct model answers the capital question; sampled, so most (not all) samples must say Paris
+    paris = [r[1] for r in rows if r[0] == 1 and "Paris" in r[1]]
+    assert len(paris) >= 2
+    # resumable: the next run samples only the prompt left
+    r = rlhf(db, "sample", "--k", "4")
+    assert r.stdout.strip().startswith("sampled 4 responses for 1 prompt ")

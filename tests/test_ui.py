@@ -1,0 +1,119 @@
+"""The app's Data tab through its HTTP API (gradio_client), and `make run` bringing the app up on 127.0.0.1."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+
+from app.ui import AppContext, build_app, is_loopback, read_auth_file
+from store.errors import StoreError
+from tests.conftest import DATA, query, store_rows
+from tests.labelstudio_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def app(db, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    demo = build_app(AppContext(db, model=str(tiny_model_dir)))
+    port = free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
+    finally:
+        demo.close()
+
+
+def test_data_tab_end_to_end(app, db, tmp_path):
+    assert "The store is empty" in app.predict(api_name="/counts")
+    assert app.predict(api_name="/load_examples") == "prompts: 40 added, 0 already in the store"
+    (tmp_path / "mine.txt").write_text("My own prompt\n")
+    assert app.predict(handle_file(str(tmp_path / "mine.txt")), api_name="/add_prompts") == (
+        "prompts: 1 added, 0 already in the store"
+    )
+    assert app.predict(2, 3, api_name="/sample").startswith("sampled 6 responses for 3 prompts")
+    assert query(db, "SELECT count(*) FROM responses") == [(6,)]
+    out = app.predict(handle_file(str(DATA / "ls" / "pairwise.json")), "", api_name="/import_ls")
+    assert "rankings added 2, pairs added 2" in out
+    path = app.predict("jsonl", api_name="/download_pairs")
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    assert len(rows) == 2 and {"prompt", "chosen", "rejected"} <= set(rows[0])
+    files = app.predict(api_name="/export_ls")
+    names = sorted(Path(f).name for f in files)
+    assert names == ["label_config.xml", "tasks.json"]
+    tasks = json.loads(Path(next(f for f in files if f.endswith("tasks.json"))).read_text())
+    # 3 sampled prompts + the 2 pairwise prompts imported above, each with 2 responses
+    assert len(tasks) == 5 and all(len(t["data"]["items"]) == 2 for t in tasks)
+    counts = app.predict(api_name="/counts")
+    assert "prompts 43 (5 with responses, 38 pending)" in counts and "pairs 2" in counts
+
+
+def test_a_bad_upload_is_an_error_message_and_changes_nothing(app, db, tmp_path):
+    before = store_rows(db)
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"id": 1, "annotations": [')
+    with pytest.raises(Exception, match="not valid JSON"):
+        app.predict(handle_file(str(bad)), "", api_name="/import_ls")
+    assert store_rows(db) == before
+
+
+def test_auth_file_and_bind_rules(tmp_path):
+    f = tmp_path / "users.txt"
+    f.write_text("# team\nann:pw1\nbob:p:w2\n")
+    assert read_auth_file(f) == [("ann", "pw1"), ("bob", "p:w2")]
+    f.write_text("ann\n")
+    with pytest.raises(StoreError, match="line 1: expected user:password"):
+        read_auth_file(f)
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.7")
+
+
+def test_refuses_a_public_bind_without_auth(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--db", str(tmp_path / "s.duckdb"), "ui", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        "error: refusing to listen on 0.0.0.0 without --auth: anyone on the network could read the store"
+    )
+
+
+def test_make_run_brings_the_app_up_on_loopback(tmp_path):
+    port = free_port()
+    env = {**os.environ, "RLHF_DB": str(tmp_path / "run.duckdb")}
+    proc = subprocess.Popen(
+        ["make", "-s", "run", f"PORT={port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
+                    page = r.read().decode()
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(1)
+        else:
+            pytest.fail("the app did not answer on 127.0.0.1")
+        assert "rlhf-studio" in page
+        assert (tmp_path / "run.duckdb").exists()
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
