@@ -1,0 +1,46 @@
+"""`make bench`: every benchmark in one run; prints a table and writes bench/results/latest.json.
+
+Speed targets live here, never in tests. Figures are ratios inside one run on one machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+from bench import pairs, sampling
+
+
+def machine() -> str:
+    import torch
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", choices=["pairs", "sampling"])
+    p.add_argument("--rankings", type=int, default=1_000_000)
+    args = p.parse_args()
+    report = {"machine": machine()}
+    if args.only in (None, "pairs"):
+        report["pairs"] = pairs.run(n=args.rankings)
+        print("\n| K | pairs | DuckDB view pairs/s | Python loop pairs/s | ratio |\n|---|---|---|---|---|")
+        for r in report["pairs"]:
+            print(f"| {r['k']} | {r['pairs']:,} | {r['duckdb_pairs_per_s'] / 1e6:.1f}M | "
+                  f"{r['loop_pairs_per_s'] / 1e6:.2f}M | {r['ratio']:.1f}x |")
+    if args.only in (None, "sampling"):
+        report["sampling"] = sampling.run()
+        print("\n| sampling (K=4, 64 new tokens) | dtype | tokens/s | vs one call per response |\n|---|---|---|---|")
+        for r in report["sampling"]:
+            print(f"| {r['case']} | {r['dtype']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_per_response']:.1f}x |")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nmachine: {report['machine']}")
+
+
+if __name__ == "__main__":
+    main()
