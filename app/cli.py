@@ -20,9 +20,9 @@ def _db(args: argparse.Namespace) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from store.db import _open, latest_version, migrate
+    from store.db import latest_version, migrate, open_connection
 
-    con = _open(args.db, timeout=10)
+    con = open_connection(args.db)
     try:
         before, after = migrate(con)
     finally:

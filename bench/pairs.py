@@ -22,13 +22,19 @@ def build_store(path: str, n: int, k: int) -> None:
         con.execute("INSERT INTO prompts (prompt_id, text, source) VALUES (0, 'p', 'bench')")
         con.execute(
             "INSERT INTO responses (response_id, prompt_id, text, model_id, position) "
-            "SELECT i, 0, 'r', 'bench', 0 FROM range(?) t(i)", [n * k])
+            "SELECT i, 0, 'r', 'bench', 0 FROM range(?) t(i)",
+            [n * k],
+        )
         con.execute(
             "INSERT INTO rankings (ranking_id, prompt_id, annotator, source) SELECT r, 0, 'a', 'bench' "
-            "FROM range(?) t(r)", [n])
+            "FROM range(?) t(r)",
+            [n],
+        )
         con.execute(
             "INSERT INTO ranking_items (ranking_id, response_id, rank) "
-            "SELECT r, r * ? + i, 1 + (i + r) % ? FROM range(?) a(r), range(?) b(i)", [k, k, n, k])
+            "SELECT r, r * ? + i, 1 + (i + r) % ? FROM range(?) a(r), range(?) b(i)",
+            [k, k, n, k],
+        )
 
 
 def duckdb_pairs(path: str, repeats: int = 5) -> tuple[int, float]:
@@ -47,7 +53,8 @@ def loop_pairs(path: str) -> tuple[int, float]:
     with connect(path) as con:
         rows = con.execute(
             "SELECT ranking_id, list(response_id ORDER BY response_id), list(rank ORDER BY response_id) "
-            "FROM ranking_items GROUP BY ranking_id").fetchall()
+            "FROM ranking_items GROUP BY ranking_id"
+        ).fetchall()
     times = []
     for _ in range(3):
         start = time.perf_counter()
@@ -73,9 +80,16 @@ def run(n: int = 1_000_000, ks: tuple[int, ...] = (4, 9)) -> list[dict]:
             n_loop, t_loop = loop_pairs(path)
         expected = n * k * (k - 1) // 2
         assert n_sql == n_loop == expected, (n_sql, n_loop, expected)
-        results.append({
-            "k": k, "rankings": n, "pairs": expected,
-            "duckdb_pairs_per_s": n_sql / t_sql, "loop_pairs_per_s": n_loop / t_loop,
-            "duckdb_s": t_sql, "loop_s": t_loop, "ratio": t_loop / t_sql,
-        })
+        results.append(
+            {
+                "k": k,
+                "rankings": n,
+                "pairs": expected,
+                "duckdb_pairs_per_s": n_sql / t_sql,
+                "loop_pairs_per_s": n_loop / t_loop,
+                "duckdb_s": t_sql,
+                "loop_s": t_loop,
+                "ratio": t_loop / t_sql,
+            }
+        )
     return results

@@ -29,8 +29,10 @@ def main() -> None:
         report["pairs"] = pairs.run(n=args.rankings)
         print("\n| K | pairs | DuckDB view pairs/s | Python loop pairs/s | ratio |\n|---|---|---|---|---|")
         for r in report["pairs"]:
-            print(f"| {r['k']} | {r['pairs']:,} | {r['duckdb_pairs_per_s'] / 1e6:.1f}M | "
-                  f"{r['loop_pairs_per_s'] / 1e6:.2f}M | {r['ratio']:.1f}x |")
+            print(
+                f"| {r['k']} | {r['pairs']:,} | {r['duckdb_pairs_per_s'] / 1e6:.1f}M | "
+                f"{r['loop_pairs_per_s'] / 1e6:.2f}M | {r['ratio']:.1f}x |"
+            )
     if args.only in (None, "sampling"):
         report["sampling"] = sampling.run()
         print("\n| sampling (K=4, 64 new tokens) | dtype | tokens/s | vs one call per response |\n|---|---|---|---|")

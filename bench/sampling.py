@@ -27,8 +27,9 @@ def run(model: str = "default") -> list[dict]:
     prompts = example_prompts_path().read_text().splitlines()[:N_PROMPTS]
     rows = []
     for dtype in ("fp32", "bf16"):
-        config = SamplingConfig(model=model, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, dtype=dtype,
-                                temperature=1.0, top_p=1.0)
+        config = SamplingConfig(
+            model=model, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, dtype=dtype, temperature=1.0, top_p=1.0
+        )
         sampler = Sampler(config)
         sampler(prompts[:1], K, 0)  # warm-up
         cases = {"all prompts in one call": lambda s=sampler: s(prompts, K, 0)}
@@ -41,8 +42,15 @@ def run(model: str = "default") -> list[dict]:
         for name, fn in cases.items():
             seqs = K * (N_PROMPTS if name == "all prompts in one call" else 4)
             seconds = _timed(fn)
-            rows.append({"case": name, "dtype": dtype, "sequences": seqs, "seconds": seconds,
-                         "tokens_per_s": seqs * NEW_TOKENS / seconds})
+            rows.append(
+                {
+                    "case": name,
+                    "dtype": dtype,
+                    "sequences": seqs,
+                    "seconds": seconds,
+                    "tokens_per_s": seqs * NEW_TOKENS / seconds,
+                }
+            )
     base = rows[0]["tokens_per_s"]
     for r in rows:
         r["speedup_vs_per_response"] = r["tokens_per_s"] / base

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,7 +81,7 @@ def migrate(con: duckdb.DuckDBPyConnection, folder: Path | None = None) -> tuple
     return before, after
 
 
-def _open(path: str, timeout: float) -> duckdb.DuckDBPyConnection:
+def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + timeout
     delay = 0.02
     while True:
@@ -110,7 +111,7 @@ def connect(path: str | os.PathLike, *, create: bool = True, timeout: float = LO
     path = str(path)
     if not create and path != ":memory:" and not Path(path).exists():
         raise StoreError(f"no store at {path}: run `rlhf init` (or pass --db)")
-    con = _open(path, timeout)
+    con = open_connection(path, timeout)
     try:
         migrate(con)
         yield con
@@ -130,8 +131,21 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     con.execute("COMMIT")
 
 
+_write_locks: dict[str, threading.Lock] = {}
+_write_locks_guard = threading.Lock()
+
+
+def _write_lock(path: str) -> threading.Lock:
+    key = os.path.abspath(path)
+    with _write_locks_guard:
+        return _write_locks.setdefault(key, threading.Lock())
+
+
 @contextmanager
 def write(path: str | os.PathLike, *, timeout: float = LOCK_TIMEOUT_S) -> Iterator:
-    """Open, run one transaction, close: the usual shape of every write."""
-    with connect(path, timeout=timeout) as con, transaction(con):
+    """Open, run one transaction, close: the usual shape of every write.
+
+    Writers in one process (the app's sessions) take turns: DuckDB would otherwise abort one of two concurrent
+    transactions that touch the same rows (say, two imports adding the same prompt)."""
+    with _write_lock(str(path)), connect(path, timeout=timeout) as con, transaction(con):
         yield con

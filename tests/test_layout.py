@@ -1,0 +1,53 @@
+"""The architecture's one-way imports (DESIGN.md): app -> annotation -> store, app -> training; nothing imports app;
+training never opens the database; store and annotation do not import torch when they are imported."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOWED = {
+    "app": {"app", "annotation", "store", "training"},
+    "annotation": {"annotation", "store"},
+    "store": {"store"},
+    "training": {"training"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_point_one_way(package):
+    for path in (ROOT / package).rglob("*.py"):
+        ours = _imports(path) & set(ALLOWED)
+        assert ours <= ALLOWED[package], f"{path.relative_to(ROOT)} imports {sorted(ours - ALLOWED[package])}"
+
+
+def test_training_never_opens_the_database():
+    for path in (ROOT / "training").rglob("*.py"):
+        assert "duckdb" not in _imports(path), path
+
+
+def test_store_and_annotation_import_without_torch():
+    code = (
+        "import sys, importlib, pkgutil\n"
+        "for pkg in ('store', 'annotation'):\n"
+        "    p = importlib.import_module(pkg)\n"
+        "    for m in pkgutil.iter_modules(p.__path__):\n"
+        "        importlib.import_module(f'{pkg}.{m.name}')\n"
+        "print('torch' in sys.modules, 'gradio' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
