@@ -49,7 +49,11 @@ def stats_lines(s: dict) -> list[str]:
         f"pairs {s['pairs']} (tied pairs left out: {s['tied_pairs']})",
     ]
     lines += [
-        f"  {a['annotator']}: {a['rankings']} rankings, {a['skipped']} skipped, {a['pairs']} pairs"
+        f"  {a['annotator']}: {_n(a['rankings'], 'ranking')}, {a['skipped']} skipped, {_n(a['pairs'], 'pair')}"
         for a in s["annotators"]
     ]
     return lines
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

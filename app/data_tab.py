@@ -77,25 +77,31 @@ def build_data_tab(ctx, demo) -> None:
 
     counts = gr.Markdown(elem_id="store-counts")
     status = gr.Textbox(label="Last action", interactive=False, elem_id="data-status")
-    with gr.Row():
+    gr.Markdown("### Prompts and sampling")
+    with gr.Row(equal_height=True):
         examples_btn = gr.Button("Load example prompts", elem_id="load-examples")
         k = gr.Number(value=4, precision=0, minimum=2, maximum=16, label="K responses per prompt")
-        limit = gr.Number(value=None, precision=0, minimum=1, label="At most this many prompts (empty = all)")
+        limit = gr.Number(value=0, precision=0, minimum=0, label="At most this many prompts (0 = all pending)")
         sample_btn = gr.Button("Sample pending prompts", variant="primary", elem_id="sample")
+    prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"], height=120)
+    gr.Markdown("### Label Studio")
     with gr.Row():
-        prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"])
         with gr.Column():
             ls_file = gr.File(
-                label="Import Label Studio export (JSON, JSON_MIN, CSV, TSV)", file_types=[".json", ".csv", ".tsv"]
+                label="Import an export (JSON, JSON_MIN, CSV, TSV)", file_types=[".json", ".csv", ".tsv"], height=120
             )
             buckets = gr.Textbox(label="Bucket order, best first (only for bucket rankers)", placeholder="good,ok,bad")
             ls_btn = gr.Button("Import", elem_id="import-ls")
-    with gr.Row():
-        fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Pairs format")
+        with gr.Column():
+            ls_export_btn = gr.Button("Export Ranker tasks for Label Studio", elem_id="export-ls")
+            ls_export_files = gr.File(
+                label="tasks.json + label_config.xml", file_count="multiple", interactive=False, height=120
+            )
+    gr.Markdown("### Pairs for reward-model training")
+    with gr.Row(equal_height=True):
+        fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Format")
         pairs_btn = gr.Button("Download pairs", elem_id="download-pairs")
-        pairs_file = gr.File(label="Pairs", interactive=False)
-        ls_export_btn = gr.Button("Export Label Studio tasks", elem_id="export-ls")
-        ls_export_files = gr.File(label="Label Studio tasks + config", file_count="multiple", interactive=False)
+    pairs_file = gr.File(label="Pairs", interactive=False, height=80)
 
     refresh = safe(lambda: counts_markdown(ctx.db))
 

@@ -1,0 +1,73 @@
+"""The five malformed inputs of the foundation issue, through the real `rlhf` process: one line on stderr, a
+non-zero exit, no traceback, and the store exactly as it was."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import DATA, store_rows
+
+CASES = [
+    ("import-ls", "truncated.json", (DATA / "ls" / "ranker_rank.json").read_text()[:300], "not valid JSON"),
+    (
+        "import",
+        "missing.jsonl",
+        json.dumps({"prompt": "p", "responses": ["a", "b"], "ranks": [1, 2, 3]}),
+        "3 ranks for 2 responses",
+    ),
+    ("import-ls", "noprompt.csv", '"id","question","rank"\n1,"q","[]"\n', "the CSV has no 'prompt' column"),
+    (
+        "import-ls",
+        "choices.json",
+        json.dumps(
+            [
+                {
+                    "id": 1,
+                    "data": {"prompt": "p"},
+                    "annotations": [
+                        {"id": 1, "result": [{"from_name": "c", "type": "choices", "value": {"choices": ["A"]}}]}
+                    ],
+                }
+            ]
+        ),
+        "unsupported Label Studio template",
+    ),
+    ("import", "empty.jsonl", "", "the file is empty"),
+    ("prompts", "empty.txt", "", "the file is empty"),
+]
+
+
+@pytest.mark.parametrize("command, name, content, message", CASES, ids=[c[1] for c in CASES])
+def test_malformed_input_through_the_cli(db, tmp_path, command, name, content, message):
+    subprocess.run(
+        [sys.executable, "-m", "app.cli", "--db", db, "import", str(DATA / "native_example.jsonl")],
+        check=True,
+        capture_output=True,
+    )
+    before = store_rows(db)
+    (tmp_path / name).write_text(content)
+    args = ["prompts", "add"] if command == "prompts" else [command]
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--db", db, *args, str(tmp_path / name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("error: ") and message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert store_rows(db) == before
+
+
+def test_export_ls_with_nothing_sampled(cli):
+    code, _, err = cli("export-ls", "out")
+    assert code == 1 and "no prompt has two or more sampled responses yet" in err
+
+
+def test_pairs_into_a_missing_folder_or_unknown_format(cli, tmp_path):
+    code, _, err = cli("pairs", "--out", str(tmp_path / "nope" / "p.jsonl"))
+    assert code == 1 and "folder" in err and "does not exist" in err
+    code, _, err = cli("pairs", "--out", str(tmp_path / "p.csv"))
+    assert code == 1 and "must end in .jsonl or .parquet" in err
