@@ -7,6 +7,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from annotation.labelstudio_export import export_ls
 from annotation.prompt_files import read_prompts
 from store.db import connect, write
 from store.pairs import export_pairs, stats
@@ -34,6 +35,12 @@ def write_pairs_file(db: str | os.PathLike, out: str | os.PathLike, drop_flagged
     with connect(db, create=False) as con:
         n = export_pairs(con, out, drop_flagged=drop_flagged)
     return f"wrote {n} pairs to {out}"
+
+
+def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
+    """Label Studio Ranker tasks + labeling config in folder OUT: (tasks file, config file, number of tasks)."""
+    with connect(db, create=False) as con:
+        return export_ls(con, out, seed=seed)
 
 
 def store_stats(db: str | os.PathLike) -> dict:

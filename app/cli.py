@@ -15,10 +15,6 @@ from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
 
 
-def _db(args: argparse.Namespace) -> str:
-    return args.db
-
-
 def cmd_init(args: argparse.Namespace) -> None:
     from store.db import latest_version, migrate, open_connection
 
@@ -38,7 +34,7 @@ def cmd_prompts_add(args: argparse.Namespace) -> None:
 
 
 def cmd_sample(args: argparse.Namespace) -> None:
-    from annotation.sampling import sample_pending
+    from app.sampling import run_sampling
     from store.db import connect
     from store.prompts import pending_prompts
     from training.generation import Sampler
@@ -49,19 +45,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
         if not pending_prompts(con, 1):
             print("no prompts without responses: nothing to sample (add prompts with `rlhf prompts add`)")
             return
-    bar = _progress_bar("sampling")
     sampler = Sampler(config)
-    report = sample_pending(
-        args.db,
-        sampler,
-        k=args.k,
-        model_id=sampler.model_id,
-        params=config.params(args.k),
-        batch_prompts=config.batch_prompts,
-        seed=config.seed,
-        limit=args.limit,
-        progress=bar,
-    )
+    report = run_sampling(args.db, sampler, k=args.k, limit=args.limit, progress=_progress_bar("sampling"))
     print(report.line())
 
 
@@ -104,11 +89,9 @@ def cmd_import_ls(args: argparse.Namespace) -> None:
 
 
 def cmd_export_ls(args: argparse.Namespace) -> None:
-    from annotation.labelstudio_export import export_ls
-    from store.db import connect
+    from annotation.actions import write_ls_export
 
-    with connect(args.db, create=False) as con:
-        tasks, config, n = export_ls(con, args.out, seed=args.seed)
+    tasks, config, n = write_ls_export(args.db, args.out, seed=args.seed)
     print(f"wrote {n} tasks to {tasks} and the labeling config to {config}")
 
 

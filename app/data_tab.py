@@ -7,11 +7,16 @@ import functools
 import tempfile
 from pathlib import Path
 
-from annotation.actions import add_example_prompts, add_prompt_file, stats_lines, store_stats, write_pairs_file
+from annotation.actions import (
+    add_example_prompts,
+    add_prompt_file,
+    stats_lines,
+    store_stats,
+    write_ls_export,
+    write_pairs_file,
+)
 from annotation.imports import import_labelstudio_file
-from annotation.labelstudio_export import export_ls
-from annotation.sampling import sample_pending
-from store.db import connect
+from app.sampling import run_sampling
 from store.errors import StoreError
 from training.generation import SamplingConfig
 from training.models import ModelError
@@ -36,23 +41,17 @@ def pairs_download(db: str, fmt: str) -> str:
 
 
 def ls_export_download(db: str) -> list[str]:
-    with connect(db, create=False) as con:
-        tasks, config, _ = export_ls(con, _out_dir())
+    tasks, config, _ = write_ls_export(db, _out_dir())
     return [str(tasks), str(config)]
 
 
 def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
-    config = SamplingConfig(model=ctx.model)
-    sampler = ctx.sampler(config)
-    report = sample_pending(
+    sampler = ctx.sampler(SamplingConfig(model=ctx.model))
+    report = run_sampling(
         ctx.db,
         sampler,
         k=int(k),
-        model_id=sampler.model_id,
-        params=config.params(int(k)),
-        batch_prompts=config.batch_prompts,
-        seed=config.seed,
-        limit=int(limit) if limit else None,
+        limit=int(limit) if limit else None,  # 0 = all pending
         progress=(lambda done, total: progress(done / max(total, 1), desc=f"sampled {done}/{total} prompts"))
         if progress
         else None,

@@ -1,0 +1,25 @@
+"""`rlhf sample` and the app's Sample button: one function, so both sample the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from annotation.sampling import SampleReport, sample_pending
+from training.generation import Sampler
+
+
+def run_sampling(
+    db: str, sampler: Sampler, k: int, limit: int | None = None, progress: Callable[[int, int], None] | None = None
+) -> SampleReport:
+    config = sampler.config
+    return sample_pending(
+        db,
+        sampler,
+        k=k,
+        model_id=sampler.model_id,
+        params=config.params(k),
+        batch_prompts=config.batch_prompts,
+        seed=config.seed,
+        limit=limit,
+        progress=progress,
+    )
