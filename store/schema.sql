@@ -63,8 +63,10 @@ CREATE TABLE rankings (
 );
 
 -- rank 1 = best; equal ranks are a tie. shown_position = where this annotator saw the response (0-based).
+-- ranking_id has no REFERENCES: DuckDB cannot delete a referenced row in the same transaction that deletes the
+-- rows referring to it, and undoing a ranking must be one transaction. store/rankings.py keeps the link.
 CREATE TABLE ranking_items (
-    ranking_id BIGINT NOT NULL REFERENCES rankings (ranking_id),
+    ranking_id BIGINT NOT NULL,
     response_id BIGINT NOT NULL REFERENCES responses (response_id),
     rank INTEGER NOT NULL CHECK (rank >= 1),
     shown_position INTEGER,

@@ -5,12 +5,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from annotation.imports import import_native
-from store.db import connect, migrate, schema_version
+from store.db import connect, migrate, schema_version, write
 from store.errors import StoreError
 from store.pairs import stats
 from store.snapshot import split_of, verify_snapshot, write_snapshot
@@ -22,7 +23,7 @@ def test_init_creates_then_reports_up_to_date(tmp_path, capsys):
 
     db = str(tmp_path / "s.duckdb")
     assert main(["--db", db, "init"]) == 0
-    assert capsys.readouterr().out.strip() == f"store {db}: created (schema version 1, latest 1)"
+    assert capsys.readouterr().out.strip() == f"store {db}: created (schema version 2, latest 2)"
     assert main(["--db", db, "init"]) == 0
     assert "up to date" in capsys.readouterr().out
 
@@ -33,7 +34,7 @@ def test_numbered_migrations_apply_once_in_order(tmp_path):
     (folder / "0002_add_note.sql").write_text("ALTER TABLE prompts ADD COLUMN note VARCHAR;")
     (folder / "0003_index.sql").write_text("CREATE INDEX prompts_source ON prompts (source);")
     con = duckdb.connect(str(tmp_path / "m.duckdb"))
-    assert migrate(con) == (0, 1)  # the packaged schema only
+    assert migrate(con, tmp_path / "none") == (0, 1)  # schema.sql alone is version 1
     assert migrate(con, folder) == (1, 3)
     assert migrate(con, folder) == (3, 3)
     assert schema_version(con) == 3
@@ -46,7 +47,7 @@ def test_a_failing_migration_changes_nothing(tmp_path):
     (folder / "0002_ok.sql").write_text("ALTER TABLE prompts ADD COLUMN note VARCHAR;")
     (folder / "0003_broken.sql").write_text("ALTER TABLE no_such_table ADD COLUMN x INT;")
     con = duckdb.connect(str(tmp_path / "m.duckdb"))
-    migrate(con)
+    migrate(con, tmp_path / "none")
     with pytest.raises(duckdb.Error):
         migrate(con, folder)
     assert schema_version(con) == 1
@@ -195,3 +196,46 @@ def test_snapshot_of_an_empty_store(db, tmp_path):
     with connect(db) as con, pytest.raises(StoreError, match="no pairs in the store yet"):
         write_snapshot(con, tmp_path / "snaps")
     assert not list((tmp_path / "snaps").iterdir())
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from store.db import write
+    from store.prompts import add_prompts
+    with write(sys.argv[1], timeout=20) as con:
+        add_prompts(con, ["from the CLI"], "cli")
+    print("written", flush=True)
+    """
+)
+
+
+def test_a_holding_process_hands_the_store_to_a_command_and_takes_it_back(db):
+    """The app keeps the store open for speed; a CLI command still gets its turn (handoff file)."""
+    from store.db import hold, release
+    from store.prompts import add_prompts
+
+    hold(db)
+    try:
+        with write(db) as con:
+            add_prompts(con, ["from the app"], "app")
+        cli = subprocess.Popen(
+            [sys.executable, "-c", WRITER, db],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
+        # the app keeps working; at its next turn it sees the handoff file and lets go
+        for i in range(200):
+            with write(db) as con:
+                add_prompts(con, [f"app {i}"], "app")
+            if cli.poll() is not None:
+                break
+        assert cli.wait(timeout=60) == 0 and cli.stdout.read().strip() == "written"
+        with write(db) as con:  # and it has the store again
+            add_prompts(con, ["after"], "app")
+            texts = {t for (t,) in con.execute("SELECT text FROM prompts").fetchall()}
+        assert {"from the app", "from the CLI", "after"} <= texts
+        assert not Path(db + ".handoff").exists()
+    finally:
+        release(db)

@@ -1,0 +1,170 @@
+"""Ranking in the browser, as plain functions: next prompt, submit, skip, undo, progress.
+
+The app's Annotate tab wires these to its buttons; tests call them directly. Every call is one short write
+transaction, so any number of annotators can work at once and a killed app loses nothing acknowledged."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+from store.assignments import (
+    annotation_counts,
+    claim_next,
+    close_assignment,
+    delete_ranking,
+    get_assignment,
+    last_closed,
+    open_assignment,
+    reopen,
+)
+from store.db import connect, write
+from store.errors import StoreError
+
+SOURCE = "ui"
+
+
+@dataclass
+class Task:
+    """One prompt for one annotator, responses in the order this annotator sees them."""
+
+    assignment_id: int
+    prompt_id: int
+    prompt: str
+    response_ids: list[int]
+    responses: list[str]
+    previous_ranks: list[int] | None = None  # set when the task is an undone submission being edited
+
+
+def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None) -> Task:
+    prompt = con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()[0]
+    texts = dict(
+        con.execute(
+            "SELECT response_id, text FROM responses WHERE response_id IN (SELECT unnest(?::BIGINT[]))", [order]
+        ).fetchall()
+    )
+    return Task(assignment_id, prompt_id, prompt, list(order), [texts[i] for i in order], previous)
+
+
+def next_task(db: str | os.PathLike, annotator: str, overlap: int = 1, seed: int | None = None) -> Task | None:
+    """The annotator's open task (the same one again after a reload), or a newly assigned one; None when done."""
+    _check_annotator(annotator)
+    with write(db) as con:
+        row = open_assignment(con, annotator)
+        if row is None:
+            new = claim_next(con, annotator, overlap, random.Random(seed))
+            if new is None:
+                return None
+            row = open_assignment(con, annotator)
+        assignment_id, prompt_id, order, _ = row
+        return _task(con, assignment_id, prompt_id, order)
+
+
+def _check_annotator(annotator: str) -> None:
+    if not annotator or not annotator.strip():
+        raise StoreError("enter your name (or log in) before ranking")
+
+
+def _own_open(con, annotator: str, assignment_id: int) -> tuple:
+    row = get_assignment(con, assignment_id)
+    if row is None or row[0] != annotator:
+        raise StoreError(f"task {assignment_id} is not assigned to {annotator}")
+    return row
+
+
+def check_ranks(ranks: list[int], k: int) -> None:
+    """ranks[i] is the rank of the i-th response as shown; 1 = best; ties allowed; every response ranked."""
+    if len(ranks) != k:
+        raise StoreError(f"rank all {k} responses (got {len(ranks)} ranks)")
+    for i, r in enumerate(ranks, 1):
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= k:
+            raise StoreError(f"rank of response {i} must be a number from 1 to {k}, got {r!r}")
+    if len(set(ranks)) == 1 and k > 1:
+        raise StoreError("all responses tie: that ranking gives no pairs; skip the prompt instead")
+
+
+def submit(db: str | os.PathLike, annotator: str, assignment_id: int, ranks: list[int]) -> int:
+    """Store a ranking of the shown responses (ranks in shown order); returns its ranking id.
+
+    Submitting the same task twice (a double click, a retried request) stores it once."""
+    with write(db) as con:
+        _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
+        if status == "done":
+            return ranking_id
+        check_ranks(ranks, len(order))
+        ranked_as_shown = len(set(ranks)) == len(ranks) and ranks == sorted(ranks)
+        ranking_id = con.execute(
+            """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
+               VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
+            [
+                prompt_id,
+                annotator,
+                SOURCE,
+                f"ui:{assignment_id}",
+                lead_time,
+                ["shown_order"] if ranked_as_shown else [],
+            ],
+        ).fetchone()[0]
+        con.executemany(
+            "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) VALUES (?, ?, ?, ?)",
+            [[ranking_id, rid, r, pos] for pos, (rid, r) in enumerate(zip(order, ranks, strict=True))],
+        )
+        close_assignment(con, assignment_id, ranking_id)
+        return ranking_id
+
+
+def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str) -> int:
+    """Close the task without a ranking; the reason is kept (a skipped ranking gives no pairs)."""
+    if not reason or not reason.strip():
+        raise StoreError("say why you skip (e.g. 'all responses are bad', 'cannot judge')")
+    with write(db) as con:
+        _, prompt_id, _, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
+        if status == "done":
+            return ranking_id
+        ranking_id = con.execute(
+            """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, skipped, skip_reason)
+               VALUES (?, ?, ?, ?, ?, true, ?) RETURNING ranking_id""",
+            [prompt_id, annotator, SOURCE, f"ui:{assignment_id}", lead_time, reason.strip()],
+        ).fetchone()[0]
+        close_assignment(con, assignment_id, ranking_id)
+        return ranking_id
+
+
+def undo_last(db: str | os.PathLike, annotator: str) -> Task:
+    """Take back the annotator's last submission or skip and hand its task back for editing.
+
+    The prompt the annotator holds meanwhile (if any) goes back to the pool."""
+    _check_annotator(annotator)
+    with write(db) as con:
+        last = last_closed(con, annotator)
+        if last is None:
+            raise StoreError("nothing to undo yet")
+        assignment_id, ranking_id = last
+        ranks = dict(
+            con.execute("SELECT response_id, rank FROM ranking_items WHERE ranking_id = ?", [ranking_id]).fetchall()
+        )
+        current = open_assignment(con, annotator)
+        if current is not None:
+            con.execute("DELETE FROM assignments WHERE assignment_id = ?", [current[0]])
+        delete_ranking(con, ranking_id)
+        reopen(con, assignment_id)
+        _, prompt_id, order, *_ = get_assignment(con, assignment_id)
+        previous = [ranks[i] for i in order] if ranks else None
+        return _task(con, assignment_id, prompt_id, order, previous)
+
+
+@dataclass
+class Progress:
+    mine: int
+    team: int
+    pending: int
+    pairs: int
+
+    def line(self) -> str:
+        return f"you: {self.mine} ranked · team: {self.team} · prompts waiting: {self.pending} · pairs: {self.pairs}"
+
+
+def progress(db: str | os.PathLike, annotator: str, overlap: int = 1) -> Progress:
+    with connect(db) as con:
+        return Progress(*annotation_counts(con, annotator, SOURCE, overlap))

@@ -1,0 +1,199 @@
+"""Browser ranking as plain functions: assignment, submit, skip, undo, overlap, and 20 annotators at once."""
+
+import threading
+
+import pytest
+
+from annotation.session import check_ranks, next_task, progress, skip, submit, undo_last
+from store.db import hold, release, write
+from store.errors import StoreError
+from store.prompts import prompt_ids
+from store.responses import Sample, add_samples
+from tests.conftest import query, store_rows
+
+
+def seed_store(db, n_prompts: int, k: int = 4, duplicate_last: bool = False):
+    with write(db) as con:
+        ids = prompt_ids(con, [f"prompt {i}" for i in range(n_prompts)], "test")
+        samples = [
+            Sample(
+                prompt_id=ids[f"prompt {i}"],
+                text=f"p{i} answer {j}",
+                position=j,
+                n_tokens=3,
+                finish_reason="eos",
+                seed=0,
+            )
+            for i in range(n_prompts)
+            for j in range(k)
+        ]
+        if duplicate_last:  # a repeated sample is never shown
+            samples.append(Sample(ids["prompt 0"], "p0 answer 0", k, 3, "eos", 0))
+        add_samples(con, samples, model_id="test")
+
+
+def test_task_shows_each_response_once_in_a_stored_shuffled_order(db):
+    seed_store(db, 3, duplicate_last=True)
+    task = next_task(db, "ann", seed=1)
+    assert task.prompt == "prompt 0" and sorted(task.response_ids) == [1, 2, 3, 4]  # the duplicate (5) left out
+    assert task.responses == [f"p0 answer {i - 1}" for i in task.response_ids]
+    # asking again (a page reload) gives the same task in the same order
+    again = next_task(db, "ann", seed=2)
+    assert (again.assignment_id, again.response_ids) == (task.assignment_id, task.response_ids)
+
+
+def test_submit_stores_ranks_shown_order_and_lead_time(db):
+    seed_store(db, 2)
+    task = next_task(db, "ann", seed=3)
+    ranks = [2, 1, 4, 3]
+    ranking_id = submit(db, "ann", task.assignment_id, ranks)
+    rows = query(
+        db,
+        "SELECT response_id, rank, shown_position FROM ranking_items WHERE ranking_id = ? ORDER BY shown_position",
+        [ranking_id],
+    )
+    assert rows == [(rid, r, pos) for pos, (rid, r) in enumerate(zip(task.response_ids, ranks, strict=True))]
+    ((source, key, lead, flags),) = query(db, "SELECT source, external_key, lead_time_s, flags FROM rankings")
+    assert (source, key, flags) == ("ui", f"ui:{task.assignment_id}", []) and 0 <= lead < 60
+    assert query(db, "SELECT count(*) FROM pairs") == [(6,)]
+    # a double click stores nothing more
+    assert submit(db, "ann", task.assignment_id, ranks) == ranking_id
+    assert query(db, "SELECT count(*) FROM rankings") == [(1,)]
+    # the next call moves on to the next prompt
+    assert next_task(db, "ann").prompt == "prompt 1"
+
+
+def test_ranking_in_the_shown_order_is_flagged(db):
+    seed_store(db, 1)
+    task = next_task(db, "ann")
+    submit(db, "ann", task.assignment_id, [1, 2, 3, 4])
+    assert query(db, "SELECT flags FROM rankings") == [(["shown_order"],)]
+
+
+def test_ties_give_fewer_pairs(db):
+    seed_store(db, 1)
+    task = next_task(db, "ann")
+    submit(db, "ann", task.assignment_id, [1, 1, 2, 2])  # two tiers of two: 2 x 2 pairs
+    assert query(db, "SELECT count(*) FROM pairs") == [(4,)]
+
+
+@pytest.mark.parametrize(
+    "ranks, message",
+    [
+        ([1, 2, 3], "rank all 4 responses"),
+        ([1, 2, 3, 5], "must be a number from 1 to 4, got 5"),
+        ([1, 2, 3, None], "got None"),
+        ([1, 1, 1, 1], "all responses tie"),
+        ([], "rank all 4 responses (got 0 ranks)"),
+    ],
+)
+def test_bad_rankings_are_refused_and_change_nothing(db, ranks, message):
+    seed_store(db, 1)
+    task = next_task(db, "ann")
+    before = store_rows(db)
+    with pytest.raises(StoreError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        submit(db, "ann", task.assignment_id, ranks)
+    assert store_rows(db) == before
+
+
+def test_someone_elses_task_or_an_unknown_one(db):
+    seed_store(db, 2)
+    task = next_task(db, "ann")
+    with pytest.raises(StoreError, match=f"task {task.assignment_id} is not assigned to bob"):
+        submit(db, "bob", task.assignment_id, [1, 2, 3, 4])
+    with pytest.raises(StoreError, match="task 999 is not assigned to ann"):
+        submit(db, "ann", 999, [1, 2, 3, 4])
+    with pytest.raises(StoreError, match="enter your name"):
+        next_task(db, " ")
+
+
+def test_skip_needs_a_reason_and_gives_no_pairs(db):
+    seed_store(db, 2)
+    task = next_task(db, "ann")
+    with pytest.raises(StoreError, match="say why you skip"):
+        skip(db, "ann", task.assignment_id, "")
+    skip(db, "ann", task.assignment_id, "all responses are bad")
+    assert query(db, "SELECT skipped, skip_reason FROM rankings") == [(True, "all responses are bad")]
+    assert query(db, "SELECT count(*) FROM pairs") == [(0,)]
+    assert next_task(db, "ann").prompt == "prompt 1"
+
+
+def test_undo_hands_back_the_last_task_with_its_ranks(db):
+    seed_store(db, 3)
+    first = next_task(db, "ann")
+    submit(db, "ann", first.assignment_id, [2, 1, 4, 3])
+    held = next_task(db, "ann")  # holding prompt 1 when undoing
+    back = undo_last(db, "ann")
+    assert back.assignment_id == first.assignment_id and back.previous_ranks == [2, 1, 4, 3]
+    assert query(db, "SELECT count(*) FROM rankings") == [(0,)]
+    assert query(db, "SELECT count(*) FROM ranking_items") == [(0,)]
+    # the held prompt went back to the pool: another annotator can get it
+    assert next_task(db, "bob").prompt_id == held.prompt_id
+    # the edited ranking replaces the old one
+    assert next_task(db, "ann").assignment_id == first.assignment_id
+    submit(db, "ann", first.assignment_id, [1, 2, 3, 4])
+    assert query(db, "SELECT count(*) FROM rankings WHERE annotator = 'ann'") == [(1,)]
+    with pytest.raises(StoreError, match="nothing to undo"):
+        undo_last(db, "carol")
+
+
+def test_overlap_one_never_gives_a_prompt_to_two_annotators(db):
+    seed_store(db, 2)
+    a, b = next_task(db, "ann"), next_task(db, "bob")
+    assert a.prompt_id != b.prompt_id
+    assert next_task(db, "carol") is None  # both prompts are held
+
+
+def test_overlap_two_gives_each_prompt_to_two_annotators(db):
+    seed_store(db, 2)
+    seen = {}
+    for who in ("ann", "bob", "carol", "dan"):
+        task = next_task(db, who, overlap=2)
+        seen.setdefault(task.prompt_id, []).append(who)
+        submit(db, who, task.assignment_id, [1, 2, 3, 4])
+    assert sorted(len(v) for v in seen.values()) == [2, 2]
+    assert next_task(db, "erin", overlap=2) is None
+
+
+def test_progress_counts(db):
+    seed_store(db, 3)
+    for who in ("ann", "ann", "bob"):
+        t = next_task(db, who)
+        submit(db, who, t.assignment_id, [1, 2, 3, 4])
+    p = progress(db, "ann")
+    assert (p.mine, p.team, p.pending, p.pairs) == (2, 3, 0, 18)
+    assert p.line() == "you: 2 ranked · team: 3 · prompts waiting: 0 · pairs: 18"
+
+
+def test_check_ranks_allows_ties_and_any_order():
+    check_ranks([2, 1, 2, 3], 4)
+    with pytest.raises(StoreError):
+        check_ranks([True, 1], 2)
+
+
+def test_twenty_annotators_at_once(db):
+    """20 annotators x 20 rankings submitted concurrently: exactly 400 rankings, no prompt ranked twice."""
+    seed_store(db, 400, k=4)
+    hold(db)  # as the app does
+    errors = []
+
+    def annotator(name):
+        try:
+            for _ in range(20):
+                task = next_task(db, name)
+                submit(db, name, task.assignment_id, [1, 2, 3, 4][::-1])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=annotator, args=(f"a{i:02d}",)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    release(db)
+    assert errors == []
+    assert query(db, "SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key) FROM rankings") == [
+        (400, 400, 400)
+    ]
+    assert query(db, "SELECT annotator, count(*) FROM rankings GROUP BY 1 HAVING count(*) <> 20") == []
+    assert query(db, "SELECT count(*) FROM ranking_items") == [(1600,)]
