@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 7860
+# Browser tests drive Debian's chromium (never a browser download).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # A real Label Studio server for the round-trip tests, in its own venv (its pins differ from the app's).
 LS_VENV := .venv-ls
 LS_STAMP := $(LS_VENV)/.installed
@@ -26,10 +29,14 @@ $(LS_STAMP):
 	$(LS_VENV)/bin/pip install label-studio==1.23.2
 	touch $(LS_STAMP)
 
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
 run: $(STAMP)
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/rlhf ui --port $(PORT)
 
-test: $(STAMP) $(LS_STAMP)
+test: $(STAMP) $(LS_STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q

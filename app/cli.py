@@ -16,13 +16,9 @@ from training.models import ModelError, resolve_model
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from store.db import latest_version, migrate, open_connection
+    from store.db import init_store, latest_version
 
-    con = open_connection(args.db)
-    try:
-        before, after = migrate(con)
-    finally:
-        con.close()
+    before, after = init_store(args.db)
     state = "created" if before == 0 else ("migrated" if before != after else "up to date")
     print(f"store {args.db}: {state} (schema version {after}, latest {latest_version()})")
 
@@ -110,7 +106,7 @@ def cmd_pairs(args: argparse.Namespace) -> None:
 def cmd_ui(args: argparse.Namespace) -> None:
     from app.ui import launch
 
-    launch(db=args.db, host=args.host, port=args.port, auth=args.auth, model=args.model)
+    launch(db=args.db, host=args.host, port=args.port, auth=args.auth, model=args.model, overlap=args.overlap)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=7860)
     s.add_argument("--auth", help="file of user:password lines; the login becomes the annotator id")
     s.add_argument("--model", default="default", help="SFT model used by the app's sampling")
+    s.add_argument("--overlap", type=int, default=1, help="annotators per prompt (2+ measures agreement)")
     s.set_defaults(func=cmd_ui)
 
     s = sub.add_parser("init", help="create or migrate the store")

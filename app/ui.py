@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-from store.db import connect
+from store.db import hold
 from store.errors import StoreError
 from training.generation import Sampler, SamplingConfig
 
@@ -18,9 +18,11 @@ from training.generation import Sampler, SamplingConfig
 class AppContext:
     """What every session shares: the store path and the loaded sampling model (loaded on first use)."""
 
-    def __init__(self, db: str, model: str = "default"):
+    def __init__(self, db: str, model: str = "default", overlap: int = 1, auth: bool = False):
         self.db = db
         self.model = model
+        self.overlap = overlap  # annotators per prompt
+        self.auth = auth  # logins are the annotator ids
         self._sampler: Sampler | None = None
         self._lock = threading.Lock()
 
@@ -63,24 +65,35 @@ def is_loopback(host: str) -> bool:
 def build_app(ctx: AppContext):
     import gradio as gr
 
+    from app.annotate_tab import build_annotate_tab
     from app.data_tab import build_data_tab
 
     with gr.Blocks(title="rlhf-studio", analytics_enabled=False) as demo:
         gr.Markdown("# rlhf-studio\nRank sampled responses, train a reward model, run PPO, compare.")
         with gr.Tabs():
+            with gr.Tab("Annotate", id="annotate"):
+                build_annotate_tab(ctx, demo)
             with gr.Tab("Data", id="data"):
                 build_data_tab(ctx, demo)
     return demo
 
 
-def launch(db: str, host: str = "127.0.0.1", port: int = 7860, auth: str | None = None, model: str = "default"):
+def launch(
+    db: str,
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    auth: str | None = None,
+    model: str = "default",
+    overlap: int = 1,
+):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     users = read_auth_file(auth) if auth else None
     if not is_loopback(host) and not users:
         raise StoreError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
-    with connect(db):  # create or migrate the store before the first request
-        pass
-    demo = build_app(AppContext(db, model))
+    if overlap < 1:
+        raise StoreError(f"--overlap must be at least 1, got {overlap}")
+    hold(db)  # keep the store open while serving; CLI commands still get their turn (store/db.py)
+    demo = build_app(AppContext(db, model, overlap=overlap, auth=bool(users)))
     demo.queue(default_concurrency_limit=8).launch(
         server_name=host,
         server_port=port,

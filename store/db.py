@@ -125,8 +125,9 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S) -> duckdb.DuckDB
 # --- A process that keeps the store open (the app) -------------------------------------------------------------
 # Opening the file costs ~10 ms and closing it ~4 ms, too much for every click of 20 annotators. The app keeps one
 # connection open (`hold`), so each transaction reuses the open database (~1 ms). All its store access then takes
-# turns on one lock, and before each turn it checks for a handoff file: another process (a CLI command) wants the
-# file, so the app closes it, waits until the handoff file is gone (or stale), and opens it again.
+# turns on one lock, and before each turn (and every 50 ms in a watcher thread) it checks for a handoff file: another
+# process (a CLI command) wants the file, so the app closes it, waits until the handoff file is gone (or stale), and
+# opens it again.
 HANDOFF_STALE_S = 30.0
 _held: dict[str, duckdb.DuckDBPyConnection | None] = {}
 _held_locks: dict[str, threading.RLock] = {}
@@ -146,6 +147,17 @@ def hold(path: str | os.PathLike) -> None:
             con = open_connection(key)
             migrate(con)
             _held[key] = con
+            threading.Thread(target=_watch, args=(key,), daemon=True, name="store-handoff").start()
+
+
+def _watch(key: str) -> None:
+    """Let go for a waiting command even while the app is idle (no request would otherwise notice)."""
+    while key in _held:
+        if _handoff_file(key).exists():
+            with _held_locks[key]:
+                if key in _held:
+                    _let_go_if_asked(key)
+        time.sleep(0.05)
 
 
 def release(path: str | os.PathLike) -> None:
@@ -177,6 +189,7 @@ def _let_go_if_asked(key: str) -> None:
         if age > HANDOFF_STALE_S:
             break
         time.sleep(0.01)
+    _held[key] = None
     _held[key] = open_connection(key)
 
 
@@ -192,6 +205,8 @@ def connect(path: str | os.PathLike, *, create: bool = True, timeout: float = LO
     if key in _held:
         with _held_locks[key]:
             _let_go_if_asked(key)
+            if _held[key] is None:  # a reopen failed earlier: try again now
+                _held[key] = open_connection(key, timeout)
             con = _held[key].cursor()
             try:
                 yield con
@@ -203,10 +218,25 @@ def connect(path: str | os.PathLike, *, create: bool = True, timeout: float = LO
         migrate(con)
         yield con
     finally:
-        con.close()
-        if path in _asked_by_us:
-            _asked_by_us.discard(path)
-            _handoff_file(path).unlink(missing_ok=True)
+        _close(path, con)
+
+
+def _close(path: str, con: duckdb.DuckDBPyConnection) -> None:
+    """Close, and give the file back to a holding process that let go of it for us."""
+    con.close()
+    if path in _asked_by_us:
+        _asked_by_us.discard(path)
+        _handoff_file(path).unlink(missing_ok=True)
+
+
+def init_store(path: str | os.PathLike) -> tuple[int, int]:
+    """Create or migrate the store; returns (schema version before, after)."""
+    path = str(path)
+    con = open_connection(path)
+    try:
+        return migrate(con)
+    finally:
+        _close(path, con)
 
 
 @contextmanager

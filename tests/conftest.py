@@ -3,7 +3,6 @@ import os
 import shutil
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from app.cli import main
@@ -25,19 +24,13 @@ def db(tmp_path) -> str:
 
 def store_rows(path: str) -> dict:
     """Every row of every table, for 'the store is exactly as it was' checks."""
-    con = duckdb.connect(path, read_only=True)
-    try:
+    with connect(path, create=False) as con:  # asks a running app for the file, as the CLI does
         return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in TABLES}
-    finally:
-        con.close()
 
 
 def query(path: str, sql: str, params=None) -> list[tuple]:
-    con = duckdb.connect(path, read_only=True)
-    try:
+    with connect(path, create=False) as con:
         return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture

@@ -1,0 +1,37 @@
+"""The ranking widget's value <-> ranks, as pure functions (the widget itself is app/ranker_widget.py).
+
+The widget's value is {"items": [{"id": response id, "text": str, "pos": shown position, "rank": int}, ...]}.
+A fresh task starts ranked in the order shown (1..K), as Label Studio's Ranker does; submitting it unchanged is
+flagged and asks for a confirmation first."""
+
+from __future__ import annotations
+
+from store.errors import StoreError
+
+
+def widget_value(response_ids: list[int], texts: list[str], ranks: list[int] | None = None) -> dict:
+    ranks = ranks or list(range(1, len(response_ids) + 1))
+    return {
+        "items": [
+            {"id": rid, "text": text, "pos": pos, "rank": rank}
+            for pos, (rid, text, rank) in enumerate(zip(response_ids, texts, ranks, strict=True))
+        ]
+    }
+
+
+def ranks_from_value(value: dict | None, response_ids: list[int]) -> list[int]:
+    """Ranks in shown order from the widget's value; refuses a value that does not match the task."""
+    items = (value or {}).get("items") or []
+    by_id = {}
+    for it in items:
+        try:
+            by_id[int(it["id"])] = int(it["rank"])
+        except (KeyError, TypeError, ValueError):
+            raise StoreError("the ranking widget sent an unreadable value; reload the page") from None
+    if sorted(by_id) != sorted(response_ids):
+        raise StoreError("the ranking does not match the task shown; reload the page")
+    return [by_id[rid] for rid in response_ids]
+
+
+def is_shown_order(ranks: list[int]) -> bool:
+    return len(set(ranks)) == len(ranks) and ranks == sorted(ranks)

@@ -1,0 +1,149 @@
+"""Annotate tab: one prompt and its K responses in this annotator's shuffled order; rank, submit, skip, undo.
+
+The handlers below are plain functions of (values in, values out) over annotation.session; the tab only wires
+them. The annotator is the login name under --auth, else the name typed in the page.
+
+No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
+
+from dataclasses import dataclass
+
+from annotation.ranker_view import is_shown_order, ranks_from_value, widget_value
+from annotation.session import Task, next_task, progress, skip, submit, undo_last
+from store.errors import StoreError
+
+SHOWN_ORDER_WARNING = (
+    "You kept the order exactly as shown. If that is your ranking, press Submit again; otherwise drag the "
+    "responses (or focus one and press its rank number)."
+)
+
+
+@dataclass
+class View:
+    """Everything the tab shows after an action."""
+
+    task: dict | None  # assignment_id and response_ids: what the next submit refers to
+    prompt: str
+    ranker: dict
+    progress: str
+    status: str
+    confirm: bool = False  # the next Submit confirms a ranking left in the shown order
+
+
+def _view(ctx, annotator: str, task: Task | None, status: str) -> View:
+    p = progress(ctx.db, annotator, ctx.overlap).line()
+    if task is None:
+        return View(None, "**Nothing left to rank.** Sample more prompts on the Data tab.", {"items": []}, p, status)
+    return View(
+        {"assignment_id": task.assignment_id, "response_ids": task.response_ids},
+        task.prompt,
+        widget_value(task.response_ids, task.responses, task.previous_ranks),
+        p,
+        status,
+    )
+
+
+def on_load(ctx, annotator: str) -> View:
+    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), "")
+
+
+def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bool) -> View:
+    if not task:
+        return on_load(ctx, annotator)
+    ranks = ranks_from_value(value, task["response_ids"])
+    if is_shown_order(ranks) and not confirmed:
+        view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
+        view.confirm = True
+        return view
+    submit(ctx.db, annotator, task["assignment_id"], ranks)
+    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), "Saved. Next prompt.")
+
+
+def _view_same(ctx, annotator: str, task: dict, value: dict, status: str) -> View:
+    p = progress(ctx.db, annotator, ctx.overlap).line()
+    return View(task, "", value, p, status)
+
+
+def on_skip(ctx, annotator: str, task: dict | None, reason: str) -> View:
+    if not task:
+        return on_load(ctx, annotator)
+    skip(ctx.db, annotator, task["assignment_id"], reason)
+    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), f"Skipped ({reason.strip()}).")
+
+
+def on_undo(ctx, annotator: str) -> View:
+    task = undo_last(ctx.db, annotator)
+    return _view(ctx, annotator, task, "Your last answer is back: change it and submit again.")
+
+
+def annotator_name(name: str | None, request=None) -> str:
+    user = getattr(request, "username", None) if request is not None else None
+    who = user or (name or "").strip()
+    if not who:
+        raise StoreError("enter your name before ranking")
+    return who
+
+
+def build_annotate_tab(ctx, demo) -> None:
+    import gradio as gr
+
+    from app.ranker_widget import ranker
+
+    task_state = gr.State(None)
+    confirm_state = gr.State(False)
+    with gr.Row():
+        name = gr.Textbox(
+            label="Your name", placeholder="who is ranking?", scale=1, elem_id="annotator-name", visible=not ctx.auth
+        )
+        progress_md = gr.Markdown(elem_id="annotate-progress")
+    start = gr.Button("Start / next prompt", elem_id="annotate-start")
+    prompt_md = gr.Markdown(elem_id="annotate-prompt")
+    gr.Markdown(
+        "Best first: drag the responses into order, or focus one (Tab) and press its rank number; "
+        "equal numbers are a tie."
+    )
+    widget = ranker(elem_id="ranker")
+    with gr.Row():
+        submit_btn = gr.Button("Submit ranking", variant="primary", elem_id="annotate-submit")
+        reason = gr.Dropdown(
+            ["all responses are bad", "responses are identical", "cannot judge", "offensive prompt"],
+            value="cannot judge",
+            allow_custom_value=True,
+            label="Skip reason",
+            scale=1,
+        )
+        skip_btn = gr.Button("Skip", elem_id="annotate-skip")
+        undo_btn = gr.Button("Undo last", elem_id="annotate-undo")
+    status_md = gr.Markdown(elem_id="annotate-status")
+    outputs = [task_state, prompt_md, widget, progress_md, status_md, confirm_state]
+
+    def show(view: View):
+        prompt = gr.update() if view.prompt == "" else f"### Prompt\n\n{view.prompt}"
+        return view.task, prompt, view.ranker, view.progress, view.status, view.confirm
+
+    def guarded(fn, request, *args):
+        try:
+            return show(fn(ctx, annotator_name(args[0], request), *args[1:]))
+        except StoreError as e:
+            raise gr.Error(str(e)) from None
+
+    # Gradio injects `request` by its annotation, so each handler spells out its inputs.
+    def load(name, request: gr.Request):
+        return guarded(on_load, request, name)
+
+    def sub(name, task, value, confirmed, request: gr.Request):
+        return guarded(on_submit, request, name, task, value, confirmed)
+
+    def skp(name, task, why, request: gr.Request):
+        return guarded(on_skip, request, name, task, why)
+
+    def und(name, request: gr.Request):
+        return guarded(on_undo, request, name)
+
+    start.click(load, [name], outputs, api_name="annotate_next")
+    if ctx.auth:  # the login is the annotator: the first prompt is there when the page opens
+        demo.load(load, [name], outputs)
+    submit_btn.click(
+        sub, [name, task_state, widget, confirm_state], outputs, api_name="annotate_submit", trigger_mode="once"
+    )
+    skip_btn.click(skp, [name, task_state, reason], outputs, api_name="annotate_skip", trigger_mode="once")
+    undo_btn.click(und, [name], outputs, api_name="annotate_undo")

@@ -1,0 +1,93 @@
+"""A drag-and-drop ranking widget built on Gradio 6's gr.HTML (no front-end build).
+
+Drag a card to reorder (ranks become 1..K top to bottom), or focus a card (Tab or click) and press a number key to
+give it that rank: two cards with the same number are a tie. Arrow Up/Down move the focused card. Response text
+is inserted with textContent, never as HTML."""
+
+from __future__ import annotations
+
+HTML = "<div class='ranker' role='list' aria-label='Responses, best first'></div>"
+
+CSS = """
+.ranker { display: flex; flex-direction: column; gap: 8px; }
+.card { display: flex; gap: 12px; align-items: flex-start; padding: 10px 12px; border: 1px solid #d0d5dd;
+        border-radius: 8px; background: var(--background-fill-primary, #fff); cursor: grab; }
+.card:focus { outline: 2px solid #f97316; outline-offset: 1px; }
+.card.dragging { opacity: 0.4; }
+.card.over { border-top: 3px solid #f97316; }
+.rank { min-width: 2em; height: 2em; border-radius: 1em; background: #f97316; color: #fff; font-weight: 700;
+        display: flex; align-items: center; justify-content: center; flex-shrink: 0; }
+.tie .rank { background: #7c3aed; }
+.text { white-space: pre-wrap; line-height: 1.45; }
+"""
+
+JS = """
+const root = () => element.querySelector('.ranker');
+function items() { return ((props.value || {}).items || []).map(x => ({...x})); }
+function sorted(list) { return list.sort((a, b) => a.rank - b.rank || a.pos - b.pos); }
+function commit(list, focusId) {
+  props.value = {...(props.value || {}), items: list};
+  trigger('change');
+  setTimeout(() => { render(); if (focusId !== undefined) focusCard(focusId); }, 0);
+}
+function focusCard(id) {
+  const card = root() && root().querySelector(`[data-id="${id}"]`);
+  if (card) card.focus();
+}
+function strictFrom(order) { return order.map((it, i) => ({...it, rank: i + 1})); }
+function render() {
+  const box = root();
+  if (!box) return;
+  const list = sorted(items());
+  const counts = {};
+  list.forEach(it => counts[it.rank] = (counts[it.rank] || 0) + 1);
+  box.innerHTML = '';
+  list.forEach(it => {
+    const card = document.createElement('div');
+    card.className = 'card' + (counts[it.rank] > 1 ? ' tie' : '');
+    card.tabIndex = 0; card.draggable = true; card.dataset.id = it.id; card.setAttribute('role', 'listitem');
+    const badge = document.createElement('span'); badge.className = 'rank'; badge.textContent = it.rank;
+    const text = document.createElement('div'); text.className = 'text'; text.textContent = it.text;
+    card.append(badge, text);
+    card.addEventListener('dragstart', e => { e.dataTransfer.setData('text/plain', String(it.id));
+                                              card.classList.add('dragging'); });
+    card.addEventListener('dragend', () => card.classList.remove('dragging'));
+    card.addEventListener('dragover', e => { e.preventDefault(); card.classList.add('over'); });
+    card.addEventListener('dragleave', () => card.classList.remove('over'));
+    card.addEventListener('drop', e => {
+      e.preventDefault(); card.classList.remove('over');
+      const from = String(e.dataTransfer.getData('text/plain'));
+      if (from === String(it.id)) return;
+      const order = sorted(items());
+      const moving = order.find(x => String(x.id) === from);
+      const rest = order.filter(x => String(x.id) !== from);
+      rest.splice(rest.findIndex(x => String(x.id) === String(it.id)), 0, moving);
+      commit(strictFrom(rest), moving.id);
+    });
+    card.addEventListener('keydown', e => {
+      const k = list.length;
+      if (/^[1-9]$/.test(e.key) && Number(e.key) <= k) {
+        e.preventDefault();
+        commit(items().map(x => String(x.id) === String(it.id) ? {...x, rank: Number(e.key)} : x), it.id);
+      } else if (e.key === 'ArrowUp' || e.key === 'ArrowDown') {
+        e.preventDefault();
+        const order = sorted(items());
+        const i = order.findIndex(x => String(x.id) === String(it.id));
+        const j = e.key === 'ArrowUp' ? i - 1 : i + 1;
+        if (j < 0 || j >= order.length) return;
+        [order[i], order[j]] = [order[j], order[i]];
+        commit(strictFrom(order), it.id);
+      }
+    });
+    box.appendChild(card);
+  });
+}
+render();
+watch('value', render);
+"""
+
+
+def ranker(**kwargs):
+    import gradio as gr
+
+    return gr.HTML(value={"items": []}, html_template=HTML, css_template=CSS, js_on_load=JS, **kwargs)

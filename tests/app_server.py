@@ -1,0 +1,51 @@
+"""Start `rlhf ui` as a real process on 127.0.0.1 for client and browser tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.labelstudio_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class AppServer:
+    def __init__(self, db: str, *args: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "--db", db, "ui", "--port", str(self.port), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the app exited: {self.proc.stdout.read()}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("the app did not answer within 120 s")
+
+    def kill(self, signal: int = 9) -> None:
+        self.proc.send_signal(signal)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()

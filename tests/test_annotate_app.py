@@ -1,0 +1,103 @@
+"""The Annotate tab through the app's HTTP API (gradio_client) with logins, and a kill -9 in the middle."""
+
+import pytest
+from gradio_client import Client
+
+from app.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, on_load, on_submit, on_undo
+from app.ui import AppContext
+from store.errors import StoreError
+from tests.app_server import AppServer
+from tests.conftest import query
+from tests.test_session import seed_store
+
+
+@pytest.fixture
+def users(tmp_path):
+    f = tmp_path / "users.txt"
+    f.write_text("ann:pw-ann\nbob:pw-bob\n")
+    return str(f)
+
+
+@pytest.fixture
+def server(db, users):
+    seed_store(db, 6)
+    app = AppServer(db, "--auth", users)
+    yield app
+    app.stop()
+
+
+def _client(server, user):
+    return Client(server.url, auth=(user, f"pw-{user}"), verbose=False)
+
+
+def _reverse(value):
+    """Rank the shown responses in reverse (never the shown order)."""
+    items = value["items"]
+    k = len(items)
+    return {"items": [{**it, "rank": k - it["pos"]} for it in items]}
+
+
+def test_submit_skip_undo_through_the_api(server, db):
+    """gr.State (the task held) stays on the server: the API takes the name and the widget value only."""
+    ann = _client(server, "ann")
+    prompt, value, progress, status = ann.predict("", api_name="/annotate_next")
+    assert prompt.startswith("### Prompt") and len(value["items"]) == 4
+    assert progress == "you: 0 ranked · team: 0 · prompts waiting: 6 · pairs: 0"
+    prompt2, value2, progress, status = ann.predict("", _reverse(value), api_name="/annotate_submit")
+    assert status == "Saved. Next prompt." and progress.startswith("you: 1 ranked · team: 1")
+    assert prompt2 != prompt
+    # the login, not the (empty) name field, is the annotator; the shown order and lead time are stored
+    assert query(db, "SELECT annotator, source, lead_time_s IS NOT NULL FROM rankings") == [("ann", "ui", True)]
+    shown = query(db, "SELECT response_id, shown_position FROM ranking_items ORDER BY shown_position")
+    assert [rid for rid, _ in shown] == [it["id"] for it in value["items"]]
+    _, _, _, status = ann.predict("", "cannot judge", api_name="/annotate_skip")
+    assert status == "Skipped (cannot judge)."
+    assert query(db, "SELECT skipped FROM rankings ORDER BY ranking_id") == [(False,), (True,)]
+    # undo brings the skipped task back
+    back_prompt, back_value, _, status = ann.predict("", api_name="/annotate_undo")
+    assert back_prompt == prompt2 and status.startswith("Your last answer is back")
+    assert query(db, "SELECT count(*) FROM rankings") == [(1,)]
+    # bob gets a prompt nobody holds (overlap 1)
+    bob = _client(server, "bob")
+    bob_prompt = bob.predict("", api_name="/annotate_next")[0]
+    assert bob_prompt not in (prompt, prompt2)
+
+
+def test_kill_9_keeps_every_acknowledged_ranking(server, db, users):
+    ann = _client(server, "ann")
+    acknowledged = 0
+    prompt, value, *_ = ann.predict("", api_name="/annotate_next")
+    for _ in range(4):
+        prompt, value, *_ = ann.predict("", _reverse(value), api_name="/annotate_submit")
+        acknowledged += 1
+    server.kill(9)
+    assert query(db, "SELECT count(*) FROM rankings") == [(acknowledged,)]
+    assert query(db, "SELECT count(*) FROM ranking_items") == [(4 * acknowledged,)]
+    again = AppServer(db, "--auth", users)
+    try:
+        ann = _client(again, "ann")
+        prompt2, value2, progress, _ = ann.predict("", api_name="/annotate_next")
+        # the task open at the kill is handed back as it was
+        assert (prompt2, value2) == (prompt, value) and progress.startswith(f"you: {acknowledged} ranked")
+    finally:
+        again.stop()
+
+
+def test_handlers_without_a_browser(db):
+    seed_store(db, 2)
+    ctx = AppContext(db)
+    view = on_load(ctx, "ann")
+    shown = view.ranker
+    # the order as shown needs a second Submit
+    warned = on_submit(ctx, "ann", view.task, shown, False)
+    assert warned.status == SHOWN_ORDER_WARNING and warned.confirm and warned.task == view.task
+    assert query(db, "SELECT count(*) FROM rankings") == [(0,)]
+    done = on_submit(ctx, "ann", view.task, shown, True)
+    assert done.status == "Saved. Next prompt." and done.task != view.task
+    assert query(db, "SELECT flags FROM rankings") == [(["shown_order"],)]
+    back = on_undo(ctx, "ann")
+    assert back.task == view.task and [it["rank"] for it in back.ranker["items"]] == [1, 2, 3, 4]
+    with pytest.raises(StoreError, match="does not match the task"):
+        on_submit(ctx, "ann", view.task, {"items": shown["items"][:2]}, True)
+    with pytest.raises(StoreError, match="enter your name"):
+        annotator_name("  ")
