@@ -7,10 +7,11 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from annotation.agreement import pairwise_agreement
 from annotation.labelstudio_export import export_ls
 from annotation.prompt_files import read_prompts
 from store.db import connect, write
-from store.pairs import export_pairs, stats
+from store.pairs import export_pairs, rankings_for_agreement, stats
 from store.prompts import add_prompts
 
 EXAMPLE_PROMPTS = "example_prompts.txt"
@@ -41,6 +42,12 @@ def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0
     """Label Studio Ranker tasks + labeling config in folder OUT: (tasks file, config file, number of tasks)."""
     with connect(db, create=False) as con:
         return export_ls(con, out, seed=seed)
+
+
+def agreement(db: str | os.PathLike) -> list[dict]:
+    """Mean Kendall tau-b per pair of annotators over the prompts both ranked (rlhf ui --overlap 2+)."""
+    with connect(db, create=False) as con:
+        return pairwise_agreement(rankings_for_agreement(con))
 
 
 def store_stats(db: str | os.PathLike) -> dict:

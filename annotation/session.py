@@ -9,6 +9,7 @@ import os
 import random
 from dataclasses import dataclass
 
+from annotation.ranker_view import is_shown_order
 from store.assignments import (
     annotation_counts,
     claim_next,
@@ -37,6 +38,17 @@ class Task:
     previous_ranks: list[int] | None = None  # set when the task is an undone submission being edited
 
 
+@dataclass
+class Progress:
+    mine: int
+    team: int
+    pending: int
+    pairs: int
+
+    def line(self) -> str:
+        return f"you: {self.mine} ranked · team: {self.team} · prompts waiting: {self.pending} · pairs: {self.pairs}"
+
+
 def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None) -> Task:
     prompt = con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()[0]
     texts = dict(
@@ -51,14 +63,17 @@ def next_task(db: str | os.PathLike, annotator: str, overlap: int = 1, seed: int
     """The annotator's open task (the same one again after a reload), or a newly assigned one; None when done."""
     _check_annotator(annotator)
     with write(db) as con:
-        row = open_assignment(con, annotator)
+        return _next(con, annotator, overlap, seed)
+
+
+def _next(con, annotator: str, overlap: int, seed: int | None = None) -> Task | None:
+    row = open_assignment(con, annotator)
+    if row is None:
+        row = claim_next(con, annotator, overlap, random.Random(seed))
         if row is None:
-            new = claim_next(con, annotator, overlap, random.Random(seed))
-            if new is None:
-                return None
-            row = open_assignment(con, annotator)
-        assignment_id, prompt_id, order, _ = row
-        return _task(con, assignment_id, prompt_id, order)
+            return None
+    assignment_id, prompt_id, order = row[:3]
+    return _task(con, assignment_id, prompt_id, order)
 
 
 def _check_annotator(annotator: str) -> None:
@@ -89,29 +104,42 @@ def submit(db: str | os.PathLike, annotator: str, assignment_id: int, ranks: lis
 
     Submitting the same task twice (a double click, a retried request) stores it once."""
     with write(db) as con:
-        _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
-        if status == "done":
-            return ranking_id
-        check_ranks(ranks, len(order))
-        ranked_as_shown = len(set(ranks)) == len(ranks) and ranks == sorted(ranks)
-        ranking_id = con.execute(
-            """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
-               VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
-            [
-                prompt_id,
-                annotator,
-                SOURCE,
-                f"ui:{assignment_id}",
-                lead_time,
-                ["shown_order"] if ranked_as_shown else [],
-            ],
-        ).fetchone()[0]
-        con.executemany(
-            "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) VALUES (?, ?, ?, ?)",
-            [[ranking_id, rid, r, pos] for pos, (rid, r) in enumerate(zip(order, ranks, strict=True))],
-        )
-        close_assignment(con, assignment_id, ranking_id)
+        return _submit(con, annotator, assignment_id, ranks)
+
+
+def submit_and_next(
+    db: str | os.PathLike, annotator: str, assignment_id: int, ranks: list[int], overlap: int = 1
+) -> tuple[Task | None, Progress]:
+    """What the Submit button does, in one transaction: store the ranking, hand out the next task, count."""
+    with write(db) as con:
+        _submit(con, annotator, assignment_id, ranks)
+        return _next(con, annotator, overlap), Progress(*annotation_counts(con, annotator, SOURCE, overlap))
+
+
+def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> int:
+    _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
+    if status == "done":
         return ranking_id
+    check_ranks(ranks, len(order))
+    ranked_as_shown = is_shown_order(ranks)
+    ranking_id = con.execute(
+        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
+           VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
+        [
+            prompt_id,
+            annotator,
+            SOURCE,
+            f"ui:{assignment_id}",
+            lead_time,
+            ["shown_order"] if ranked_as_shown else [],
+        ],
+    ).fetchone()[0]
+    con.executemany(
+        "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) VALUES (?, ?, ?, ?)",
+        [[ranking_id, rid, r, pos] for pos, (rid, r) in enumerate(zip(order, ranks, strict=True))],
+    )
+    close_assignment(con, assignment_id, ranking_id)
+    return ranking_id
 
 
 def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str) -> int:
@@ -152,17 +180,6 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         _, prompt_id, order, *_ = get_assignment(con, assignment_id)
         previous = [ranks[i] for i in order] if ranks else None
         return _task(con, assignment_id, prompt_id, order, previous)
-
-
-@dataclass
-class Progress:
-    mine: int
-    team: int
-    pending: int
-    pairs: int
-
-    def line(self) -> str:
-        return f"you: {self.mine} ranked · team: {self.team} · prompts waiting: {self.pending} · pairs: {self.pairs}"
 
 
 def progress(db: str | os.PathLike, annotator: str, overlap: int = 1) -> Progress:

@@ -8,7 +8,7 @@ No `from __future__ import annotations` here: Gradio finds the `gr.Request` para
 from dataclasses import dataclass
 
 from annotation.ranker_view import is_shown_order, ranks_from_value, widget_value
-from annotation.session import Task, next_task, progress, skip, submit, undo_last
+from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
 from store.errors import StoreError
 
 SHOWN_ORDER_WARNING = (
@@ -29,8 +29,8 @@ class View:
     confirm: bool = False  # the next Submit confirms a ranking left in the shown order
 
 
-def _view(ctx, annotator: str, task: Task | None, status: str) -> View:
-    p = progress(ctx.db, annotator, ctx.overlap).line()
+def _view(ctx, annotator: str, task: Task | None, status: str, counts: Progress | None = None) -> View:
+    p = (counts or progress(ctx.db, annotator, ctx.overlap)).line()
     if task is None:
         return View(None, "**Nothing left to rank.** Sample more prompts on the Data tab.", {"items": []}, p, status)
     return View(
@@ -54,8 +54,8 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
         view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
         view.confirm = True
         return view
-    submit(ctx.db, annotator, task["assignment_id"], ranks)
-    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), "Saved. Next prompt.")
+    nxt, counts = submit_and_next(ctx.db, annotator, task["assignment_id"], ranks, ctx.overlap)
+    return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts)
 
 
 def _view_same(ctx, annotator: str, task: dict, value: dict, status: str) -> View:

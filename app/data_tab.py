@@ -10,12 +10,13 @@ from pathlib import Path
 from annotation.actions import (
     add_example_prompts,
     add_prompt_file,
+    agreement,
     stats_lines,
     store_stats,
     write_ls_export,
     write_pairs_file,
 )
-from annotation.imports import import_labelstudio_file
+from annotation.imports import import_labelstudio_file, import_labelstudio_url
 from app.sampling import run_sampling
 from store.errors import StoreError
 from training.generation import SamplingConfig
@@ -28,6 +29,10 @@ def counts_markdown(db: str) -> str:
     if s["prompts"] == 0:
         lines.insert(0, "**The store is empty.** Load the bundled example prompts, then sample responses to rank.")
     return "\n".join(f"- {line}" if not line.startswith("**") else line for line in lines)
+
+
+def agreement_table(db: str) -> list[list]:
+    return [[r["annotators"], r["shared_prompts"], round(r["mean_tau"], 3)] for r in agreement(db)]
 
 
 def _out_dir() -> Path:
@@ -92,17 +97,28 @@ def build_data_tab(ctx, demo) -> None:
             buckets = gr.Textbox(label="Bucket order, best first (only for bucket rankers)", placeholder="good,ok,bad")
             ls_btn = gr.Button("Import", elem_id="import-ls")
         with gr.Column():
+            ls_url = gr.Textbox(label="Or pull from a running Label Studio: URL", placeholder="http://127.0.0.1:8080")
+            with gr.Row():
+                ls_project = gr.Number(label="Project id", precision=0, minimum=1, value=None)
+                ls_key = gr.Textbox(label="Access token (used once, never stored)", type="password")
+            ls_pull_btn = gr.Button("Pull and import", elem_id="pull-ls")
+        with gr.Column():
             ls_export_btn = gr.Button("Export Ranker tasks for Label Studio", elem_id="export-ls")
             ls_export_files = gr.File(
                 label="tasks.json + label_config.xml", file_count="multiple", interactive=False, height=120
             )
+    gr.Markdown("### Agreement between annotators (Kendall tau-b on shared prompts; run the app with --overlap 2)")
+    agreement_df = gr.Dataframe(
+        headers=["annotators", "shared prompts", "mean tau"], interactive=False, elem_id="agreement"
+    )
     gr.Markdown("### Pairs for reward-model training")
     with gr.Row(equal_height=True):
         fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Format")
         pairs_btn = gr.Button("Download pairs", elem_id="download-pairs")
     pairs_file = gr.File(label="Pairs", interactive=False, height=80)
 
-    refresh = safe(lambda: counts_markdown(ctx.db))
+    refresh = safe(lambda: (counts_markdown(ctx.db), agreement_table(ctx.db)))
+    shown = [counts, agreement_df]
 
     def on_prompts(path):
         return add_prompt_file(ctx.db, path, source=Path(path).name) if path else "no file"
@@ -113,19 +129,26 @@ def build_data_tab(ctx, demo) -> None:
         bucket_order = [b.strip() for b in order.split(",") if b.strip()] or None
         return import_labelstudio_file(ctx.db, path, bucket_order=bucket_order).line()
 
+    def on_pull(url, project, key, order):
+        if not url or not project:
+            raise StoreError("give the Label Studio URL and the project id")
+        bucket_order = [b.strip() for b in order.split(",") if b.strip()] or None
+        return import_labelstudio_url(ctx.db, url, int(project), key or "", bucket_order=bucket_order).line()
+
     def on_sample(k_value, limit_value, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
         return sample_from_app(ctx, k_value, limit_value, progress)
 
-    demo.load(refresh, outputs=counts, api_name="counts")
+    demo.load(refresh, outputs=shown, api_name="counts")
     for trigger, fn, inputs, outputs, name in [
         (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
         (prompts_file.upload, on_prompts, [prompts_file], status, "add_prompts"),
         (ls_btn.click, on_ls, [ls_file, buckets], status, "import_ls"),
+        (ls_pull_btn.click, on_pull, [ls_url, ls_project, ls_key, buckets], status, "pull_ls"),
         (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
         (ls_export_btn.click, lambda: ls_export_download(ctx.db), [], ls_export_files, "export_ls"),
     ]:
-        trigger(safe(fn), inputs, outputs, api_name=name).then(refresh, None, counts)
+        trigger(safe(fn), inputs, outputs, api_name=name).then(refresh, None, shown)
     # Sampling runs one at a time (it holds the model); the rest of the app keeps answering meanwhile.
     sample_btn.click(safe(on_sample), [k, limit], status, api_name="sample", concurrency_limit=1).then(
-        refresh, None, counts
+        refresh, None, shown
     )

@@ -10,7 +10,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import pairs, sampling
+from bench import annotation_latency, pairs, sampling
 
 
 def machine() -> str:
@@ -21,7 +21,7 @@ def machine() -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["pairs", "sampling"])
+    p.add_argument("--only", choices=["pairs", "sampling", "annotation"])
     p.add_argument("--rankings", type=int, default=1_000_000)
     args = p.parse_args()
     report = {"machine": machine()}
@@ -38,6 +38,16 @@ def main() -> None:
         print("\n| sampling (K=4, 64 new tokens) | dtype | tokens/s | vs one call per response |\n|---|---|---|---|")
         for r in report["sampling"]:
             print(f"| {r['case']} | {r['dtype']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_per_response']:.1f}x |")
+    if args.only in (None, "annotation"):
+        r = report["annotation"] = annotation_latency.run()
+        print(
+            "\n| annotators | submits | errors | think time | p50 | p95 | max | rankings stored |\n"
+            "|---|---|---|---|---|---|---|---|"
+        )
+        print(
+            f"| {r['annotators']} | {r['submits']} | {r['errors']} | {r['think_s']} s | {r['p50_ms']:.0f} ms | "
+            f"{r['p95_ms']:.0f} ms | {r['max_ms']:.0f} ms | {r['stored_rankings']} |"
+        )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")

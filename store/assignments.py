@@ -20,32 +20,38 @@ def open_assignment(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | N
     ).fetchone()
 
 
-def claim_next(con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng: random.Random) -> int | None:
-    """Assign the next prompt this annotator has not seen and fewer than `overlap` others hold or have done.
+def claim_next(
+    con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng: random.Random
+) -> tuple[int, int, list[int]] | None:
+    """Assign the next prompt this annotator has not had and fewer than `overlap` annotators have had.
 
-    Prompts with the fewest annotators go first, then the oldest. Returns the new assignment id, or None."""
+    Every browser ranking comes from an assignment, so assignments alone say who has (had) a prompt. Prompts with
+    the fewest annotators go first, then the oldest. Returns (assignment id, prompt id, shown order), or None."""
     row = con.execute(
-        f"""WITH rankable AS (
-                SELECT r.prompt_id, list(r.response_id ORDER BY r.response_id) AS ids
-                FROM responses r WHERE {RANKABLE} GROUP BY r.prompt_id HAVING count(*) >= 2),
-            holders AS (
-                SELECT prompt_id, annotator FROM assignments
-                UNION SELECT prompt_id, annotator FROM rankings WHERE source = 'ui')
-            SELECT k.prompt_id, k.ids FROM rankable k
-            WHERE NOT EXISTS (SELECT 1 FROM holders h WHERE h.prompt_id = k.prompt_id AND h.annotator = ?)
-              AND (SELECT count(*) FROM holders h WHERE h.prompt_id = k.prompt_id) < ?
-            ORDER BY (SELECT count(*) FROM holders h WHERE h.prompt_id = k.prompt_id), k.prompt_id
-            LIMIT 1""",
+        f"""WITH held AS (SELECT prompt_id, count(*) AS n, bool_or(annotator = ?) AS mine
+                          FROM assignments GROUP BY prompt_id),
+                 rankable AS (SELECT r.prompt_id FROM responses r WHERE {RANKABLE}
+                              GROUP BY r.prompt_id HAVING count(*) >= 2)
+            SELECT k.prompt_id FROM rankable k LEFT JOIN held h USING (prompt_id)
+            WHERE coalesce(h.n, 0) < ? AND NOT coalesce(h.mine, false)
+            ORDER BY coalesce(h.n, 0), k.prompt_id LIMIT 1""",
         [annotator, overlap],
     ).fetchone()
     if row is None:
         return None
-    prompt_id, ids = row
+    ids = [
+        i
+        for (i,) in con.execute(
+            f"SELECT r.response_id FROM responses r WHERE r.prompt_id = ? AND {RANKABLE} ORDER BY r.response_id",
+            [row[0]],
+        ).fetchall()
+    ]
     rng.shuffle(ids)  # each annotator sees their own order; it is stored with the ranking
-    return con.execute(
+    assignment_id = con.execute(
         "INSERT INTO assignments (prompt_id, annotator, shown_order) VALUES (?, ?, ?) RETURNING assignment_id",
-        [prompt_id, annotator, ids],
+        [row[0], annotator, ids],
     ).fetchone()[0]
+    return assignment_id, row[0], ids
 
 
 def get_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> tuple | None:
@@ -89,17 +95,17 @@ def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
 
 
 def annotation_counts(con: duckdb.DuckDBPyConnection, annotator: str, source: str, overlap: int) -> tuple:
-    """(rankings by this annotator, rankings by everyone, prompts still needing rankings, pairs in the store)."""
-    mine, team = con.execute(
-        "SELECT count(*) FILTER (WHERE annotator = ?), count(*) FROM rankings WHERE source = ? AND NOT skipped",
-        [annotator, source],
-    ).fetchone()
-    pending = con.execute(
+    """(rankings by this annotator, rankings by everyone, prompts still needing rankings, pairs in the store);
+    one query, since it runs after every submission."""
+    return con.execute(
         f"""WITH rankable AS (SELECT r.prompt_id FROM responses r WHERE {RANKABLE}
-                              GROUP BY r.prompt_id HAVING count(*) >= 2)
-            SELECT count(*) FROM rankable k
-            WHERE (SELECT count(*) FROM rankings g WHERE g.prompt_id = k.prompt_id AND g.source = ?) < ?""",
-        [source, overlap],
-    ).fetchone()[0]
-    pairs = con.execute("SELECT count(*) FROM pairs").fetchone()[0]
-    return mine, team, pending, pairs
+                              GROUP BY r.prompt_id HAVING count(*) >= 2),
+                 done AS (SELECT prompt_id, count(*) AS n FROM rankings WHERE source = $source GROUP BY prompt_id)
+            SELECT
+              (SELECT count(*) FROM rankings WHERE source = $source AND NOT skipped AND annotator = $annotator),
+              (SELECT count(*) FROM rankings WHERE source = $source AND NOT skipped),
+              (SELECT count(*) FROM rankable k LEFT JOIN done d USING (prompt_id) WHERE coalesce(d.n, 0) < $overlap),
+              -- pair ids only: counting the full `pairs` view would join every text
+              (SELECT count(*) FROM pair_ids x JOIN rankings r USING (ranking_id) WHERE NOT r.skipped)""",
+        {"source": source, "annotator": annotator, "overlap": overlap},
+    ).fetchone()

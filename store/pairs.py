@@ -90,3 +90,16 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
         "annotators": [{"annotator": a, "rankings": n, "skipped": s, "pairs": p} for a, n, s, p in per_annotator],
         "sources": dict(per_source),
     }
+
+
+def rankings_for_agreement(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, dict[int, int]]]:
+    """(prompt id, annotator, {response id: rank}) for every ranked prompt that two or more annotators ranked."""
+    rows = con.execute(
+        """WITH shared AS (SELECT prompt_id FROM rankings WHERE NOT skipped
+                           GROUP BY prompt_id HAVING count(DISTINCT annotator) >= 2)
+           SELECT r.prompt_id, r.annotator, map_from_entries(list((i.response_id, i.rank)))
+           FROM rankings r JOIN ranking_items i USING (ranking_id)
+           WHERE NOT r.skipped AND r.prompt_id IN (SELECT prompt_id FROM shared)
+           GROUP BY r.ranking_id, r.prompt_id, r.annotator ORDER BY r.ranking_id"""
+    ).fetchall()
+    return [(p, a, dict(m)) for p, a, m in rows]

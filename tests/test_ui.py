@@ -32,7 +32,7 @@ def app(db, tiny_model_dir, tmp_path, monkeypatch):
 
 
 def test_data_tab_end_to_end(app, db, tmp_path):
-    assert "The store is empty" in app.predict(api_name="/counts")
+    assert "The store is empty" in app.predict(api_name="/counts")[0]
     assert app.predict(api_name="/load_examples") == "prompts: 40 added, 0 already in the store"
     (tmp_path / "mine.txt").write_text("My own prompt\n")
     assert app.predict(handle_file(str(tmp_path / "mine.txt")), api_name="/add_prompts") == (
@@ -51,7 +51,8 @@ def test_data_tab_end_to_end(app, db, tmp_path):
     tasks = json.loads(Path(next(f for f in files if f.endswith("tasks.json"))).read_text())
     # 3 sampled prompts + the 2 pairwise prompts imported above, each with 2 responses
     assert len(tasks) == 5 and all(len(t["data"]["items"]) == 2 for t in tasks)
-    counts = app.predict(api_name="/counts")
+    counts, agreement = app.predict(api_name="/counts")
+    assert agreement["data"] == []  # nobody shares a prompt yet
     assert "prompts 43 (5 with responses, 38 pending)" in counts and "pairs 2" in counts
 
 
