@@ -19,7 +19,6 @@ from annotation.actions import (
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
 from app.sampling import run_sampling
 from store.errors import StoreError
-from training.generation import SamplingConfig
 from training.models import ModelError
 
 
@@ -51,7 +50,7 @@ def ls_export_download(db: str) -> list[str]:
 
 
 def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
-    sampler = ctx.sampler(SamplingConfig(model=ctx.model))
+    sampler = ctx.sampler(ctx.sampling)
     report = run_sampling(
         ctx.db,
         sampler,

@@ -18,9 +18,17 @@ from training.generation import Sampler, SamplingConfig
 class AppContext:
     """What every session shares: the store path and the loaded sampling model (loaded on first use)."""
 
-    def __init__(self, db: str, model: str = "default", overlap: int = 1, auth: bool = False):
+    def __init__(
+        self,
+        db: str,
+        model: str = "default",
+        overlap: int = 1,
+        auth: bool = False,
+        sampling: SamplingConfig | None = None,
+    ):
         self.db = db
         self.model = model
+        self.sampling = sampling or SamplingConfig(model=model)  # what the Sample button uses
         self.overlap = overlap  # annotators per prompt
         self.auth = auth  # logins are the annotator ids
         self._sampler: Sampler | None = None

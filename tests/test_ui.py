@@ -15,6 +15,7 @@ from app.ui import AppContext, build_app, is_loopback, read_auth_file
 from store.errors import StoreError
 from tests.conftest import DATA, query, store_rows
 from tests.labelstudio_server import free_port
+from training.generation import SamplingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def app(db, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
-    demo = build_app(AppContext(db, model=str(tiny_model_dir)))
+    sampling = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=8)
+    demo = build_app(AppContext(db, model=str(tiny_model_dir), sampling=sampling))
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
@@ -118,3 +120,18 @@ def test_make_run_brings_the_app_up_on_loopback(tmp_path):
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
+
+
+def test_sampling_in_the_app_does_not_block_annotators(app, db):
+    """While the app samples the 40 example prompts, an annotator still submits and gets the next prompt."""
+    from tests.test_session import seed_store
+
+    seed_store(db, 3)
+    app.predict(api_name="/load_examples")
+    job = app.submit(8, 0, api_name="/sample")  # K = 8 for every pending prompt, in the background
+    prompt, value, _, _ = app.predict("ann", api_name="/annotate_next")
+    ranked = {"items": [{**it, "rank": len(value["items"]) - it["pos"]} for it in value["items"]]}
+    _, _, progress, status = app.predict("ann", ranked, api_name="/annotate_submit")
+    assert status == "Saved. Next prompt." and progress.startswith("you: 1 ranked")
+    assert not job.done()  # the annotator did not wait for the sampling run
+    assert job.result().startswith("sampled 320 responses for 40 prompts")
