@@ -13,6 +13,7 @@ from app.config_args import add_dataclass_args, dataclass_from_args
 from store.errors import StoreError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
+from training.reward.config import RewardConfig
 
 
 def cmd_init(args: argparse.Namespace) -> None:
@@ -103,6 +104,42 @@ def cmd_pairs(args: argparse.Namespace) -> None:
         print(json.dumps(s, indent=2) if args.json else "\n".join(stats_lines(s)))
 
 
+def cmd_train_rm(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from app.train_rm import run_reward
+    from training.reward.config import RewardConfig
+
+    cfg = dataclass_from_args(RewardConfig, args)
+
+    def show(row: dict) -> None:
+        if "loss/rm" in row:
+            print(
+                f"step {row['step']}: loss {row['loss/rm']:.4f}, train accuracy {row['rm/train_accuracy']:.3f}, "
+                f"{row['perf/pairs_per_s']:.1f} pairs/s",
+                flush=True,
+            )
+        elif "eval/rm_accuracy" in row:
+            print(
+                f"step {row['step']}: eval accuracy {row['eval/rm_accuracy']:.3f} on {row['eval/pairs']} pairs, "
+                f"margin {row['eval/margin_mean']:.3f}",
+                flush=True,
+            )
+
+    run, status = run_reward(
+        args.db,
+        cfg,
+        Path(args.runs_dir),
+        pairs=args.pairs,
+        num_accelerators=args.num_accelerators,
+        hostfile=args.hostfile,
+        on_metrics=show,
+    )
+    if status.get("state") != "finished":
+        raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
+    print(f"run {run.name} finished; reward model in {run / 'model'}")
+
+
 def cmd_ui(args: argparse.Namespace) -> None:
     from app.ui import launch
 
@@ -155,6 +192,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out")
     s.add_argument("--seed", type=int, default=0, help="seed of the per-task item shuffle")
     s.set_defaults(func=cmd_export_ls)
+
+    s = sub.add_parser("train-rm", help="train a reward model on DeepSpeed (snapshot of the store, or --pairs)")
+    s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
+    s.add_argument("--runs-dir", default="runs", help="where run folders go (default ./runs)")
+    s.add_argument(
+        "--num-accelerators",
+        "--num-gpus",
+        type=int,
+        default=1,
+        dest="num_accelerators",
+        help="ranks on this machine (CPU: processes; GPU: GPUs)",
+    )
+    s.add_argument("--hostfile", help="DeepSpeed hostfile for several machines")
+    add_dataclass_args(s, RewardConfig, skip=("data", "output_dir"))
+    s.set_defaults(func=cmd_train_rm)
 
     s = sub.add_parser("pairs", help="expand rankings to chosen/rejected pairs")
     s.add_argument("--out", help="FILE.jsonl or FILE.parquet")

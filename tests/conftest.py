@@ -11,7 +11,7 @@ from store.db import connect
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).parent / "data"
-TABLES = ("prompts", "responses", "rankings", "ranking_items", "imports", "snapshots", "assignments")
+TABLES = ("prompts", "responses", "rankings", "ranking_items", "imports", "snapshots", "assignments", "runs")
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ def test_init_creates_then_reports_up_to_date(tmp_path, capsys):
 
     db = str(tmp_path / "s.duckdb")
     assert main(["--db", db, "init"]) == 0
-    assert capsys.readouterr().out.strip() == f"store {db}: created (schema version 2, latest 2)"
+    assert capsys.readouterr().out.strip() == f"store {db}: created (schema version 3, latest 3)"
     assert main(["--db", db, "init"]) == 0
     assert "up to date" in capsys.readouterr().out
 

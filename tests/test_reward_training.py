@@ -1,0 +1,109 @@
+"""Reward-model training through the DeepSpeed launcher on CPU, with a tiny random model and a preference the
+model can learn: chosen responses end with a fixed polite phrase the rejected ones lack."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from tests.conftest import query, store_rows, write_jsonl
+
+WORDS = "apple river stone cloud green quick music paper light window garden simple".split()
+
+
+def separable_pairs(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        base = " ".join(rng.choice(WORDS) for _ in range(6))
+        other = " ".join(rng.choice(WORDS) for _ in range(6))
+        rows.append({"prompt": f"Question {i}: tell me about {rng.choice(WORDS)}",
+                     "chosen": base + " please and thank you", "rejected": other, "margin": 1, "ranking_id": i})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_model_dir):
+    """One training run shared by the checks below (it takes about a minute)."""
+    from app.cli import main
+
+    tmp = tmp_path_factory.mktemp("rm")
+    db = str(tmp / "store.duckdb")
+    pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(160))
+    code = main(["--db", db, "train-rm", "--pairs", str(pairs), "--runs-dir", str(tmp / "runs"),
+                 "--model", str(tiny_model_dir), "--epochs", "3", "--lr", "1e-3", "--eval-fraction", "0.25",
+                 "--save-every", "10"])
+    assert code == 0
+    (run,) = list((tmp / "runs").iterdir())
+    return db, run
+
+
+def test_reaches_high_accuracy_on_held_out_prompts(trained):
+    db, run = trained
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished"
+    assert status["final"]["eval/rm_accuracy"] >= 0.95 and status["final"]["eval/pairs"] >= 20
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss/rm"] for r in rows if "loss/rm" in r]
+    assert losses[-1] < losses[0]  # it learned
+    start = next(r for r in rows if r.get("event") == "start")
+    assert start["train_pairs"] + start["eval_pairs"] == 160 and start["truncated_pairs"] == 0
+    config = json.loads((run / "config.json").read_text())
+    assert query(db, "SELECT run_id, kind FROM runs") == [(run.name, "reward")]
+    assert json.loads(query(db, "SELECT config FROM runs")[0][0]) == config
+
+
+def test_saved_model_reloads_with_plain_transformers_and_scores_the_same(trained):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    _, run = trained
+    model = AutoModelForSequenceClassification.from_pretrained(run / "model")
+    tok = AutoTokenizer.from_pretrained(run / "model")
+    assert tok.pad_token_id != tok.eos_token_id  # the EOS that ends every response is the token scored
+    scores = json.loads((run / "eval_scores.json").read_text())
+    # re-score the held-out pairs exactly as the trainer did and compare with what it saved
+    from training.reward.data import PairEncoder, load_pairs
+
+    config = json.loads((run / "config.json").read_text())
+    _, evals = load_pairs(config["data"], config["eval_fraction"], config["seed"])
+    enc = PairEncoder(tok, config["max_length"])
+    got = {}
+    with torch.no_grad():
+        for r in evals:
+            for side in ("chosen", "rejected"):
+                ids, _ = enc.encode(r["prompt"], r[side])
+                got[(r["prompt"], side)] = model(torch.tensor([ids])).logits[0, 0].item()
+    chosen = sorted(got[(r["prompt"], "chosen")] for r in evals)
+    assert chosen == pytest.approx(sorted(scores["chosen"]), abs=1e-4)
+    # right padding in a batch does not change a score: it is read at the last non-pad token
+    ids, _ = enc.encode(evals[0]["prompt"], evals[0]["chosen"])
+    padded = torch.tensor([ids + [tok.pad_token_id] * 5])
+    mask = torch.tensor([[1] * len(ids) + [0] * 5])
+    with torch.no_grad():
+        assert model(padded, attention_mask=mask).logits[0, 0].item() == pytest.approx(
+            got[(evals[0]["prompt"], "chosen")], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda tmp: write_jsonl(tmp / "p.jsonl", [{"prompt": "p", "rejected": "r"}]), "the pairs have no 'chosen' column"),
+        (lambda tmp: write_jsonl(tmp / "p.jsonl", []), "no pairs"),
+        (lambda tmp: tmp / "missing.jsonl", "no such snapshot or pairs file"),
+    ],
+)
+def test_bad_pairs_are_one_error_line(cli, db, tmp_path, tiny_model_dir, make, message):
+    before = store_rows(db)
+    code, _, err = cli("train-rm", "--pairs", str(make(tmp_path)), "--model", str(tiny_model_dir),
+                       "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+    assert store_rows(db) == before
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_no_pairs_in_the_store_and_a_model_that_is_not_a_model(cli, tmp_path, tiny_model_dir):
+    code, _, err = cli("train-rm", "--model", str(tiny_model_dir), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and "no pairs in the store yet" in err
+    code, _, err = cli("train-rm", "--model", str(tmp_path), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and "has no config.json" in err

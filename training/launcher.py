@@ -1,0 +1,49 @@
+"""Starting training through the DeepSpeed launcher, the same way from the CLI and the app's buttons:
+
+    deepspeed --num_accelerators N [--hostfile F] --master_port P \
+              --module training.<kind>.train --config RUN/config.json
+
+Its output goes to RUN/train.log; the caller follows RUN/metrics.jsonl and RUN/status.json."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+MODULES = {"reward": "training.reward.train"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deepspeed_command(kind: str, config: Path, num_accelerators: int = 1, hostfile: str | None = None) -> list[str]:
+    exe = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or shutil.which("deepspeed")
+    if exe is None:
+        raise FileNotFoundError("the deepspeed launcher is not installed (make run installs it)")
+    cmd = [exe]
+    if hostfile:
+        cmd += ["--hostfile", hostfile]
+    else:
+        # a local run: only this machine, whatever /job/hostfile says
+        cmd += ["--num_accelerators", str(num_accelerators)]
+    cmd += ["--master_port", str(_free_port()), "--module", MODULES[kind], "--config", str(config)]
+    return cmd
+
+
+def launch(kind: str, run_dir: Path, num_accelerators: int = 1, hostfile: str | None = None) -> subprocess.Popen:
+    """Start the run in its own process group (so Stop can signal every rank); returns the launcher process."""
+    cmd = deepspeed_command(kind, run_dir / "config.json", num_accelerators, hostfile)
+    log = open(run_dir / "train.log", "ab")  # noqa: SIM115 - owned by the child from here on
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    root = Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    return subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(run_dir), env=env, start_new_session=True
+    )

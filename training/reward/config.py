@@ -1,0 +1,58 @@
+"""Reward-model training settings: one dataclass, the source of the CLI flags, the app's form and the saved
+`config.json` of every run (so any run can be launched again as it was)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+
+@dataclass
+class RewardConfig:
+    data: str = field(default="", metadata={"help": "snapshot folder (train/eval.parquet) or a pairs .jsonl/.parquet"})
+    model: str = field(default="default", metadata={"help": "base model: 'default' or a local HF folder"})
+    output_dir: str = field(default="", metadata={"help": "run folder (set by the launcher)"})
+    epochs: int = field(default=1, metadata={"help": "passes over the training pairs"})
+    max_steps: int = field(default=0, metadata={"help": "stop after this many optimizer steps (0 = all epochs)"})
+    batch_pairs: int = field(default=8, metadata={"help": "pairs per rank per micro-batch"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    lr: float = field(default=1e-5, metadata={"help": "peak learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps"})
+    lr_schedule: str = field(default="cosine", metadata={"help": "cosine, linear or constant after warm-up"})
+    max_length: int = field(
+        default=512, metadata={"help": "tokens per prompt+response; longer ones lose prompt tokens"}
+    )
+    margin_scale: float = field(default=0.0, metadata={"help": "margin = scale x rank gap in the loss (0 = off)"})
+    center_coef: float = field(default=0.0, metadata={"help": "weight of the score-centring term (0 = off)"})
+    group_by_ranking: bool = field(default=False, metadata={"help": "keep all pairs of a ranking in one batch"})
+    zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1, 2 or 3"})
+    dtype: str = field(default="fp32", metadata={"help": "fp32 or bf16 (fp16 on GPU)"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
+    eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0 = only at the end)"})
+    save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
+    eval_fraction: float = field(default=0.1, metadata={"help": "share of prompts held out when data is a pairs file"})
+    seed: int = field(default=0, metadata={"help": "seed for the head, the data order and the split"})
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> RewardConfig:
+        raw = json.loads(Path(path).read_text())
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown setting {unknown[0]!r}")
+        return cls(**raw)
+
+    def check(self) -> None:
+        if self.dtype not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"dtype must be fp32, bf16 or fp16, got {self.dtype}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0..3, got {self.zero_stage}")
+        if self.lr_schedule not in ("cosine", "linear", "constant"):
+            raise ValueError(f"lr_schedule must be cosine, linear or constant, got {self.lr_schedule}")
+        if self.batch_pairs < 1 or self.grad_accum < 1 or self.max_length < 8:
+            raise ValueError("batch_pairs and grad_accum must be >= 1 and max_length >= 8")

@@ -1,0 +1,231 @@
+"""Reward-model training, one DeepSpeed process per rank:
+
+    deepspeed --num_accelerators N --module training.reward.train --config RUN/config.json
+
+Reads the pairs from files (never the database), trains AutoModelForSequenceClassification(num_labels=1) with the
+Bradley-Terry loss, evaluates on held-out prompts, checkpoints, resumes, and saves a plain HF folder to RUN/model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from training.models import resolve_model
+from training.reward.config import RewardConfig
+from training.reward.data import PairEncoder, batches, collate, load_pairs
+from training.reward.losses import pair_accuracy, pairwise_loss
+from training.reward.model import load_reward_model, scores
+from training.runs import RunFiles
+
+
+def ds_config(cfg: RewardConfig) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.batch_pairs,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": cfg.dtype == "bf16"},
+        "fp16": {"enabled": cfg.dtype == "fp16"},
+        "steps_per_print": 10**9,
+    }
+
+
+def lr_lambda(cfg: RewardConfig, total_steps: int):
+    def f(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+        if cfg.lr_schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        if cfg.lr_schedule == "linear":
+            return max(0.0, 1 - progress)
+        return 1.0
+
+    return f
+
+
+def setup_distributed():
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
+    deepspeed.init_distributed(dist_backend=backend)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def forward_scores(engine, batch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chosen and rejected rows go through one forward pass: (chosen (B,), rejected (B,), margin (B,))."""
+    ids, mask, margin = batch
+    s = scores(engine, ids.to(device), mask.to(device))
+    b = margin.shape[0]
+    return s[:b], s[b:], margin.to(device)
+
+
+def evaluate(engine, eval_batches, rank, world, device) -> dict:
+    """Every rank scores its share in lockstep (ZeRO-3 gathers weights collectively); rank 0 gets all scores."""
+    mine = eval_batches[rank::world]
+    rounds = math.ceil(len(eval_batches) / world)
+    chosen, rejected = [], []
+    engine.eval()
+    with torch.no_grad():
+        for i in range(rounds):
+            batch = mine[i] if i < len(mine) else eval_batches[0]  # a spare forward keeps ranks in step
+            c, r, _ = forward_scores(engine, batch, device)
+            if i < len(mine):
+                chosen += c.tolist()
+                rejected += r.tolist()
+    engine.train()
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, (chosen, rejected))
+    c = torch.tensor([x for g in gathered for x in g[0]])
+    r = torch.tensor([x for g in gathered for x in g[1]])
+    both = torch.cat([c, r])
+    return {
+        "eval/loss": pairwise_loss(c, r).item(),
+        "eval/rm_accuracy": pair_accuracy(c, r).item(),
+        "eval/margin_mean": (c - r).mean().item(),
+        "eval/score_mean": both.mean().item(),
+        "eval/score_std": both.std().item(),
+        "eval/pairs": len(c),
+        "_scores": {"chosen": c.tolist(), "rejected": r.tolist()},
+    }
+
+
+def save_model(engine, tokenizer, cfg: RewardConfig, out: Path, rank: int, stats: dict) -> None:
+    """A plain HF folder (safetensors + tokenizer), gathered from all ranks under ZeRO-3."""
+    state = engine._zero3_consolidated_16bit_state_dict() if cfg.zero_stage == 3 else engine.module.state_dict()
+    if rank == 0:
+        module = engine.module
+        module.save_pretrained(out, state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+        (out / "reward_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+
+
+def train(cfg: RewardConfig) -> None:
+    import deepspeed
+
+    rank, world = setup_distributed()
+    run = RunFiles(cfg.output_dir, rank)
+    run.status("running", step=0)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # the new score head starts the same on every rank and every resume
+    model, tokenizer = load_reward_model(resolve_model(cfg.model))
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)
+    enc = PairEncoder(tokenizer, cfg.max_length)
+    train_pairs = [enc.pair(r, cfg.margin_scale) for r in train_rows]
+    eval_pairs = [enc.pair(r, 0.0) for r in eval_rows]
+    pad = tokenizer.pad_token_id
+    eval_batches = [collate(b, pad) for b in batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)]
+    per_epoch = len(batches(train_pairs, cfg.batch_pairs, cfg.seed, 0, cfg.group_by_ranking)) // world
+    if per_epoch == 0:
+        raise ValueError(f"{len(train_pairs)} training pairs are fewer than one batch per rank")
+    steps_per_epoch = max(1, per_epoch // cfg.grad_accum)
+    total = cfg.max_steps or steps_per_epoch * cfg.epochs
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, total))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=ds_config(cfg))
+    device = engine.device
+    ckpt = Path(cfg.output_dir) / "checkpoints"
+    done_micro = 0
+    if (ckpt / "latest").exists():
+        _, client = engine.load_checkpoint(str(ckpt))
+        done_micro = client["micro_step"]
+        run.metrics({"event": "resumed", "step": engine.global_steps, "micro_step": done_micro})
+    truncated = sum(p.truncated for p in train_pairs + eval_pairs)
+    run.metrics(
+        {
+            "event": "start",
+            "train_pairs": len(train_pairs),
+            "eval_pairs": len(eval_pairs),
+            "truncated_pairs": truncated,
+            "world_size": world,
+            "total_steps": total,
+        }
+    )
+    micro, window, t0 = 0, [], time.time()
+    for epoch in range(cfg.epochs if not cfg.max_steps else 10**6):
+        mine = batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
+        for raw in mine:
+            if engine.global_steps >= total:
+                break
+            micro += 1
+            if micro <= done_micro:  # already trained before the restart
+                continue
+            c, r, margin = forward_scores(engine, collate(raw, pad), device)
+            loss = pairwise_loss(c, r, margin if cfg.margin_scale else None, cfg.center_coef)
+            engine.backward(loss)
+            boundary = engine.is_gradient_accumulation_boundary()
+            engine.step()
+            window.append((loss.item(), pair_accuracy(c, r).item(), len(raw)))
+            if not boundary:
+                continue
+            step = engine.global_steps
+            elapsed = time.time() - t0
+            run.metrics(
+                {
+                    "step": step,
+                    "epoch": epoch,
+                    "loss/rm": sum(w[0] for w in window) / len(window),
+                    "rm/train_accuracy": sum(w[1] for w in window) / len(window),
+                    "lr": sched.get_last_lr()[0],
+                    "perf/pairs_per_s": world * sum(w[2] for w in window) / max(elapsed, 1e-9),
+                }
+            )
+            window, t0 = [], time.time()
+            run.status("running", step=step, total_steps=total)
+            if cfg.eval_every and step % cfg.eval_every == 0 and eval_batches:
+                ev = evaluate(engine, eval_batches, rank, world, device)
+                ev.pop("_scores")
+                run.metrics({"step": step, **ev})
+            if cfg.save_every and step % cfg.save_every == 0:
+                engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state={"micro_step": micro})
+        if engine.global_steps >= total:
+            break
+    final = {"step": engine.global_steps}
+    stats = {}
+    if eval_batches:
+        ev = evaluate(engine, eval_batches, rank, world, device)
+        hist = ev.pop("_scores")
+        final.update(ev)
+        stats = {"score_mean": ev["eval/score_mean"], "score_std": ev["eval/score_std"]}
+        if rank == 0:
+            (Path(cfg.output_dir) / "eval_scores.json").write_text(json.dumps(hist) + "\n")
+    run.metrics({**final, "event": "final"})
+    engine.save_checkpoint(str(ckpt), tag=f"step{engine.global_steps}", client_state={"micro_step": micro})
+    save_model(engine, tokenizer, cfg, Path(cfg.output_dir) / "model", rank, stats)
+    run.status(
+        "finished",
+        step=engine.global_steps,
+        total_steps=total,
+        final={k: v for k, v in final.items() if k.startswith("eval/")},
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--config", required=True)
+    p.add_argument("--local_rank", type=int, default=-1)  # passed by the DeepSpeed launcher
+    args = p.parse_args(argv)
+    cfg = RewardConfig.load(args.config)
+    cfg.check()
+    try:
+        train(cfg)
+    except BaseException as e:
+        RunFiles(cfg.output_dir).status(
+            "failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
+        )
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""A run folder: config.json, metrics.jsonl, status.json, train.log, checkpoints/, model/. Written by rank 0.
+
+status.json is replaced atomically, so a reader (the CLI, the app) never sees half a file; a run whose process
+died shows its last status, and the reader compares the pid with the live processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+class RunFiles:
+    def __init__(self, folder: str | Path, rank: int = 0):
+        self.folder = Path(folder)
+        self.rank = rank
+        self.started = time.time()
+
+    def status(self, state: str, **extra) -> None:
+        if self.rank == 0:
+            write_json_atomic(
+                self.folder / "status.json",
+                {"state": state, "pid": os.getpid(), "updated_at": time.time(), "started_at": self.started, **extra},
+            )
+
+    def metrics(self, row: dict) -> None:
+        if self.rank == 0:
+            with (self.folder / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps({"time": round(time.time() - self.started, 3), **row}) + "\n")
+
+
+def read_status(folder: str | Path) -> dict:
+    try:
+        return json.loads((Path(folder) / "status.json").read_text())
+    except (OSError, ValueError):
+        return {"state": "unknown"}
+
+
+def read_metrics(folder: str | Path) -> list[dict]:
+    path = Path(folder) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line being written right now
+            break
+    return rows
