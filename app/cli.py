@@ -107,7 +107,7 @@ def cmd_pairs(args: argparse.Namespace) -> None:
 def cmd_train_rm(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.train_rm import run_reward
+    from app.train_rm import resume_reward, run_reward
     from training.reward.config import RewardConfig
 
     cfg = dataclass_from_args(RewardConfig, args)
@@ -126,15 +126,19 @@ def cmd_train_rm(args: argparse.Namespace) -> None:
                 flush=True,
             )
 
-    run, status = run_reward(
-        args.db,
-        cfg,
-        Path(args.runs_dir),
-        pairs=args.pairs,
-        num_accelerators=args.num_accelerators,
-        hostfile=args.hostfile,
-        on_metrics=show,
-    )
+    if args.resume:
+        run = Path(args.resume)
+        status = resume_reward(run, args.num_accelerators, args.hostfile, on_metrics=show)
+    else:
+        run, status = run_reward(
+            args.db,
+            cfg,
+            Path(args.runs_dir),
+            pairs=args.pairs,
+            num_accelerators=args.num_accelerators,
+            hostfile=args.hostfile,
+            on_metrics=show,
+        )
     if status.get("state") != "finished":
         raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; reward model in {run / 'model'}")
@@ -196,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("train-rm", help="train a reward model on DeepSpeed (snapshot of the store, or --pairs)")
     s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
     s.add_argument("--runs-dir", default="runs", help="where run folders go (default ./runs)")
+    s.add_argument("--resume", metavar="RUN", help="continue a stopped or killed run folder from its last checkpoint")
     s.add_argument(
         "--num-accelerators",
         "--num-gpus",

@@ -92,3 +92,15 @@ def run_reward(
     run = prepare_reward_run(db, cfg, runs_dir, pairs)
     proc = launch("reward", run, num_accelerators, hostfile)
     return run, follow(run, proc, on_metrics)
+
+
+def resume_reward(
+    run: Path, num_accelerators: int = 1, hostfile: str | None = None, on_metrics: Callable[[dict], None] | None = None
+) -> dict:
+    """Launch an existing run folder again; training continues from its last checkpoint."""
+    if not (run / "config.json").is_file():
+        raise StoreError(f"{run} is not a run folder: no config.json")
+    if read_status(run).get("state") == "finished":
+        raise StoreError(f"run {run.name} already finished")
+    proc = launch("reward", run, num_accelerators, hostfile)
+    return follow(run, proc, on_metrics)

@@ -18,8 +18,15 @@ def separable_pairs(n: int, seed: int = 0) -> list[dict]:
     for i in range(n):
         base = " ".join(rng.choice(WORDS) for _ in range(6))
         other = " ".join(rng.choice(WORDS) for _ in range(6))
-        rows.append({"prompt": f"Question {i}: tell me about {rng.choice(WORDS)}",
-                     "chosen": base + " please and thank you", "rejected": other, "margin": 1, "ranking_id": i})
+        rows.append(
+            {
+                "prompt": f"Question {i}: tell me about {rng.choice(WORDS)}",
+                "chosen": base + " please and thank you",
+                "rejected": other,
+                "margin": 1,
+                "ranking_id": i,
+            }
+        )
     return rows
 
 
@@ -31,9 +38,27 @@ def trained(tmp_path_factory, tiny_model_dir):
     tmp = tmp_path_factory.mktemp("rm")
     db = str(tmp / "store.duckdb")
     pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(160))
-    code = main(["--db", db, "train-rm", "--pairs", str(pairs), "--runs-dir", str(tmp / "runs"),
-                 "--model", str(tiny_model_dir), "--epochs", "3", "--lr", "1e-3", "--eval-fraction", "0.25",
-                 "--save-every", "10"])
+    code = main(
+        [
+            "--db",
+            db,
+            "train-rm",
+            "--pairs",
+            str(pairs),
+            "--runs-dir",
+            str(tmp / "runs"),
+            "--model",
+            str(tiny_model_dir),
+            "--epochs",
+            "3",
+            "--lr",
+            "1e-3",
+            "--eval-fraction",
+            "0.25",
+            "--save-every",
+            "10",
+        ]
+    )
     assert code == 0
     (run,) = list((tmp / "runs").iterdir())
     return db, run
@@ -82,21 +107,26 @@ def test_saved_model_reloads_with_plain_transformers_and_scores_the_same(trained
     mask = torch.tensor([[1] * len(ids) + [0] * 5])
     with torch.no_grad():
         assert model(padded, attention_mask=mask).logits[0, 0].item() == pytest.approx(
-            got[(evals[0]["prompt"], "chosen")], abs=1e-5)
+            got[(evals[0]["prompt"], "chosen")], abs=1e-5
+        )
 
 
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda tmp: write_jsonl(tmp / "p.jsonl", [{"prompt": "p", "rejected": "r"}]), "the pairs have no 'chosen' column"),
+        (
+            lambda tmp: write_jsonl(tmp / "p.jsonl", [{"prompt": "p", "rejected": "r"}]),
+            "the pairs have no 'chosen' column",
+        ),
         (lambda tmp: write_jsonl(tmp / "p.jsonl", []), "no pairs"),
         (lambda tmp: tmp / "missing.jsonl", "no such snapshot or pairs file"),
     ],
 )
 def test_bad_pairs_are_one_error_line(cli, db, tmp_path, tiny_model_dir, make, message):
     before = store_rows(db)
-    code, _, err = cli("train-rm", "--pairs", str(make(tmp_path)), "--model", str(tiny_model_dir),
-                       "--runs-dir", str(tmp_path / "runs"))
+    code, _, err = cli(
+        "train-rm", "--pairs", str(make(tmp_path)), "--model", str(tiny_model_dir), "--runs-dir", str(tmp_path / "runs")
+    )
     assert code == 1 and err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
     assert store_rows(db) == before
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
@@ -107,3 +137,72 @@ def test_no_pairs_in_the_store_and_a_model_that_is_not_a_model(cli, tmp_path, ti
     assert code == 1 and "no pairs in the store yet" in err
     code, _, err = cli("train-rm", "--model", str(tmp_path), "--runs-dir", str(tmp_path / "runs"))
     assert code == 1 and "has no config.json" in err
+
+
+def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
+    from app.cli import main
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(96))
+    code = main(
+        [
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "train-rm",
+            "--pairs",
+            str(pairs),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--model",
+            str(tiny_model_dir),
+            "--epochs",
+            "2",
+            "--lr",
+            "1e-3",
+            "--eval-fraction",
+            "0.25",
+            "--num-accelerators",
+            "2",
+        ]
+    )
+    assert code == 0
+    (run,) = list((tmp_path / "runs").iterdir())
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert next(r for r in rows if r.get("event") == "start")["world_size"] == 2
+    assert sorted(p.name for p in (run / "model").iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
+    final = json.loads((run / "status.json").read_text())["final"]
+    assert final["eval/pairs"] == next(r for r in rows if r.get("event") == "start")["eval_pairs"]
+
+
+def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_model_dir):
+    import os
+    import signal
+    import time
+
+    from app.train_rm import follow, prepare_reward_run, resume_reward
+    from training.launcher import launch
+    from training.reward.config import RewardConfig
+    from training.runs import read_metrics, read_status
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(160))
+    cfg = RewardConfig(model=str(tiny_model_dir), max_steps=24, lr=1e-3, eval_fraction=0.25, save_every=4)
+    db = str(tmp_path / "s.duckdb")
+    whole = prepare_reward_run(db, cfg, tmp_path / "runs", str(pairs))
+    assert follow(whole, launch("reward", whole))["state"] == "finished"
+
+    cut = prepare_reward_run(db, cfg, tmp_path / "runs", str(pairs))
+    proc = launch("reward", cut)
+    deadline = time.monotonic() + 300
+    while not any(r.get("step", 0) >= 10 and "loss/rm" in r for r in read_metrics(cut)):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # every rank and the launcher, mid-run
+    proc.wait()
+    assert read_status(cut)["state"] == "running"  # what a killed run leaves behind
+    assert (cut / "checkpoints" / "latest").exists()
+    status = resume_reward(cut)
+    assert status["state"] == "finished"
+    assert any(r.get("event") == "resumed" for r in read_metrics(cut))
+    a, b = read_status(whole)["final"], status["final"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
