@@ -144,6 +144,24 @@ def cmd_train_rm(args: argparse.Namespace) -> None:
     print(f"run {run.name} finished; reward model in {run / 'model'}")
 
 
+def cmd_runs(args: argparse.Namespace) -> None:
+    from store.db import connect
+    from store.runs import list_runs
+    from training.runs import effective_status
+
+    with connect(args.db, create=False) as con:
+        runs = list_runs(con)
+    if not runs:
+        print("no runs yet: start one with `rlhf train-rm`")
+    for run_id, kind, path, created in runs:
+        status = effective_status(path)
+        final = status.get("final") or {}
+        headline = f", eval accuracy {final['eval/rm_accuracy']:.3f}" if "eval/rm_accuracy" in final else ""
+        step = f"step {status.get('step', 0)}/{status.get('total_steps', '?')}"
+        error = f" ({status['error']})" if status.get("error") else ""
+        print(f"{run_id}  {kind}  {created[:19]}  {status.get('state')}{error}  {step}{headline}  {path}")
+
+
 def cmd_ui(args: argparse.Namespace) -> None:
     from app.ui import launch
 
@@ -212,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hostfile", help="DeepSpeed hostfile for several machines")
     add_dataclass_args(s, RewardConfig, skip=("data", "output_dir"))
     s.set_defaults(func=cmd_train_rm)
+
+    s = sub.add_parser("runs", help="list training runs with status and headline metrics")
+    s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("pairs", help="expand rankings to chosen/rejected pairs")
     s.add_argument("--out", help="FILE.jsonl or FILE.parquet")

@@ -18,7 +18,7 @@ from training.launcher import launch
 from training.models import resolve_model
 from training.reward.config import RewardConfig
 from training.reward.data import DataError, load_pairs
-from training.runs import read_metrics, read_status
+from training.runs import read_metrics, read_status, write_json_atomic
 
 
 def new_run_dir(runs_dir: Path, kind: str) -> Path:
@@ -51,7 +51,8 @@ def prepare_reward_run(db: str, cfg: RewardConfig, runs_dir: Path, pairs: str | 
         if not train:
             raise StoreError("no training pairs: every prompt landed in the eval split; add more prompts")
         run = new_run_dir(runs_dir, "rm")
-        cfg = dataclasses.replace(cfg, data=data, output_dir=str(run.resolve()))
+        model = cfg.model if cfg.model == "default" else str(Path(cfg.model).resolve())
+        cfg = dataclasses.replace(cfg, data=data, model=model, output_dir=str(run.resolve()))
         cfg.save(run / "config.json")
         record_run(con, run.name, "reward", str(run.resolve()), dataclasses.asdict(cfg), snapshot_id)
     return run
@@ -72,11 +73,10 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
         time.sleep(poll_s)
     status = read_status(run)
     if proc.returncode != 0 and status.get("state") != "failed":
-        status = {
-            **status,
-            "state": "failed",
-            "error": f"the launcher exited with {proc.returncode}; see {run / 'train.log'}",
-        }
+        # the ranks died before they could say so: record it, so the run never shows as running or unknown
+        error = f"the launcher exited with {proc.returncode}; see {run / 'train.log'}"
+        status = {**status, "state": "failed", "error": error}
+        write_json_atomic(run / "status.json", status)
     return status
 
 

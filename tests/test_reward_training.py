@@ -76,6 +76,9 @@ def test_reaches_high_accuracy_on_held_out_prompts(trained):
     assert start["train_pairs"] + start["eval_pairs"] == 160 and start["truncated_pairs"] == 0
     config = json.loads((run / "config.json").read_text())
     assert query(db, "SELECT run_id, kind FROM runs") == [(run.name, "reward")]
+    from app.cli import main
+
+    assert main(["--db", db, "runs"]) == 0
     assert json.loads(query(db, "SELECT config FROM runs")[0][0]) == config
 
 
@@ -181,7 +184,7 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
     from app.train_rm import follow, prepare_reward_run, resume_reward
     from training.launcher import launch
     from training.reward.config import RewardConfig
-    from training.runs import read_metrics, read_status
+    from training.runs import effective_status, read_metrics, read_status
 
     pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(160))
     cfg = RewardConfig(model=str(tiny_model_dir), max_steps=24, lr=1e-3, eval_fraction=0.25, save_every=4)
@@ -197,7 +200,8 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # every rank and the launcher, mid-run
     proc.wait()
-    assert read_status(cut)["state"] == "running"  # what a killed run leaves behind
+    assert read_status(cut)["state"] == "running"  # what a killed run leaves behind ...
+    assert effective_status(cut)["state"] == "failed"  # ... and what `rlhf runs` shows for it
     assert (cut / "checkpoints" / "latest").exists()
     status = resume_reward(cut)
     assert status["state"] == "finished"
@@ -206,3 +210,40 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
     assert a.keys() == b.keys()
     for key in a:
         assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_stages_in_bf16_on_two_ranks(tmp_path, tiny_model_dir, stage):
+    from transformers import AutoModelForSequenceClassification
+
+    from app.cli import main
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(64))
+    code = main(
+        [
+            "--db",
+            str(tmp_path / "s.duckdb"),
+            "train-rm",
+            "--pairs",
+            str(pairs),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--model",
+            str(tiny_model_dir),
+            "--lr",
+            "1e-3",
+            "--eval-fraction",
+            "0.25",
+            "--num-accelerators",
+            "2",
+            "--zero-stage",
+            str(stage),
+            "--dtype",
+            "bf16",
+            "--gradient-checkpointing",
+        ]
+    )
+    assert code == 0
+    (run,) = list((tmp_path / "runs").iterdir())
+    model = AutoModelForSequenceClassification.from_pretrained(run / "model")  # gathered from both ranks
+    assert model.score.weight.shape == (1, 32) and torch.isfinite(model.score.weight).all()

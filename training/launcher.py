@@ -39,6 +39,7 @@ def deepspeed_command(kind: str, config: Path, num_accelerators: int = 1, hostfi
 
 def launch(kind: str, run_dir: Path, num_accelerators: int = 1, hostfile: str | None = None) -> subprocess.Popen:
     """Start the run in its own process group (so Stop can signal every rank); returns the launcher process."""
+    run_dir = run_dir.resolve()  # the ranks run inside the run folder
     cmd = deepspeed_command(kind, run_dir / "config.json", num_accelerators, hostfile)
     log = open(run_dir / "train.log", "ab")  # noqa: SIM115 - owned by the child from here on
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -54,3 +54,20 @@ def read_metrics(folder: str | Path) -> list[dict]:
         except ValueError:  # a line being written right now
             break
     return rows
+
+
+def _alive(pid: object) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def effective_status(folder: str | Path) -> dict:
+    """status.json, except that a 'running' run whose process is gone is reported as failed, never running
+    forever."""
+    status = read_status(folder)
+    if status.get("state") == "running" and not _alive(status.get("pid")):
+        return {**status, "state": "failed", "error": "the training process is gone (killed or crashed)"}
+    return status
