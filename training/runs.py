@@ -61,7 +61,10 @@ def _alive(pid: object) -> bool:
         os.kill(int(pid), 0)
     except (OSError, TypeError, ValueError):
         return False
-    return True
+    try:  # a killed process not yet reaped by its parent is a zombie: as dead as it gets
+        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def effective_status(folder: str | Path) -> dict:
