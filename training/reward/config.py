@@ -30,6 +30,8 @@ class RewardConfig:
     zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1, 2 or 3"})
     dtype: str = field(default="fp32", metadata={"help": "fp32 or bf16 (fp16 on GPU)"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
+    lora_rank: int = field(default=0, metadata={"help": "train LoRA adapters of this rank (0 = full fine-tuning)"})
+    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / rank)"})
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0 = only at the end)"})
     save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
     eval_fraction: float = field(default=0.1, metadata={"help": "share of prompts held out when data is a pairs file"})
@@ -54,5 +56,7 @@ class RewardConfig:
             raise ValueError(f"zero_stage must be 0..3, got {self.zero_stage}")
         if self.lr_schedule not in ("cosine", "linear", "constant"):
             raise ValueError(f"lr_schedule must be cosine, linear or constant, got {self.lr_schedule}")
+        if self.lora_rank and self.zero_stage == 3:
+            raise ValueError("LoRA with ZeRO-3 is not supported yet; use ZeRO 0-2 with --lora-rank")
         if self.batch_pairs < 1 or self.grad_accum < 1 or self.max_length < 8:
             raise ValueError("batch_pairs and grad_accum must be >= 1 and max_length >= 8")

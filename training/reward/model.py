@@ -57,3 +57,23 @@ def load_reward_model(folder: str | Path, dtype: torch.dtype = torch.float32):
 def scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """(B,) scalar rewards; transformers reads the head at the last non-pad token of each row."""
     return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
+
+
+def add_lora(model, rank: int, alpha: float):
+    """LoRA adapters on every linear layer of the backbone; the score head trains in full."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    config = LoraConfig(
+        task_type=TaskType.SEQ_CLS,
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        modules_to_save=["score"],
+    )
+    return get_peft_model(model, config)
+
+
+def plain_model(module):
+    """The model to save: LoRA adapters merged into the weights, so any tool loads it as a plain HF model."""
+    return module.merge_and_unload() if hasattr(module, "merge_and_unload") else module

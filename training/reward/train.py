@@ -20,7 +20,7 @@ from training.models import resolve_model
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
 from training.reward.losses import pair_accuracy, pairwise_loss
-from training.reward.model import load_reward_model, scores
+from training.reward.model import add_lora, load_reward_model, plain_model, scores
 from training.runs import RunFiles
 
 
@@ -99,6 +99,12 @@ def evaluate(engine, eval_batches, rank, world, device) -> dict:
 
 def save_model(engine, tokenizer, cfg: RewardConfig, out: Path, rank: int, stats: dict) -> None:
     """A plain HF folder (safetensors + tokenizer), gathered from all ranks under ZeRO-3."""
+    if cfg.lora_rank:  # adapters merged into the weights (config.check refuses LoRA with ZeRO-3)
+        if rank == 0:
+            plain_model(engine.module).save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(out)
+            (out / "reward_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+        return
     state = engine._zero3_consolidated_16bit_state_dict() if cfg.zero_stage == 3 else engine.module.state_dict()
     if rank == 0:
         module = engine.module
@@ -118,6 +124,8 @@ def train(cfg: RewardConfig) -> None:
     model, tokenizer = load_reward_model(resolve_model(cfg.model))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    if cfg.lora_rank:
+        model = add_lora(model, cfg.lora_rank, cfg.lora_alpha)
     train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)
     enc = PairEncoder(tokenizer, cfg.max_length)
     train_pairs = [enc.pair(r, cfg.margin_scale) for r in train_rows]
