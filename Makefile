@@ -50,6 +50,8 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 bench: $(STAMP)
+	# TRL is a bench-only peer (reward-model comparison); the app never imports it.
+	$(BIN)/pip install trl==1.16.0
 	$(BIN)/python -m bench.run
 
 clean-venv:

@@ -10,7 +10,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import annotation_latency, pairs, sampling
+from bench import annotation_latency, pairs, reward, sampling
 
 
 def machine() -> str:
@@ -21,7 +21,8 @@ def machine() -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["pairs", "sampling", "annotation"])
+    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward"])
+    p.add_argument("--reward-pairs", type=int, default=256)
     p.add_argument("--rankings", type=int, default=1_000_000)
     args = p.parse_args()
     report = {"machine": machine()}
@@ -46,6 +47,16 @@ def main() -> None:
             print(
                 f"| {r['annotators']} | {r['submits']} | {r['errors']} | {r['think_s']} s | {r['p50_ms']:.0f} ms "
                 f"| {r['p95_ms']:.0f} ms | {r['max_ms']:.0f} ms | {r['stored_rankings']} |"
+            )
+    if args.only in (None, "reward"):
+        report["reward"] = reward.run(n_pairs=args.reward_pairs)
+        print("\n| reward model | dtype | rlhf-studio pairs/s | TRL pairs/s | ratio | peak MB (ours / TRL) |")
+        print("|---|---|---|---|---|---|")
+        for r in report["reward"]:
+            a, b = r["rlhf_studio"], r["trl"]
+            print(
+                f"| {r['pairs']} pairs x 128 tokens, batch 8 | {r['dtype']} | {a['pairs_per_s']:.2f} | "
+                f"{b['pairs_per_s']:.2f} | {r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / {b['peak_rss_mb']:.0f} |"
             )
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

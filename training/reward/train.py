@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import random
+import resource
 import time
 from pathlib import Path
 
@@ -208,6 +209,7 @@ def train(cfg: RewardConfig) -> None:
         stats = {"score_mean": ev["eval/score_mean"], "score_std": ev["eval/score_std"]}
         if rank == 0:
             (Path(cfg.output_dir) / "eval_scores.json").write_text(json.dumps(hist) + "\n")
+    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
     run.metrics({**final, "event": "final"})
     engine.save_checkpoint(str(ckpt), tag=f"step{engine.global_steps}", client_state={"micro_step": micro})
     save_model(engine, tokenizer, cfg, Path(cfg.output_dir) / "model", rank, stats)

@@ -1,0 +1,117 @@
+"""Reward-model training speed: rlhf-studio (through the DeepSpeed launcher, one rank, ZeRO 0) against TRL's
+RewardTrainer on the same model (SmolLM2-135M-Instruct with a 1-output head), the same pairs token for token
+(each side exactly 128 tokens), batch 8, lr 1e-5, one epoch. Metric: pairs/s after the first 5 steps; peak RSS of
+the training process. TRL is a bench-only dependency (`make bench` installs it)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LENGTH, BATCH = 128, 8
+
+
+def make_pairs(n: int, seed: int = 0) -> list[dict]:
+    """Long prompts (cut from the left to fit) and 40-60 word responses: every side is exactly LENGTH tokens."""
+    rng = random.Random(seed)
+    words = "the a river stone cloud green quick music paper light window garden simple answer because".split()
+    text = lambda k: " ".join(rng.choice(words) for _ in range(k))  # noqa: E731
+    return [
+        {
+            "prompt": text(200),
+            "chosen": text(rng.randint(40, 60)),
+            "rejected": text(rng.randint(40, 60)),
+            "ranking_id": i,
+        }
+        for i in range(n)
+    ]
+
+
+def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
+    from app.train_rm import follow, prepare_reward_run
+    from training.launcher import launch
+    from training.reward.config import RewardConfig
+    from training.runs import read_metrics
+
+    cfg = RewardConfig(
+        model="default",
+        batch_pairs=BATCH,
+        lr=1e-5,
+        epochs=1,
+        max_length=LENGTH,
+        eval_fraction=0.0,
+        dtype=dtype,
+        lr_schedule="constant",
+    )
+    run = prepare_reward_run(str(tmp / f"bench-{dtype}.duckdb"), cfg, tmp / "runs", str(pairs_file))
+    status = follow(run, launch("reward", run))
+    assert status["state"] == "finished", status
+    rows = read_metrics(run)
+    steps = [r for r in rows if "loss/rm" in r]
+    final = next(r for r in rows if r.get("event") == "final")
+    timed = steps[5:]
+    return {
+        "pairs_per_s": len(timed) * BATCH / (timed[-1]["time"] - steps[4]["time"]),
+        "peak_rss_mb": final["perf/peak_rss_mb"],
+        "steps": len(steps),
+    }
+
+
+def _trl(tmp: Path, ids: list[tuple[list[int], list[int]]], pad_token: str, dtype: str) -> dict:
+    from training.models import resolve_model
+
+    spec = {
+        "model": str(resolve_model("default")),
+        "pad_token": pad_token,
+        "dtype": dtype,
+        "batch": BATCH,
+        "out": str(tmp / f"trl-{dtype}"),
+        "chosen": [c for c, _ in ids],
+        "rejected": [r for _, r in ids],
+    }
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.trl_reward", str(tmp / "spec.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(n_pairs: int = 256, dtypes: tuple[str, ...] = ("bf16", "fp32")) -> list[dict]:
+    from transformers import AutoTokenizer
+
+    from training.models import resolve_model
+    from training.reward.data import PairEncoder
+    from training.reward.model import pick_pad_token
+
+    rows = make_pairs(n_pairs)
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    pick_pad_token(tok)
+    enc = PairEncoder(tok, LENGTH)
+    ids = [(enc.encode(r["prompt"], r["chosen"])[0], enc.encode(r["prompt"], r["rejected"])[0]) for r in rows]
+    assert all(len(c) == len(r) == LENGTH for c, r in ids)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        pairs_file = tmp / "pairs.jsonl"
+        pairs_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        for dtype in dtypes:
+            ours, trl = _ours(tmp, pairs_file, dtype), _trl(tmp, ids, tok.pad_token, dtype)
+            results.append(
+                {
+                    "dtype": dtype,
+                    "pairs": n_pairs,
+                    "rlhf_studio": ours,
+                    "trl": trl,
+                    "speed_ratio": ours["pairs_per_s"] / trl["pairs_per_s"],
+                    "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
+                }
+            )
+    return results
