@@ -85,9 +85,10 @@ def _handoff_file(path: str) -> Path:
     return Path(path + ".handoff")
 
 
-def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S) -> duckdb.DuckDBPyConnection:
+def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True) -> duckdb.DuckDBPyConnection:
     """Open the file, retrying while another process holds it. A process that keeps the store open (the app,
-    see `hold`) is asked to let go through a handoff file next to the store, touched while we wait."""
+    see `hold`) is asked to let go through a handoff file next to the store, touched while we wait (ask=False:
+    only wait, as the app itself does: commands release the file when they finish)."""
     deadline = time.monotonic() + timeout
     delay = 0.02
     handoff = _handoff_file(path)
@@ -110,7 +111,7 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S) -> duckdb.DuckDB
                         f"store {path} is in use by another process{who}; tried for {timeout:.0f} s. "
                         "Stop that process or wait for it to finish."
                     ) from None
-                if _key(path) not in _held:
+                if ask and _key(path) not in _held:
                     handoff.write_text(str(os.getpid()))  # (re)touch: the holder lets go while this is fresh
                     asked = True
                 time.sleep(delay)
@@ -144,7 +145,7 @@ def hold(path: str | os.PathLike) -> None:
     _held_locks.setdefault(key, threading.RLock())
     with _held_locks[key]:
         if _held.get(key) is None:
-            con = open_connection(key)
+            con = open_connection(key, ask=False)
             migrate(con)
             _held[key] = con
             threading.Thread(target=_watch, args=(key,), daemon=True, name="store-handoff").start()
@@ -190,7 +191,7 @@ def _let_go_if_asked(key: str) -> None:
             break
         time.sleep(0.01)
     _held[key] = None
-    _held[key] = open_connection(key)
+    _held[key] = open_connection(key, ask=False)
 
 
 @contextmanager
@@ -206,7 +207,7 @@ def connect(path: str | os.PathLike, *, create: bool = True, timeout: float = LO
         with _held_locks[key]:
             _let_go_if_asked(key)
             if _held[key] is None:  # a reopen failed earlier: try again now
-                _held[key] = open_connection(key, timeout)
+                _held[key] = open_connection(key, timeout, ask=False)
             con = _held[key].cursor()
             try:
                 yield con
