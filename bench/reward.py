@@ -1,7 +1,10 @@
 """Reward-model training speed: rlhf-studio (through the DeepSpeed launcher, one rank, ZeRO 0) against TRL's
 RewardTrainer on the same model (SmolLM2-135M-Instruct with a 1-output head), the same pairs token for token
-(each side exactly 128 tokens), batch 8, lr 1e-5, one epoch. Metric: pairs/s after the first 5 steps; peak RSS of
-the training process. TRL is a bench-only dependency (`make bench` installs it)."""
+(each side exactly 128 tokens), 12 pairs per step, lr 1e-5, one epoch. The pairs come from K = 4 rankings (6 pairs
+each), as annotation produces them: TRL trains them as independent pairs (12 sequences per ranking), rlhf-studio
+keeps a ranking's pairs in one batch and scores each of its 4 responses once (--group-by-ranking).
+Metric: pairs/s after the first 5 steps; peak RSS of the training process. TRL is a bench-only dependency
+(`make bench` installs it)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-LENGTH, BATCH = 128, 8
+LENGTH, BATCH, K = 128, 12, 4
 
 
 def make_pairs(n: int, seed: int = 0) -> list[dict]:
@@ -84,14 +87,15 @@ def _trl(tmp: Path, ids: list[tuple[list[int], list[int]]], pad_token: str, dtyp
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(n_pairs: int = 256, dtypes: tuple[str, ...] = ("bf16", "fp32")) -> list[dict]:
+def run(n_rankings: int = 64, dtypes: tuple[str, ...] = ("bf16", "fp32")) -> list[dict]:
     from transformers import AutoTokenizer
 
     from training.models import resolve_model
     from training.reward.data import PairEncoder
     from training.reward.model import pick_pad_token
 
-    rows = make_pairs(n_pairs)
+    rows = make_pairs(n_rankings)
+    n_pairs = len(rows)
     tok = AutoTokenizer.from_pretrained(resolve_model("default"))
     pick_pad_token(tok)
     enc = PairEncoder(tok, LENGTH)

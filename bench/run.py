@@ -22,7 +22,7 @@ def machine() -> str:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward"])
-    p.add_argument("--reward-pairs", type=int, default=256)
+    p.add_argument("--reward-rankings", type=int, default=64, help="K = 4 rankings (6 pairs each)")
     p.add_argument("--rankings", type=int, default=1_000_000)
     args = p.parse_args()
     report = {"machine": machine()}
@@ -49,13 +49,14 @@ def main() -> None:
                 f"| {r['p95_ms']:.0f} ms | {r['max_ms']:.0f} ms | {r['stored_rankings']} |"
             )
     if args.only in (None, "reward"):
-        report["reward"] = reward.run(n_pairs=args.reward_pairs)
+        report["reward"] = reward.run(n_rankings=args.reward_rankings)
         print("\n| reward model | dtype | rlhf-studio pairs/s | TRL pairs/s | ratio | peak MB (ours / TRL) |")
         print("|---|---|---|---|---|---|")
         for r in report["reward"]:
             a, b = r["rlhf_studio"], r["trl"]
             print(
-                f"| {r['pairs']} pairs x 128 tokens, batch 8 | {r['dtype']} | {a['pairs_per_s']:.2f} | "
+                f"| {r['pairs']} pairs of K=4 rankings, 128 tokens, 12 pairs/step | {r['dtype']} | "
+                f"{a['pairs_per_s']:.2f} | "
                 f"{b['pairs_per_s']:.2f} | {r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / {b['peak_rss_mb']:.0f} |"
             )
     out = Path(__file__).parent / "results"

@@ -60,3 +60,15 @@ def test_loss_modules_import_only_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_collate_scores_each_distinct_sequence_once():
+    from training.reward.data import Tokenised, collate
+
+    a, b, c = [5, 6, 7], [5, 8], [5, 9, 9, 9]
+    # a ranking of three responses a > b > c: 3 pairs, 3 distinct sequences
+    batch = [Tokenised(a, b, 1.0, 0, False), Tokenised(a, c, 2.0, 0, False), Tokenised(b, c, 1.0, 0, False)]
+    ids, mask, chosen, rejected, margin = collate(batch, pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 0], [5, 8, 0, 0], [5, 9, 9, 9]]
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+    assert chosen.tolist() == [0, 0, 1] and rejected.tolist() == [1, 2, 2] and margin.tolist() == [1.0, 2.0, 1.0]

@@ -201,6 +201,9 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
     os.killpg(proc.pid, signal.SIGKILL)  # every rank and the launcher, mid-run
     proc.wait()
     assert read_status(cut)["state"] == "running"  # what a killed run leaves behind ...
+    deadline = time.monotonic() + 30  # (SIGKILL is delivered asynchronously: the rank may take a moment to go)
+    while effective_status(cut)["state"] != "failed" and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert effective_status(cut)["state"] == "failed"  # ... and what `rlhf runs` shows for it
     assert (cut / "checkpoints" / "latest").exists()
     status = resume_reward(cut)

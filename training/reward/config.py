@@ -26,7 +26,9 @@ class RewardConfig:
     )
     margin_scale: float = field(default=0.0, metadata={"help": "margin = scale x rank gap in the loss (0 = off)"})
     center_coef: float = field(default=0.0, metadata={"help": "weight of the score-centring term (0 = off)"})
-    group_by_ranking: bool = field(default=False, metadata={"help": "keep all pairs of a ranking in one batch"})
+    group_by_ranking: bool = field(
+        default=True, metadata={"help": "keep all pairs of a ranking in one batch; each response is scored once"}
+    )
     zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1, 2 or 3"})
     dtype: str = field(default="fp32", metadata={"help": "fp32 or bf16 (fp16 on GPU)"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})

@@ -141,14 +141,23 @@ def batches(pairs: list[Tokenised], batch_pairs: int, seed: int, epoch: int, gro
 
 
 def collate(batch: list[Tokenised], pad_id: int):
-    """(input_ids (2B, T), attention_mask (2B, T), margin (B,)): chosen rows first, then rejected, right-padded."""
+    """(input_ids (U, T), attention_mask (U, T), chosen_index (B,), rejected_index (B,), margin (B,)).
+
+    Each distinct sequence of the batch appears once (U <= 2B), right-padded: the C(K,2) pairs of a K-way ranking
+    kept together (--group-by-ranking) need K forward rows, not K(K-1). chosen_index[i] is the row of pair i's
+    chosen sequence."""
     import torch
 
-    seqs = [p.chosen for p in batch] + [p.rejected for p in batch]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-    return ids, mask, torch.tensor([p.margin for p in batch], dtype=torch.float32)
+    rows: dict[tuple[int, ...], int] = {}
+    for p in batch:
+        for seq in (p.chosen, p.rejected):
+            rows.setdefault(tuple(seq), len(rows))
+    width = max(len(s) for s in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for seq, i in rows.items():
+        ids[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(seq)] = 1
+    chosen = torch.tensor([rows[tuple(p.chosen)] for p in batch])
+    rejected = torch.tensor([rows[tuple(p.rejected)] for p in batch])
+    return ids, mask, chosen, rejected, torch.tensor([p.margin for p in batch], dtype=torch.float32)

@@ -61,11 +61,10 @@ def setup_distributed():
 
 
 def forward_scores(engine, batch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Chosen and rejected rows go through one forward pass: (chosen (B,), rejected (B,), margin (B,))."""
-    ids, mask, margin = batch
-    s = scores(engine, ids.to(device), mask.to(device))
-    b = margin.shape[0]
-    return s[:b], s[b:], margin.to(device)
+    """All distinct sequences of the batch in one forward pass: (chosen (B,), rejected (B,), margin (B,))."""
+    ids, mask, chosen, rejected, margin = batch
+    s = scores(engine, ids.to(device), mask.to(device))  # (U,)
+    return s[chosen.to(device)], s[rejected.to(device)], margin.to(device)
 
 
 def evaluate(engine, eval_batches, rank, world, device) -> dict:
