@@ -18,20 +18,21 @@ from pathlib import Path
 LENGTH, BATCH, K = 128, 12, 4
 
 
-def make_pairs(n: int, seed: int = 0) -> list[dict]:
-    """Long prompts (cut from the left to fit) and 40-60 word responses: every side is exactly LENGTH tokens."""
+def make_pairs(n_rankings: int, seed: int = 0) -> list[dict]:
+    """n_rankings prompts x K responses ranked in order: C(K,2) pairs each. Long prompts (cut from the left to fit)
+    and 40-60 word responses: every sequence is exactly LENGTH tokens."""
     rng = random.Random(seed)
     words = "the a river stone cloud green quick music paper light window garden simple answer because".split()
     text = lambda k: " ".join(rng.choice(words) for _ in range(k))  # noqa: E731
-    return [
-        {
-            "prompt": text(200),
-            "chosen": text(rng.randint(40, 60)),
-            "rejected": text(rng.randint(40, 60)),
-            "ranking_id": i,
-        }
-        for i in range(n)
-    ]
+    rows = []
+    for i in range(n_rankings):
+        prompt, responses = text(200), [text(rng.randint(40, 60)) for _ in range(K)]
+        rows += [
+            {"prompt": prompt, "chosen": responses[a], "rejected": responses[b], "margin": b - a, "ranking_id": i}
+            for a in range(K)
+            for b in range(a + 1, K)
+        ]
+    return rows
 
 
 def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
