@@ -90,6 +90,8 @@ def test_saved_model_reloads_with_plain_transformers_and_scores_the_same(trained
     tok = AutoTokenizer.from_pretrained(run / "model")
     assert tok.pad_token_id != tok.eos_token_id  # the EOS that ends every response is the token scored
     scores = json.loads((run / "eval_scores.json").read_text())
+    hist = scores["histogram"]
+    assert len(hist["edges"]) == 21 and sum(hist["chosen"]) == sum(hist["rejected"]) == len(scores["chosen"])
     # re-score the held-out pairs exactly as the trainer did and compare with what it saved
     from training.reward.data import PairEncoder, load_pairs
 

@@ -97,6 +97,16 @@ def evaluate(engine, eval_batches, rank, world, device) -> dict:
     }
 
 
+def histogram(chosen: list[float], rejected: list[float], bins: int = 20) -> dict:
+    """Counts of held-out chosen and rejected scores over shared bins (what the app plots)."""
+    both = torch.tensor(chosen + rejected)
+    lo, hi = both.min().item(), both.max().item()
+    if hi == lo:
+        hi = lo + 1.0
+    count = lambda xs: torch.histc(torch.tensor(xs), bins=bins, min=lo, max=hi).int().tolist()  # noqa: E731
+    return {"edges": torch.linspace(lo, hi, bins + 1).tolist(), "chosen": count(chosen), "rejected": count(rejected)}
+
+
 def save_model(engine, tokenizer, cfg: RewardConfig, out: Path, rank: int, stats: dict) -> None:
     """A plain HF folder (safetensors + tokenizer), gathered from all ranks under ZeRO-3."""
     if cfg.lora_rank:  # adapters merged into the weights (config.check refuses LoRA with ZeRO-3)
@@ -207,6 +217,7 @@ def train(cfg: RewardConfig) -> None:
         final.update(ev)
         stats = {"score_mean": ev["eval/score_mean"], "score_std": ev["eval/score_std"]}
         if rank == 0:
+            hist["histogram"] = histogram(hist["chosen"], hist["rejected"])
             (Path(cfg.output_dir) / "eval_scores.json").write_text(json.dumps(hist) + "\n")
     final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
     run.metrics({**final, "event": "final"})
