@@ -30,37 +30,48 @@ def separable_pairs(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
+def train_rm(tmp, model, n_pairs: int, *flags: str, db: str | None = None):
+    """`rlhf train-rm` on `n_pairs` separable pairs; returns the run folder."""
+    from app.cli import main
+
+    pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(n_pairs))
+    args = [
+        "--db",
+        db or str(tmp / "s.duckdb"),
+        "train-rm",
+        "--pairs",
+        str(pairs),
+        "--runs-dir",
+        str(tmp / "runs"),
+        "--model",
+        str(model),
+        *flags,
+    ]
+    assert main(args) == 0
+    (run,) = list((tmp / "runs").iterdir())
+    return run
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_model_dir):
     """One training run shared by the checks below (it takes about a minute)."""
-    from app.cli import main
 
     tmp = tmp_path_factory.mktemp("rm")
     db = str(tmp / "store.duckdb")
-    pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(160))
-    code = main(
-        [
-            "--db",
-            db,
-            "train-rm",
-            "--pairs",
-            str(pairs),
-            "--runs-dir",
-            str(tmp / "runs"),
-            "--model",
-            str(tiny_model_dir),
-            "--epochs",
-            "3",
-            "--lr",
-            "1e-3",
-            "--eval-fraction",
-            "0.25",
-            "--save-every",
-            "10",
-        ]
+    run = train_rm(
+        tmp,
+        tiny_model_dir,
+        160,
+        "--epochs",
+        "3",
+        "--lr",
+        "1e-3",
+        "--eval-fraction",
+        "0.25",
+        "--save-every",
+        "10",
+        db=db,
     )
-    assert code == 0
-    (run,) = list((tmp / "runs").iterdir())
     return db, run
 
 
@@ -145,32 +156,20 @@ def test_no_pairs_in_the_store_and_a_model_that_is_not_a_model(cli, tmp_path, ti
 
 
 def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
-    from app.cli import main
 
-    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(96))
-    code = main(
-        [
-            "--db",
-            str(tmp_path / "s.duckdb"),
-            "train-rm",
-            "--pairs",
-            str(pairs),
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--model",
-            str(tiny_model_dir),
-            "--epochs",
-            "2",
-            "--lr",
-            "1e-3",
-            "--eval-fraction",
-            "0.25",
-            "--num-accelerators",
-            "2",
-        ]
+    run = train_rm(
+        tmp_path,
+        tiny_model_dir,
+        96,
+        "--epochs",
+        "2",
+        "--lr",
+        "1e-3",
+        "--eval-fraction",
+        "0.25",
+        "--num-accelerators",
+        "2",
     )
-    assert code == 0
-    (run,) = list((tmp_path / "runs").iterdir())
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert next(r for r in rows if r.get("event") == "start")["world_size"] == 2
     assert sorted(p.name for p in (run / "model").iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
@@ -221,35 +220,22 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
 def test_zero_stages_in_bf16_on_two_ranks(tmp_path, tiny_model_dir, stage):
     from transformers import AutoModelForSequenceClassification
 
-    from app.cli import main
-
-    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(64))
-    code = main(
-        [
-            "--db",
-            str(tmp_path / "s.duckdb"),
-            "train-rm",
-            "--pairs",
-            str(pairs),
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--model",
-            str(tiny_model_dir),
-            "--lr",
-            "1e-3",
-            "--eval-fraction",
-            "0.25",
-            "--num-accelerators",
-            "2",
-            "--zero-stage",
-            str(stage),
-            "--dtype",
-            "bf16",
-            "--gradient-checkpointing",
-        ]
+    run = train_rm(
+        tmp_path,
+        tiny_model_dir,
+        64,
+        "--lr",
+        "1e-3",
+        "--eval-fraction",
+        "0.25",
+        "--num-accelerators",
+        "2",
+        "--zero-stage",
+        str(stage),
+        "--dtype",
+        "bf16",
+        "--gradient-checkpointing",
     )
-    assert code == 0
-    (run,) = list((tmp_path / "runs").iterdir())
     model = AutoModelForSequenceClassification.from_pretrained(run / "model")  # gathered from both ranks
     assert model.score.weight.shape == (1, 32) and torch.isfinite(model.score.weight).all()
 
@@ -257,32 +243,9 @@ def test_zero_stages_in_bf16_on_two_ranks(tmp_path, tiny_model_dir, stage):
 def test_lora_run_saves_a_plain_merged_model(tmp_path, tiny_model_dir):
     from transformers import AutoModelForSequenceClassification
 
-    from app.cli import main
-
-    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(96))
-    code = main(
-        [
-            "--db",
-            str(tmp_path / "s.duckdb"),
-            "train-rm",
-            "--pairs",
-            str(pairs),
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--model",
-            str(tiny_model_dir),
-            "--epochs",
-            "3",
-            "--lr",
-            "3e-3",
-            "--eval-fraction",
-            "0.25",
-            "--lora-rank",
-            "8",
-        ]
+    run = train_rm(
+        tmp_path, tiny_model_dir, 96, "--epochs", "3", "--lr", "3e-3", "--eval-fraction", "0.25", "--lora-rank", "8"
     )
-    assert code == 0
-    (run,) = list((tmp_path / "runs").iterdir())
     model = AutoModelForSequenceClassification.from_pretrained(run / "model")
     assert not [k for k in model.state_dict() if "lora" in k]
     assert json.loads((run / "status.json").read_text())["final"]["eval/rm_accuracy"] >= 0.9
