@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 
+from store.assignments import RANKABLE
 from store.errors import StoreError
 
 RANKER_CONFIG = """<View>
@@ -27,10 +28,10 @@ RANKER_CONFIG = """<View>
 def ranker_tasks(con: duckdb.DuckDBPyConnection, seed: int = 0) -> list[dict]:
     """One task per prompt with at least two distinct, non-empty responses."""
     rows = con.execute(
-        """SELECT p.prompt_id, p.text, list(r.response_id ORDER BY r.position, r.response_id),
+        f"""SELECT p.prompt_id, p.text, list(r.response_id ORDER BY r.position, r.response_id),
                   list(r.text ORDER BY r.position, r.response_id)
            FROM prompts p JOIN responses r USING (prompt_id)
-           WHERE r.duplicate_of IS NULL AND trim(r.text) <> ''
+           WHERE {RANKABLE}
            GROUP BY p.prompt_id, p.text HAVING count(*) >= 2 ORDER BY p.prompt_id"""
     ).fetchall()
     tasks = []

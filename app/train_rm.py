@@ -28,6 +28,15 @@ def new_run_dir(runs_dir: Path, kind: str) -> Path:
     return folder
 
 
+def _check_pairs(data: str, cfg: RewardConfig) -> None:
+    try:
+        train, _ = load_pairs(data, cfg.eval_fraction, cfg.seed)
+    except DataError as e:
+        raise StoreError(str(e)) from None
+    if not train:
+        raise StoreError("no training pairs: every prompt landed in the eval split; add more prompts")
+
+
 def prepare_reward_run(db: str, cfg: RewardConfig, runs_dir: Path, pairs: str | None = None) -> Path:
     """Check the inputs, freeze the data, write RUN/config.json and record the run; returns the run folder."""
     try:
@@ -36,20 +45,14 @@ def prepare_reward_run(db: str, cfg: RewardConfig, runs_dir: Path, pairs: str | 
         raise StoreError(str(e)) from None
     resolve_model(cfg.model)  # a bad --model fails here, in one line, before anything starts
     snapshot_id = None
+    data = str(Path(pairs).resolve()) if pairs else None
+    if data:  # a pairs file is read before the store is opened, so the store is held only for the record
+        _check_pairs(data, cfg)
     with write(db) as con:
-        if pairs:
-            data = str(Path(pairs).resolve())
-        else:
-            data = str(
-                write_snapshot(con, runs_dir.parent / "snapshots", eval_fraction=cfg.eval_fraction, seed=cfg.seed)
-            )
-            snapshot_id = latest_snapshot_id(con)
-        try:
-            train, _ = load_pairs(data, cfg.eval_fraction, cfg.seed)
-        except DataError as e:
-            raise StoreError(str(e)) from None
-        if not train:
-            raise StoreError("no training pairs: every prompt landed in the eval split; add more prompts")
+        if not data:
+            folder = write_snapshot(con, runs_dir.parent / "snapshots", eval_fraction=cfg.eval_fraction, seed=cfg.seed)
+            data, snapshot_id = str(folder), latest_snapshot_id(con)
+            _check_pairs(data, cfg)
         run = new_run_dir(runs_dir, "rm")
         model = cfg.model if cfg.model == "default" else str(Path(cfg.model).resolve())
         cfg = dataclasses.replace(cfg, data=data, model=model, output_dir=str(run.resolve()))

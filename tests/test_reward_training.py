@@ -64,10 +64,6 @@ def trained(tmp_path_factory, tiny_model_dir):
         160,
         "--epochs",
         "3",
-        "--lr",
-        "1e-3",
-        "--eval-fraction",
-        "0.25",
         "--save-every",
         "10",
         db=db,
@@ -163,10 +159,6 @@ def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
         96,
         "--epochs",
         "2",
-        "--lr",
-        "1e-3",
-        "--eval-fraction",
-        "0.25",
         "--num-accelerators",
         "2",
     )
@@ -224,10 +216,6 @@ def test_zero_stages_in_bf16_on_two_ranks(tmp_path, tiny_model_dir, stage):
         tmp_path,
         tiny_model_dir,
         64,
-        "--lr",
-        "1e-3",
-        "--eval-fraction",
-        "0.25",
         "--num-accelerators",
         "2",
         "--zero-stage",
@@ -243,9 +231,7 @@ def test_zero_stages_in_bf16_on_two_ranks(tmp_path, tiny_model_dir, stage):
 def test_lora_run_saves_a_plain_merged_model(tmp_path, tiny_model_dir):
     from transformers import AutoModelForSequenceClassification
 
-    run = train_rm(
-        tmp_path, tiny_model_dir, 96, "--epochs", "3", "--lr", "3e-3", "--eval-fraction", "0.25", "--lora-rank", "8"
-    )
+    run = train_rm(tmp_path, tiny_model_dir, 96, "--epochs", "3", "--lr", "3e-3", "--lora-rank", "8")
     model = AutoModelForSequenceClassification.from_pretrained(run / "model")
     assert not [k for k in model.state_dict() if "lora" in k]
     assert json.loads((run / "status.json").read_text())["final"]["eval/rm_accuracy"] >= 0.9
