@@ -13,6 +13,7 @@ from app.config_args import add_dataclass_args, dataclass_from_args
 from store.errors import StoreError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
+from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
 
 
@@ -107,7 +108,7 @@ def cmd_pairs(args: argparse.Namespace) -> None:
 def cmd_train_rm(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.train_rm import resume_reward, run_reward
+    from app.training import resume_run, run_reward
     from training.reward.config import RewardConfig
 
     cfg = dataclass_from_args(RewardConfig, args)
@@ -128,7 +129,7 @@ def cmd_train_rm(args: argparse.Namespace) -> None:
 
     if args.resume:
         run = Path(args.resume)
-        status = resume_reward(run, args.num_accelerators, args.hostfile, on_metrics=show)
+        status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
         run, status = run_reward(
             args.db,
@@ -142,6 +143,34 @@ def cmd_train_rm(args: argparse.Namespace) -> None:
     if status.get("state") != "finished":
         raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; reward model in {run / 'model'}")
+
+
+def cmd_train_ppo(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from app.training import prepare_ppo_run, resume_run, run_training
+
+    def show(row: dict) -> None:
+        if "loss/actor" in row:
+            print(
+                f"step {row['step']}: score {row['reward/score_mean']:.3f}, KL {row['reward/kl']:.3f}, "
+                f"length {row['response/length_mean']:.1f}, {row['perf/step_s']:.1f} s "
+                f"({row['perf/tokens_per_s']:.0f} tokens/s)",
+                flush=True,
+            )
+
+    if args.resume:
+        run = Path(args.resume)
+    else:
+        run = prepare_ppo_run(args.db, dataclass_from_args(PPOConfig, args), Path(args.runs_dir), args.prompts)
+        print(f"run {run.name}: {run}", flush=True)
+    if args.resume:
+        status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
+    else:
+        status = run_training("ppo", run, args.num_accelerators, args.hostfile, on_metrics=show)
+    if status.get("state") != "finished":
+        raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
+    print(f"run {run.name} finished; actor in {run / 'actor'}, critic in {run / 'critic'}")
 
 
 def cmd_runs(args: argparse.Namespace) -> None:
@@ -166,6 +195,20 @@ def cmd_ui(args: argparse.Namespace) -> None:
     from app.ui import launch
 
     launch(db=args.db, host=args.host, port=args.port, auth=args.auth, model=args.model, overlap=args.overlap)
+
+
+def add_launch_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--runs-dir", default="runs", help="where run folders go (default ./runs)")
+    s.add_argument("--resume", metavar="RUN", help="continue a stopped or killed run folder from its last checkpoint")
+    s.add_argument(
+        "--num-accelerators",
+        "--num-gpus",
+        type=int,
+        default=1,
+        dest="num_accelerators",
+        help="ranks on this machine (CPU: processes; GPU: GPUs)",
+    )
+    s.add_argument("--hostfile", help="DeepSpeed hostfile for several machines")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,19 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("train-rm", help="train a reward model on DeepSpeed (snapshot of the store, or --pairs)")
     s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
-    s.add_argument("--runs-dir", default="runs", help="where run folders go (default ./runs)")
-    s.add_argument("--resume", metavar="RUN", help="continue a stopped or killed run folder from its last checkpoint")
-    s.add_argument(
-        "--num-accelerators",
-        "--num-gpus",
-        type=int,
-        default=1,
-        dest="num_accelerators",
-        help="ranks on this machine (CPU: processes; GPU: GPUs)",
-    )
-    s.add_argument("--hostfile", help="DeepSpeed hostfile for several machines")
+    add_launch_args(s)
     add_dataclass_args(s, RewardConfig, skip=("data", "output_dir"))
     s.set_defaults(func=cmd_train_rm)
+
+    s = sub.add_parser("train-ppo", help="PPO on DeepSpeed: actor, reference, critic and reward models")
+    s.add_argument("--prompts", help="prompts .txt/.jsonl or a snapshot folder (default: the store's prompts)")
+    add_launch_args(s)
+    add_dataclass_args(s, PPOConfig, skip=("prompts", "output_dir"))
+    s.set_defaults(func=cmd_train_ppo)
 
     s = sub.add_parser("runs", help="list training runs with status and headline metrics")
     s.set_defaults(func=cmd_runs)

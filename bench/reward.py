@@ -36,7 +36,7 @@ def make_pairs(n_rankings: int, seed: int = 0) -> list[dict]:
 
 
 def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
-    from app.train_rm import follow, prepare_reward_run
+    from app.training import follow, prepare_reward_run
     from training.launcher import launch
     from training.reward.config import RewardConfig
     from training.runs import read_metrics

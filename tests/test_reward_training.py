@@ -174,7 +174,7 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
     import signal
     import time
 
-    from app.train_rm import follow, prepare_reward_run, resume_reward
+    from app.training import follow, prepare_reward_run, resume_run
     from training.launcher import launch
     from training.reward.config import RewardConfig
     from training.runs import effective_status, read_metrics, read_status
@@ -199,7 +199,7 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
         time.sleep(0.1)
     assert effective_status(cut)["state"] == "failed"  # ... and what `rlhf runs` shows for it
     assert (cut / "checkpoints" / "latest").exists()
-    status = resume_reward(cut)
+    status = resume_run(cut)
     assert status["state"] == "finished"
     assert any(r.get("event") == "resumed" for r in read_metrics(cut))
     a, b = read_status(whole)["final"], status["final"]

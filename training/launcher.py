@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODULES = {"reward": "training.reward.train"}
+MODULES = {"reward": "training.reward.train", "ppo": "training.ppo.train"}
 
 
 def _free_port() -> int:

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
+
+from training.config_file import ConfigFile
 
 
 @dataclass
-class RewardConfig:
+class RewardConfig(ConfigFile):
     data: str = field(default="", metadata={"help": "snapshot folder (train/eval.parquet) or a pairs .jsonl/.parquet"})
     model: str = field(default="default", metadata={"help": "base model: 'default' or a local HF folder"})
     output_dir: str = field(default="", metadata={"help": "run folder (set by the launcher)"})
@@ -38,18 +38,6 @@ class RewardConfig:
     save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
     eval_fraction: float = field(default=0.1, metadata={"help": "share of prompts held out when data is a pairs file"})
     seed: int = field(default=0, metadata={"help": "seed for the head, the data order and the split"})
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> RewardConfig:
-        raw = json.loads(Path(path).read_text())
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown setting {unknown[0]!r}")
-        return cls(**raw)
 
     def check(self) -> None:
         if self.dtype not in ("fp32", "bf16", "fp16"):

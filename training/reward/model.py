@@ -72,8 +72,3 @@ def add_lora(model, rank: int, alpha: float):
         modules_to_save=["score"],
     )
     return get_peft_model(model, config)
-
-
-def plain_model(module):
-    """The model to save: LoRA adapters merged into the weights, so any tool loads it as a plain HF model."""
-    return module.merge_and_unload() if hasattr(module, "merge_and_unload") else module

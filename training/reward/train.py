@@ -17,47 +17,13 @@ from pathlib import Path
 
 import torch
 
+from training.engine import ds_config, lr_lambda, save_hf, setup_distributed
 from training.models import resolve_model
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
 from training.reward.losses import pair_accuracy, pairwise_loss
-from training.reward.model import add_lora, load_reward_model, plain_model, scores
+from training.reward.model import add_lora, load_reward_model, scores
 from training.runs import RunFiles
-
-
-def ds_config(cfg: RewardConfig) -> dict:
-    return {
-        "train_micro_batch_size_per_gpu": cfg.batch_pairs,
-        "gradient_accumulation_steps": cfg.grad_accum,
-        "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": cfg.zero_stage},
-        "bf16": {"enabled": cfg.dtype == "bf16"},
-        "fp16": {"enabled": cfg.dtype == "fp16"},
-        "steps_per_print": 10**9,
-    }
-
-
-def lr_lambda(cfg: RewardConfig, total_steps: int):
-    def f(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        progress = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
-        if cfg.lr_schedule == "cosine":
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-        if cfg.lr_schedule == "linear":
-            return max(0.0, 1 - progress)
-        return 1.0
-
-    return f
-
-
-def setup_distributed():
-    import deepspeed
-    from deepspeed.accelerator import get_accelerator
-
-    backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
-    deepspeed.init_distributed(dist_backend=backend)
-    return torch.distributed.get_rank(), torch.distributed.get_world_size()
 
 
 def forward_scores(engine, batch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -107,22 +73,6 @@ def histogram(chosen: list[float], rejected: list[float], bins: int = 20) -> dic
     return {"edges": torch.linspace(lo, hi, bins + 1).tolist(), "chosen": count(chosen), "rejected": count(rejected)}
 
 
-def save_model(engine, tokenizer, cfg: RewardConfig, out: Path, rank: int, stats: dict) -> None:
-    """A plain HF folder (safetensors + tokenizer), gathered from all ranks under ZeRO-3."""
-    if cfg.lora_rank:  # adapters merged into the weights (config.check refuses LoRA with ZeRO-3)
-        if rank == 0:
-            plain_model(engine.module).save_pretrained(out, safe_serialization=True)
-            tokenizer.save_pretrained(out)
-            (out / "reward_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-        return
-    state = engine._zero3_consolidated_16bit_state_dict() if cfg.zero_stage == 3 else engine.module.state_dict()
-    if rank == 0:
-        module = engine.module
-        module.save_pretrained(out, state_dict=state, safe_serialization=True)
-        tokenizer.save_pretrained(out)
-        (out / "reward_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-
-
 def train(cfg: RewardConfig) -> None:
     import deepspeed
 
@@ -150,8 +100,9 @@ def train(cfg: RewardConfig) -> None:
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
     )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, total))
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=ds_config(cfg))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
+    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
     device = engine.device
     ckpt = Path(cfg.output_dir) / "checkpoints"
     done_micro = 0
@@ -222,7 +173,10 @@ def train(cfg: RewardConfig) -> None:
     final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
     run.metrics({**final, "event": "final"})
     engine.save_checkpoint(str(ckpt), tag=f"step{engine.global_steps}", client_state={"micro_step": micro})
-    save_model(engine, tokenizer, cfg, Path(cfg.output_dir) / "model", rank, stats)
+    out = Path(cfg.output_dir) / "model"
+    save_hf(engine, engine.module, tokenizer, out, rank, cfg.zero_stage == 3, bool(cfg.lora_rank))
+    if rank == 0:
+        (out / "reward_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     run.status(
         "finished",
         step=engine.global_steps,

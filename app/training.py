@@ -1,21 +1,27 @@
-"""`rlhf train-rm` (and later the app's Train button): snapshot the store or take a pairs file, write the run
-folder and its config, launch through the DeepSpeed launcher, and follow the run until it ends."""
+"""`rlhf train-rm` / `rlhf train-ppo` (and the app's Train tab): freeze the data (a store snapshot, a pairs file,
+the store's prompts or a prompts file), write the run folder and its config, launch through the DeepSpeed launcher,
+and follow the run until it ends."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.db import write
+from store.db import connect, write
 from store.errors import StoreError
 from store.runs import latest_snapshot_id, record_run
-from store.snapshot import write_snapshot
+from store.snapshot import split_of, write_snapshot
 from training.launcher import launch
-from training.models import resolve_model
+from training.models import ModelError, resolve_model
+from training.ppo.config import PPOConfig
+from training.ppo.data import read_prompts
+from training.ppo.models import reward_folder
 from training.reward.config import RewardConfig
 from training.reward.data import DataError, load_pairs
 from training.runs import read_metrics, read_status, write_json_atomic
@@ -83,6 +89,71 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
     return status
 
 
+def run_kind(run: Path) -> str:
+    """'ppo' or 'reward', from the run's saved config."""
+    try:
+        config = json.loads((run / "config.json").read_text())
+    except (OSError, ValueError):
+        raise StoreError(f"{run} is not a run folder: no readable config.json") from None
+    return "ppo" if "actor" in config else "reward"
+
+
+def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0) -> Path:
+    """The store's prompts on the train side of the snapshot split (the held-out ones stay unseen by PPO), as
+    RUN/prompts.jsonl: the run keeps its own frozen copy."""
+    with connect(db, create=False) as con:
+        texts = [t for (t,) in con.execute("SELECT text FROM prompts ORDER BY prompt_id").fetchall()]
+    kept = [t for t in texts if split_of(t, eval_fraction, seed) == "train"]
+    if not kept:
+        raise StoreError("the store has no prompts for PPO: add some with `rlhf prompts add` or pass --prompts")
+    out.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in kept))
+    return out
+
+
+def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None = None) -> Path:
+    """Check the models and prompts, write RUN/config.json (and RUN/prompts.jsonl from the store when no prompts
+    file is given) and record the run; returns the run folder."""
+    try:
+        cfg.check()
+        reward = str(reward_folder(cfg.reward).resolve())
+        critic = str(reward_folder(cfg.critic).resolve()) if cfg.critic else reward
+    except (ValueError, ModelError) as e:
+        raise StoreError(str(e)) from None
+    resolve_model(cfg.actor)
+    source = str(Path(prompts).resolve()) if prompts else None
+    if source:
+        try:
+            read_prompts(source)
+        except DataError as e:
+            raise StoreError(str(e)) from None
+    run = new_run_dir(runs_dir, "ppo")
+    try:
+        if not source:
+            source = str(store_prompts(db, run / "prompts.jsonl").resolve())
+        actor = cfg.actor if cfg.actor == "default" else str(Path(cfg.actor).resolve())
+        cfg = dataclasses.replace(
+            cfg, actor=actor, reward=reward, critic=critic, prompts=source, output_dir=str(run.resolve())
+        )
+        cfg.save(run / "config.json")
+        with write(db) as con:
+            record_run(con, run.name, "ppo", str(run.resolve()), dataclasses.asdict(cfg), None)
+    except BaseException:
+        shutil.rmtree(run, ignore_errors=True)  # nothing half-made stays behind
+        raise
+    return run
+
+
+def run_training(
+    kind: str,
+    run: Path,
+    num_accelerators: int = 1,
+    hostfile: str | None = None,
+    on_metrics: Callable[[dict], None] | None = None,
+) -> dict:
+    proc = launch(kind, run, num_accelerators, hostfile)
+    return follow(run, proc, on_metrics)
+
+
 def run_reward(
     db: str,
     cfg: RewardConfig,
@@ -93,17 +164,14 @@ def run_reward(
     on_metrics: Callable[[dict], None] | None = None,
 ) -> tuple[Path, dict]:
     run = prepare_reward_run(db, cfg, runs_dir, pairs)
-    proc = launch("reward", run, num_accelerators, hostfile)
-    return run, follow(run, proc, on_metrics)
+    return run, run_training("reward", run, num_accelerators, hostfile, on_metrics)
 
 
-def resume_reward(
+def resume_run(
     run: Path, num_accelerators: int = 1, hostfile: str | None = None, on_metrics: Callable[[dict], None] | None = None
 ) -> dict:
     """Launch an existing run folder again; training continues from its last checkpoint."""
-    if not (run / "config.json").is_file():
-        raise StoreError(f"{run} is not a run folder: no config.json")
+    kind = run_kind(run)
     if read_status(run).get("state") == "finished":
         raise StoreError(f"run {run.name} already finished")
-    proc = launch("reward", run, num_accelerators, hostfile)
-    return follow(run, proc, on_metrics)
+    return run_training(kind, run, num_accelerators, hostfile, on_metrics)

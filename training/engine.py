@@ -1,0 +1,63 @@
+"""DeepSpeed plumbing shared by the reward-model and PPO trainers: process-group setup, the learning-rate
+schedule, and saving an engine's model as a plain Hugging Face folder."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+
+def setup_distributed() -> tuple[int, int]:
+    """(rank, world size): gloo on CPU, the accelerator's backend (nccl) elsewhere."""
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
+    deepspeed.init_distributed(dist_backend=backend)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def lr_lambda(warmup_steps: int, schedule: str, total_steps: int):
+    """Multiplier of the peak learning rate at each optimizer step: linear warm-up, then cosine, linear or
+    constant."""
+
+    def f(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        if schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        if schedule == "linear":
+            return max(0.0, 1 - progress)
+        return 1.0
+
+    return f
+
+
+def ds_config(micro_batch: int, grad_accum: int, zero_stage: int, dtype: str) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": grad_accum,
+        "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": zero_stage},
+        "bf16": {"enabled": dtype == "bf16"},
+        "fp16": {"enabled": dtype == "fp16"},
+        "steps_per_print": 10**9,
+    }
+
+
+def save_hf(engine, model, tokenizer, out: Path, rank: int, zero3: bool, lora: bool) -> None:
+    """`model` (the HF model inside the engine) as a plain HF folder (safetensors + tokenizer): gathered from
+    all ranks under ZeRO-3, LoRA adapters merged into the weights, so any tool loads it as a plain model."""
+    if lora:  # (ZeRO-3 with LoRA is refused by the configs)
+        if rank == 0:
+            merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+            merged.save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(out)
+        return
+    state = engine._zero3_consolidated_16bit_state_dict() if zero3 else None  # collective: every rank calls it
+    if rank == 0:
+        model.save_pretrained(out, state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(out)

@@ -1,0 +1,74 @@
+"""PPO prompts: read from a prompts file (.txt, one per line; .jsonl with a "prompt" field) or a store snapshot
+(the distinct prompts of its train split), wrapped in the actor's chat template and tokenised once.
+
+Prompts longer than max_prompt_length tokens are skipped and counted (DeepSpeed-Chat filters them too): cutting
+a chat-templated prompt from the left would drop its template's start."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from training.reward.data import DataError
+
+
+def read_prompts(source: str) -> list[str]:
+    """Distinct non-empty prompts, in file order."""
+    path = Path(source)
+    try:
+        if path.is_dir():
+            manifest = path / "manifest.json"
+            if not manifest.is_file():
+                raise DataError(f"{path} is not a snapshot: no manifest.json")
+            info = json.loads(manifest.read_text())
+            texts = pq.read_table(path / info["splits"]["train"]["file"], columns=["prompt"]).column(0).to_pylist()
+        elif path.suffix == ".jsonl":
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            if not all(isinstance(r, dict) and isinstance(r.get("prompt"), str) for r in rows):
+                raise DataError(f"{path}: every line needs a text 'prompt' field")
+            texts = [r["prompt"] for r in rows]
+        elif path.is_file():
+            texts = path.read_text(encoding="utf-8").splitlines()
+        else:
+            raise DataError(f"{source}: no such prompts file or snapshot folder")
+    except (OSError, ValueError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"cannot read prompts from {source}: {str(e).splitlines()[0][:200]}") from None
+    out = list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
+    if not out:
+        raise DataError(f"{source}: no prompts")
+    return out
+
+
+def chat_prompt(tokenizer, prompt: str) -> str:
+    """The text the SFT model sees, the same as in sampling and reward-model training."""
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+    return prompt + "\n"
+
+
+def encode_prompts(tokenizer, prompts: list[str], max_prompt_length: int) -> tuple[list[list[int]], int]:
+    """(token ids of the prompts that fit, number skipped as too long)."""
+    kept, skipped = [], 0
+    for p in prompts:
+        ids = tokenizer(chat_prompt(tokenizer, p), add_special_tokens=False)["input_ids"]
+        if len(ids) > max_prompt_length:
+            skipped += 1
+        else:
+            kept.append(ids)
+    return kept, skipped
+
+
+def prompt_batches(n: int, batch_size: int, world: int, seed: int, epoch: int) -> list[list[int]]:
+    """Prompt indices per rollout batch, a deterministic order for (seed, epoch) so a resumed run sees the same
+    batches. Each batch holds batch_size x world indices; rank r takes [r::world]. A short last batch is dropped."""
+    order = list(range(n))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    size = batch_size * world
+    return [order[i : i + size] for i in range(0, n - size + 1, size)]

@@ -1,0 +1,141 @@
+"""Experience: one rollout batch with everything PPO needs from it (DeepSpeed-Chat's `generate_experience` plus
+the rewards and advantages of `train_rlhf`). Shapes: B sequences, P padded prompt tokens, T response slots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from training.ppo.losses import compute_rewards, get_advantages_and_returns, masked_whiten, zero_after_end
+from training.ppo.models import logprobs_of, response_logprobs, reward_scores
+
+
+@dataclass
+class Experience:
+    prompt_len: int  # P: prompts are left-padded to it
+    ids: torch.Tensor  # (B, P+T) prompt + response, pad after EOS
+    attention_mask: torch.Tensor  # (B, P+T)
+    mask: torch.Tensor  # (B, T) response tokens up to and including EOS: the loss mask
+    lengths: torch.Tensor  # (B,) response tokens (EOS included)
+    ended: torch.Tensor  # (B,) bool: the response emitted EOS (else it was cut at max_new_tokens)
+    logprobs: torch.Tensor  # (B, T) old log-probs of the response tokens under the actor
+    ref_logprobs: torch.Tensor  # (B, T) the same under the frozen reference
+    values: torch.Tensor  # (B, T) critic values, zeroed after each response's end
+    raw_scores: torch.Tensor  # (B,) reward-model scores as read
+    scores: torch.Tensor  # (B,) after normalisation and the missing-EOS penalty (before the clip)
+    rewards: torch.Tensor | None = None  # (B, T) per-token rewards
+    advantages: torch.Tensor | None = None  # (B, T)
+    returns: torch.Tensor | None = None  # (B, T)
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    def select(self, rows: torch.Tensor) -> Experience:
+        """The sequences `rows` of this batch (a PPO minibatch)."""
+        pick = {k: (v[rows] if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        return Experience(**pick)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids (B, P), attention_mask (B, P)), prompts right-aligned."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def response_mask(response: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mask (B, T), lengths (B,), ended (B,)): each response runs to its first EOS, inclusive, or to the end."""
+    is_eos = response == eos_id
+    ended = is_eos.any(1)
+    first = torch.where(ended, is_eos.float().argmax(1), torch.full_like(ended, response.shape[1], dtype=torch.long))
+    lengths = torch.where(ended, first + 1, first)
+    mask = (torch.arange(response.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    return mask, lengths, ended
+
+
+def shape_scores(
+    raw: torch.Tensor, ended: torch.Tensor, mean: float = 0.0, std: float = 1.0, missing_eos_penalty: float = 0.0
+) -> torch.Tensor:
+    """(raw - mean) / std, minus the penalty for responses cut before EOS (TRL's missing_eos_penalty)."""
+    return (raw - mean) / std - missing_eos_penalty * (~ended).float()
+
+
+@torch.no_grad()
+def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = False) -> dict:
+    """Sample one response per prompt (EOS stops it; pad never equals EOS). Returns the tensors of the batch and,
+    when the sampling is untempered, the old log-probs read off the generation logits (one actor forward
+    saved)."""
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    prompt_ids, prompt_mask = left_pad(prompts, pad)
+    prompt_ids, prompt_mask = prompt_ids.to(actor.device), prompt_mask.to(actor.device)
+    reuse = cfg.reuse_rollout_logprobs and cfg.untempered
+    out = actor.generate(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        do_sample=True,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k or None,
+        max_new_tokens=cfg.max_new_tokens,
+        min_new_tokens=cfg.min_new_tokens,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        synced_gpus=synced,
+        return_dict_in_generate=True,
+        output_logits=reuse,
+    )
+    P = prompt_ids.shape[1]
+    response = out.sequences[:, P:]
+    mask, lengths, ended = response_mask(response.cpu(), eos)
+    mask = mask.to(response.device)
+    response = response.masked_fill(mask == 0, pad)
+    batch = {
+        "prompt_len": P,
+        "ids": torch.cat([prompt_ids, response], 1),
+        "attention_mask": torch.cat([prompt_mask, mask], 1),
+        "mask": mask,
+        "lengths": lengths.to(response.device),
+        "ended": ended.to(response.device),
+    }
+    if reuse:
+        logits = torch.stack(out.logits, 1).float()  # (B, T, V) raw logits of the policy at each sampled step
+        batch["logprobs"] = logprobs_of(logits, response)
+    return batch
+
+
+@torch.no_grad()
+def score(batch: dict, actor, ref, critic, reward, stats: tuple[float, float], cfg) -> Experience:
+    """Old log-probs, reference log-probs, values and reward-model scores of a rollout (all four models in eval
+    mode, dropout off)."""
+    P, ids, attn = batch["prompt_len"], batch["ids"], batch["attention_mask"]
+    logprobs = batch.pop("logprobs", None)
+    if logprobs is None:
+        logprobs = response_logprobs(actor, ids, attn, P)
+    ref_logprobs = response_logprobs(ref, ids, attn, P)
+    values = critic(ids, attn, P)
+    last = P + batch["lengths"] - 1  # EOS, or the last token of a cut response: where the RM was trained to read
+    raw = reward_scores(reward, ids, attn, last)
+    scores = shape_scores(raw, batch["ended"], *stats, cfg.missing_eos_penalty)
+    return Experience(
+        **batch, logprobs=logprobs, ref_logprobs=ref_logprobs, values=values, raw_scores=raw, scores=scores
+    )
+
+
+def add_advantages(exp: Experience, kl_ctl: float, cfg) -> Experience:
+    """Per-token rewards, then GAE (DeepSpeed-Chat's train_rlhf, on the response positions: start = 0)."""
+    rows = torch.arange(len(exp), device=exp.mask.device)
+    score_mask = exp.mask.clone()
+    score_mask[rows, exp.lengths - 1] = 0  # so ends - 1 is the position that emits EOS (see compute_rewards)
+    rewards = compute_rewards(
+        exp.logprobs, exp.ref_logprobs, exp.scores, score_mask, 0, kl_ctl, cfg.clip_reward_value, cfg.kl_estimator
+    )
+    exp.rewards = zero_after_end(rewards, score_mask, 0)
+    exp.values = zero_after_end(exp.values, score_mask, 0)
+    advantages, exp.returns = get_advantages_and_returns(exp.values, exp.rewards, 0, cfg.gamma, cfg.lam)
+    exp.advantages = masked_whiten(advantages, exp.mask) if cfg.whiten_advantages else advantages
+    return exp

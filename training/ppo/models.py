@@ -1,0 +1,115 @@
+"""The four PPO models and the forward passes the trainer needs from them.
+
+- actor, reference: causal LMs from the SFT folder; only the response positions go through the LM head.
+- critic, reward: the reward model's backbone and scalar head, without any LM head. The critic reads a value at
+  every response position; the reward reads one score at the last response token (the EOS the RM was trained to
+  score on, or the last token of a cut response).
+
+Every forward gets explicit position ids from the attention mask, so left-padded prompts get the same positions
+in scoring and training as in `generate` (DeepSpeed-Chat leaves this to the model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from training.models import ModelError, resolve_model
+from training.reward.model import dropout_off, pick_pad_token
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def reward_folder(ref: str) -> Path:
+    """A reward run folder (its model/ subfolder) or a saved reward-model folder."""
+    path = Path(ref).expanduser()
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    if (path / "config.json").is_file():
+        return path
+    if (path / "status.json").is_file():
+        raise ModelError(f"reward run {ref} has no model yet (did it finish?)")
+    raise ModelError(f"{ref} is neither a reward run folder nor a Hugging Face model folder")
+
+
+def load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if pick_pad_token(tokenizer):
+        raise ModelError(f"{folder}: the tokenizer has no spare token to pad with (pad must differ from EOS)")
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_causal_lm(ref: str, dtype: str):
+    from transformers import AutoModelForCausalLM
+
+    folder = resolve_model(ref)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=DTYPES[dtype], local_files_only=True, trust_remote_code=False, use_safetensors=True
+    )
+    dropout_off(model)
+    return model
+
+
+def load_scalar_model(ref: str, dtype: str):
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(
+        reward_folder(ref), num_labels=1, dtype=DTYPES[dtype], local_files_only=True, use_safetensors=True
+    )
+    dropout_off(model)
+    return model
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """0, 1, 2, ... from each row's first real token (left padding gets 0), as `generate` numbers them."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def response_logprobs(model, ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    """(B, T) log-probabilities of the response tokens ids[:, P:] under `model` (an HF causal LM or a DeepSpeed
+    engine around one). The LM head runs on the T positions that predict them only (`logits_to_keep`)."""
+    n = ids.shape[1] - prompt_len
+    out = model(
+        input_ids=ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), logits_to_keep=n + 1
+    )
+    logits = out.logits[:, :-1].float()  # (B, T, V): position P-1+t predicts ids[:, P+t]
+    return logprobs_of(logits, ids[:, prompt_len:])
+
+
+def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token], (B, T, V) x (B, T) -> (B, T), without a (B, T, V) log-softmax copy."""
+    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def _backbone(model):
+    return getattr(model, model.base_model_prefix)
+
+
+class Critic(torch.nn.Module):
+    """Per-token values from a reward model's backbone and scalar head (DeepSpeed-Chat starts the critic as an
+    exact copy of the RM). Holds the HF model, so it saves as one."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, prompt_len: int) -> torch.Tensor:
+        """(B, T) values at the positions that emit the response tokens (P-1 .. P+T-2), the same positions as the
+        actor's log-probs."""
+        hidden = _backbone(self.model)(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)
+        ).last_hidden_state
+        return self.model.score(hidden[:, prompt_len - 1 : -1]).squeeze(-1).float()
+
+
+def reward_scores(model, ids: torch.Tensor, attention_mask: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """(B,) reward-model scores read at position `last` (B,) of each row: the sequence's final token."""
+    hidden = _backbone(model)(
+        input_ids=ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)
+    ).last_hidden_state
+    rows = torch.arange(ids.shape[0], device=ids.device)
+    return model.score(hidden[rows, last]).squeeze(-1).float()

@@ -1,0 +1,328 @@
+"""PPO (DeepSpeed-Chat step 3), one DeepSpeed process per rank:
+
+    deepspeed --num_accelerators N --module training.ppo.train --config RUN/config.json
+
+Each step: 1. rollout (sample responses), 2. score (old and reference log-probs, values, RM scores), 3. rewards
+and advantages, 4. PPO updates of actor and critic, 5. KL control and metrics, 6. checkpoint. The actor and critic
+are DeepSpeed engines; the reference and reward models are frozen. Saves RUN/actor and RUN/critic as HF folders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import time
+from pathlib import Path
+
+import torch
+
+from training.engine import ds_config, lr_lambda, save_hf, setup_distributed
+from training.ppo.config import PPOConfig
+from training.ppo.data import encode_prompts, prompt_batches, read_prompts
+from training.ppo.experience import Experience, add_advantages, rollout, score
+from training.ppo.losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, critic_loss_fn, masked_mean
+from training.ppo.models import (
+    Critic,
+    load_causal_lm,
+    load_scalar_model,
+    load_tokenizer,
+    response_logprobs,
+    reward_folder,
+)
+from training.reward.model import add_lora
+from training.runs import RunFiles, read_metrics
+
+
+class Models:
+    """The four models: actor and critic as DeepSpeed engines, reference and reward frozen."""
+
+    def __init__(self, cfg: PPOConfig, steps: int, world: int):
+        import deepspeed
+
+        self.cfg = cfg
+        actor = load_causal_lm(cfg.actor, cfg.dtype)
+        ref = load_causal_lm(cfg.actor, cfg.dtype)
+        critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype))
+        reward = load_scalar_model(cfg.reward, cfg.dtype)
+        if cfg.gradient_checkpointing:
+            actor.gradient_checkpointing_enable()
+            critic.model.gradient_checkpointing_enable()
+        if cfg.actor_lora_rank:
+            actor = _lora_causal(actor, cfg.actor_lora_rank, cfg.lora_alpha)
+        if cfg.critic_lora_rank:
+            critic.model = add_lora(critic.model, cfg.critic_lora_rank, cfg.lora_alpha)
+        engines = []
+        for model, lr in ((actor, cfg.actor_lr), (critic, cfg.critic_lr)):
+            params = [p for p in model.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, steps))
+            config = ds_config(cfg.minibatch_size, 1, cfg.zero_stage, cfg.dtype)
+            engines.append(deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)[0])
+        self.actor, self.critic = engines
+        self.device = self.actor.device
+        self.ref, self.reward = (self._frozen(m) for m in (ref, reward))
+        self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
+        self.ema = [p.detach().float().clone() for p in self.actor.module.parameters()] if cfg.ema_beta else None
+
+    def _frozen(self, model):
+        """Eval mode, no gradients; partitioned with an inference-only ZeRO-3 engine when the actor is ZeRO-3."""
+        model.requires_grad_(False)
+        model.eval()
+        if self.cfg.zero_stage == 3:
+            import deepspeed
+
+            config = ds_config(self.cfg.minibatch_size, 1, 3, self.cfg.dtype)
+            return deepspeed.initialize(model=model, config=config)[0].module
+        return model.to(self.device)
+
+    def generator(self):
+        return self.actor.module
+
+    def update_ema(self, beta: float) -> None:
+        with torch.no_grad():
+            for e, p in zip(self.ema, self.actor.module.parameters(), strict=True):
+                e.mul_(beta).add_(p.detach().float(), alpha=1 - beta)
+
+
+def _actor_folder(cfg: PPOConfig):
+    from training.models import resolve_model
+
+    return resolve_model(cfg.actor)
+
+
+def _lora_causal(model, rank: int, alpha: float):
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    config = LoraConfig(
+        task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear"
+    )
+    return get_peft_model(model, config)
+
+
+def reward_stats(cfg: PPOConfig) -> tuple[float, float]:
+    """(mean, std) of the reward model's held-out scores, for --normalize-reward (else (0, 1))."""
+    if not cfg.normalize_reward:
+        return 0.0, 1.0
+    path = reward_folder(cfg.reward) / "reward_stats.json"
+    if not path.is_file():
+        raise ValueError(f"--normalize-reward needs {path} (written by rlhf train-rm)")
+    stats = json.loads(path.read_text())
+    return float(stats["score_mean"]), max(float(stats["score_std"]), 1e-6)
+
+
+def ppo_update(m: Models, exp: Experience, cfg: PPOConfig) -> dict:
+    """One actor step and one critic step on a minibatch (DeepSpeed-Chat's train_rlhf); returns its statistics."""
+    m.actor.train()
+    m.critic.train()
+    logprobs = response_logprobs(m.actor, exp.ids, exp.attention_mask, exp.prompt_len)
+    actor_loss = actor_loss_fn(logprobs, exp.logprobs, exp.advantages, exp.mask, cfg.cliprange)
+    m.actor.backward(actor_loss)
+    m.actor.step()
+    if m.ema is not None:
+        m.update_ema(cfg.ema_beta)
+    values = m.critic(exp.ids, exp.attention_mask, exp.prompt_len)
+    critic_loss = critic_loss_fn(values, exp.values, exp.returns, exp.mask, cfg.cliprange_value)
+    m.critic.backward(critic_loss)
+    m.critic.step()
+    lp = logprobs.detach()
+    return {
+        "loss/actor": actor_loss.item(),
+        "loss/critic": critic_loss.item(),
+        "policy/approx_kl": approx_kl(lp, exp.logprobs, exp.mask).item(),
+        "policy/clipfrac": clip_fraction(lp, exp.logprobs, exp.mask, cfg.cliprange).item(),
+    }
+
+
+def experience_stats(buffer: list[Experience], kl_ctl: float, cfg: PPOConfig) -> dict:
+    """Per-step means over the sequences of this rank's buffer."""
+    cat = lambda f: torch.cat([f(e) for e in buffer])  # noqa: E731
+    kl_seq = cat(lambda e: ((e.logprobs - e.ref_logprobs) * e.mask).sum(1))  # sampled KL per sequence (k1)
+    return {
+        "reward/score_mean": cat(lambda e: e.raw_scores).mean().item(),
+        "reward/score_std": cat(lambda e: e.raw_scores).std().item() if sum(map(len, buffer)) > 1 else 0.0,
+        "reward/kl": kl_seq.mean().item(),
+        "reward/kl_penalty": (-kl_ctl * kl_seq).mean().item(),
+        "reward/total_mean": cat(lambda e: (e.rewards * e.mask).sum(1)).mean().item(),
+        "value/mean": torch.cat([masked_mean(e.values, e.mask, 1) for e in buffer]).mean().item(),
+        "returns/mean": torch.cat([masked_mean(e.returns, e.mask, 1) for e in buffer]).mean().item(),
+        "response/length_mean": cat(lambda e: e.lengths.float()).mean().item(),
+        "response/eos_rate": cat(lambda e: e.ended.float()).mean().item(),
+    }
+
+
+def mean_across_ranks(row: dict) -> dict:
+    keys = sorted(row)
+    t = torch.tensor([float(row[k]) for k in keys], dtype=torch.float64)
+    torch.distributed.all_reduce(t)
+    return {k: v / torch.distributed.get_world_size() for k, v in zip(keys, t.tolist(), strict=True)}
+
+
+def log_samples(run: RunFiles, step: int, exp: Experience, tokenizer, n: int = 2) -> None:
+    if run.rank != 0:
+        return
+    rows = []
+    for i in range(min(n, len(exp))):
+        prompt = exp.ids[i, : exp.prompt_len][exp.attention_mask[i, : exp.prompt_len].bool()]
+        response = exp.ids[i, exp.prompt_len : exp.prompt_len + int(exp.lengths[i])]
+        rows.append(
+            {
+                "step": step,
+                "prompt": tokenizer.decode(prompt, skip_special_tokens=True),
+                "response": tokenizer.decode(response, skip_special_tokens=True),
+                "score": round(exp.raw_scores[i].item(), 4),
+                "ended": bool(exp.ended[i]),
+            }
+        )
+    with (run.folder / "samples.jsonl").open("a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def save_checkpoint(m: Models, folder: Path, step: int, state: dict) -> None:
+    tag = f"step{step}"
+    m.critic.save_checkpoint(str(folder / "critic"), tag=tag)
+    if m.ema is not None and torch.distributed.get_rank() == 0:
+        torch.save(m.ema, folder / f"ema-{tag}.pt")
+    m.actor.save_checkpoint(str(folder / "actor"), tag=tag, client_state=state)  # last: its 'latest' marks done
+
+
+def load_checkpoint(m: Models, folder: Path) -> dict | None:
+    if not (folder / "actor" / "latest").is_file():
+        return None
+    tag = (folder / "actor" / "latest").read_text().strip()
+    _, state = m.actor.load_checkpoint(str(folder / "actor"), tag=tag)
+    m.critic.load_checkpoint(str(folder / "critic"), tag=tag)
+    if m.ema is not None:
+        m.ema = torch.load(folder / f"ema-{tag}.pt")
+    return state
+
+
+def seed_rollout(cfg: PPOConfig, step: int, batch: int, rank: int) -> None:
+    """Sampling depends on (seed, step, batch, rank) only, so a resumed run samples what the first one would."""
+    torch.manual_seed(((cfg.seed * 1_000_003 + step) * 1009 + batch) * 131 + rank)
+
+
+def train(cfg: PPOConfig) -> None:
+    rank, world = setup_distributed()
+    run = RunFiles(cfg.output_dir, rank)
+    run.status("running", step=0)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    tokenizer = load_tokenizer(_actor_folder(cfg))
+    prompts, skipped = encode_prompts(tokenizer, read_prompts(cfg.prompts), cfg.max_prompt_length)
+    per_epoch = len(prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, 0))
+    per_epoch //= cfg.generation_batches
+    if per_epoch == 0:
+        raise ValueError(f"{len(prompts)} usable prompts are fewer than one rollout buffer for {world} rank(s)")
+    total = cfg.max_steps or per_epoch * cfg.epochs
+    updates_per_step = cfg.ppo_epochs * sum(
+        -(-cfg.generation_batch_size // cfg.minibatch_size) for _ in range(cfg.generation_batches)
+    )
+    m = Models(cfg, total * updates_per_step, world)
+    stats = reward_stats(cfg)
+    ckpt = Path(cfg.output_dir) / "checkpoints"
+    state = load_checkpoint(m, ckpt) or {"step": 0, "kl_ctl": cfg.kl_ctl}
+    if state["step"]:
+        run.metrics({"event": "resumed", "step": state["step"]})
+    run.metrics(
+        {
+            "event": "start",
+            "prompts": len(prompts),
+            "skipped_prompts": skipped,
+            "world_size": world,
+            "total_steps": total,
+        }
+    )
+    step, kl_ctl = state["step"], state["kl_ctl"]
+    while step < total:
+        epoch, index = divmod(step, per_epoch)
+        order = prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, epoch)
+        t0 = time.time()
+        # 1-3. rollouts, scoring, rewards and advantages, for each batch of the buffer
+        buffer, gen_s, score_s = [], 0.0, 0.0
+        for b in range(cfg.generation_batches):
+            mine = order[index * cfg.generation_batches + b][rank::world]
+            m.actor.eval()
+            m.critic.eval()
+            seed_rollout(cfg, step, b, rank)
+            t = time.time()
+            batch = rollout(m.generator(), [prompts[i] for i in mine], tokenizer, cfg, m.synced)
+            gen_s += time.time() - t
+            t = time.time()
+            exp = score(batch, m.actor, m.ref, m.critic, m.reward, stats, cfg)
+            buffer.append(add_advantages(exp, kl_ctl, cfg))
+            score_s += time.time() - t
+        # 4. PPO epochs over minibatches of the buffer
+        t = time.time()
+        rng = random.Random(f"{cfg.seed}:{step}")
+        updates = []
+        for _ in range(cfg.ppo_epochs):
+            chunks = [
+                e.select(torch.arange(i, min(i + cfg.minibatch_size, len(e)), device=e.ids.device))
+                for e in buffer
+                for i in range(0, len(e), cfg.minibatch_size)
+            ]
+            rng.shuffle(chunks)
+            updates += [ppo_update(m, mb, cfg) for mb in chunks]
+        train_s = time.time() - t
+        step += 1
+        # 5. KL control and metrics
+        row = experience_stats(buffer, kl_ctl, cfg)
+        row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
+        step_s = time.time() - t0
+        tokens = sum(e.ids.numel() for e in buffer)
+        row.update({"perf/gen_s": gen_s, "perf/score_s": score_s, "perf/train_s": train_s, "perf/step_s": step_s})
+        row = mean_across_ranks(row)
+        row["perf/tokens_per_s"] = tokens * world / step_s
+        row["policy/kl_ctl"] = kl_ctl
+        row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
+        if cfg.adaptive_kl:
+            kl_ctl = adaptive_kl_update(
+                kl_ctl, row["reward/kl"], cfg.kl_target, cfg.generation_batch_size, cfg.kl_horizon
+            )
+        run.metrics({"step": step, "epoch": epoch, **row})
+        if cfg.sample_every and step % cfg.sample_every == 0:
+            log_samples(run, step, buffer[0], tokenizer)
+        run.status("running", step=step, total_steps=total)
+        # 6. checkpoint
+        if cfg.save_every and step % cfg.save_every == 0 and step < total:
+            save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
+    finish(m, cfg, run, step, kl_ctl, total, tokenizer)
+
+
+def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, total: int, tokenizer) -> None:
+    out = Path(cfg.output_dir)
+    save_checkpoint(m, out / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
+    zero3 = cfg.zero_stage == 3
+    save_hf(m.actor, m.actor.module, tokenizer, out / "actor", run.rank, zero3, bool(cfg.actor_lora_rank))
+    save_hf(m.critic, m.critic.module.model, tokenizer, out / "critic", run.rank, zero3, bool(cfg.critic_lora_rank))
+    if m.ema is not None and run.rank == 0:
+        with torch.no_grad():
+            for p, e in zip(m.actor.module.parameters(), m.ema, strict=True):
+                p.copy_(e.to(p.dtype))
+        save_hf(m.actor, m.actor.module, tokenizer, out / "actor_ema", 0, False, bool(cfg.actor_lora_rank))
+    rows = [r for r in read_metrics(out) if "reward/score_mean" in r]
+    final = {k: rows[-1][k] for k in ("reward/score_mean", "reward/kl", "policy/approx_kl")} if rows else {}
+    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    run.metrics({"event": "final", "step": step, **final})
+    run.status("finished", step=step, total_steps=total, final=final)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--config", required=True)
+    p.add_argument("--local_rank", type=int, default=-1)  # passed by the DeepSpeed launcher
+    args = p.parse_args(argv)
+    cfg = PPOConfig.load(args.config)
+    cfg.check()
+    try:
+        train(cfg)
+    except BaseException as e:
+        RunFiles(cfg.output_dir).status(
+            "failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
+        )
+        raise
+
+
+if __name__ == "__main__":
+    main()
