@@ -10,6 +10,7 @@ in scoring and training as in `generate` (DeepSpeed-Chat leaves this to the mode
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -113,3 +114,12 @@ def reward_scores(model, ids: torch.Tensor, attention_mask: torch.Tensor, last: 
     ).last_hidden_state
     rows = torch.arange(ids.shape[0], device=ids.device)
     return model.score(hidden[rows, last]).squeeze(-1).float()
+
+
+def param_fingerprint(model) -> str:
+    """sha256 over every parameter's bytes, in order: proves a frozen model (the reference) never changed."""
+    digest = hashlib.sha256()
+    for name, p in model.named_parameters():
+        digest.update(name.encode())
+        digest.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

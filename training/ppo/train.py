@@ -27,6 +27,7 @@ from training.ppo.models import (
     load_causal_lm,
     load_scalar_model,
     load_tokenizer,
+    param_fingerprint,
     response_logprobs,
     reward_folder,
 )
@@ -61,6 +62,7 @@ class Models:
             engines.append(deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)[0])
         self.actor, self.critic = engines
         self.device = self.actor.device
+        self.ref_fingerprint = param_fingerprint(ref) if cfg.zero_stage < 3 else None
         self.ref, self.reward = (self._frozen(m) for m in (ref, reward))
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.ema = [p.detach().float().clone() for p in self.actor.module.parameters()] if cfg.ema_beta else None
@@ -303,6 +305,9 @@ def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, t
         save_hf(m.actor, m.actor.module, tokenizer, out / "actor_ema", 0, False, bool(cfg.actor_lora_rank))
     rows = [r for r in read_metrics(out) if "reward/score_mean" in r]
     final = {k: rows[-1][k] for k in ("reward/score_mean", "reward/kl", "policy/approx_kl")} if rows else {}
+    if m.ref_fingerprint:
+        final["reference/sha256_start"] = m.ref_fingerprint
+        final["reference/sha256_end"] = param_fingerprint(m.ref)
     final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     run.metrics({"event": "final", "step": step, **final})
     run.status("finished", step=step, total_steps=total, final=final)

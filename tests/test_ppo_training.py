@@ -1,0 +1,279 @@
+"""PPO through the DeepSpeed launcher on CPU with tiny models: one and two ranks, a reward that is a known function
+of the text, every metric, the saved folders, a frozen reference, and a killed run that resumes."""
+
+import json
+import math
+import os
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tests.conftest import query
+
+METRICS = (
+    "reward/score_mean",
+    "reward/kl_penalty",
+    "policy/approx_kl",
+    "policy/clipfrac",
+    "loss/actor",
+    "loss/critic",
+    "value/mean",
+    "response/length_mean",
+    "response/eos_rate",
+    "perf/gen_s",
+    "perf/train_s",
+    "perf/tokens_per_s",
+)
+
+
+def build_liked_token_rm(actor_dir: Path, out: Path) -> Path:
+    """A reward model whose score is a known function of the text: it rises with the share of even token ids.
+
+    Hand-set weights: token t embeds as [s_t, 1, 0, ...] with s_t = +1 for even ids, -1 for odd ones (0 for EOS);
+    layer 0 attends uniformly (q = k = 0) and copies s into dimension 2, so at the last token dimension 2 holds
+    4 * mean(s) over the sequence; everything else is zero. After the final RMSNorm the score is
+    0.5 * 4m * sqrt(32) / sqrt(1 + 16 m^2), increasing in m = mean(s)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(actor_dir)
+    config = LlamaConfig.from_pretrained(actor_dir, num_labels=1)
+    config.pad_token_id = tok.convert_tokens_to_ids("<|endoftext|>")
+    model = LlamaForSequenceClassification(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        emb = model.model.embed_tokens.weight
+        emb[:, 0] = torch.where(torch.arange(emb.shape[0]) % 2 == 0, 1.0, -1.0)
+        emb[:, 1] = 1.0
+        emb[tok.eos_token_id, 0] = 0.0
+        for layer in model.model.layers:
+            layer.input_layernorm.weight.fill_(1.0)
+            layer.post_attention_layernorm.weight.fill_(1.0)
+        model.model.layers[0].self_attn.v_proj.weight[0, 0] = 1.0
+        model.model.layers[0].self_attn.o_proj.weight[2, 0] = 1.0
+        model.model.norm.weight.fill_(1.0)
+        model.score.weight[0, 2] = 0.5
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def liked_rm(tmp_path_factory, tiny_model_dir) -> Path:
+    return build_liked_token_rm(tiny_model_dir, tmp_path_factory.mktemp("liked-rm"))
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(f"Tell me something about topic number {i}." for i in range(48)) + "\n")
+    return path
+
+
+def test_the_hand_built_reward_model_scores_the_share_of_liked_tokens(liked_rm):
+    from training.ppo.models import load_scalar_model, reward_scores
+
+    model = load_scalar_model(str(liked_rm), "fp32")
+
+    def score(seq):  # 2 = EOS
+        ids = torch.tensor([seq])
+        return reward_scores(model, ids, torch.ones_like(ids), torch.tensor([len(seq) - 1])).item()
+
+    # m = (1 + 1 + 1 + 0) / 4 = .75: 0.5 * 3 * sqrt(32) / sqrt(1 + 9) = 2.6833
+    assert score([4, 6, 8, 2]) == pytest.approx(2.6833, abs=1e-3)
+    # m = 1/4: 0.5 * 1 * sqrt(32) / sqrt(2) = 2.0
+    assert score([4, 5, 8, 2]) == pytest.approx(2.0, abs=1e-3)
+    assert score([5, 7, 9, 2]) == pytest.approx(-2.6833, abs=1e-3)
+
+
+def ppo(tmp, actor, reward, prompts, *flags: str, db: str | None = None) -> Path:
+    """`rlhf train-ppo` on the tiny models; returns the run folder."""
+    from app.cli import main
+
+    runs = tmp / "runs"
+    before = set(runs.iterdir()) if runs.exists() else set()
+    args = ["--db", db or str(tmp / "s.duckdb"), "train-ppo", "--actor", str(actor), "--reward", str(reward)]
+    args += ["--prompts", str(prompts), "--runs-dir", str(runs), "--max-new-tokens", "16", *flags]
+    assert main(args) == 0
+    (run,) = set(runs.iterdir()) - before
+    return run
+
+
+def rows_of(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def steps_of(run: Path) -> dict[int, dict]:
+    """The last row logged for each step (a resumed run logs the steps after its checkpoint again)."""
+    return {r["step"]: r for r in rows_of(run) if "loss/actor" in r}
+
+
+def assert_trained_and_reference_frozen(run: Path, actor: Path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from training.ppo.models import load_causal_lm, param_fingerprint
+
+    before = AutoModelForCausalLM.from_pretrained(actor).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(run / "actor").state_dict()
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before), "the actor did not change"
+    AutoModelForSequenceClassification.from_pretrained(run / "critic")  # the critic saves as a plain HF model
+    final = json.loads((run / "status.json").read_text())["final"]
+    original = param_fingerprint(load_causal_lm(str(actor), "fp32"))
+    assert final["reference/sha256_start"] == final["reference/sha256_end"] == original
+
+
+def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prompts_file):
+    run = ppo(
+        tmp_path,
+        tiny_model_dir,
+        liked_rm,
+        prompts_file,
+        "--critic",
+        str(liked_rm),
+        "--max-steps",
+        "24",
+        "--epochs",
+        "10",
+        "--top-k",
+        "20",
+        "--actor-lr",
+        "3e-3",
+        "--critic-lr",
+        "1e-3",
+    )
+    steps = steps_of(run)
+    assert sorted(steps) == list(range(1, 25))
+    for row in steps.values():
+        missing = [k for k in METRICS if k not in row]
+        assert not missing, missing
+        assert math.isfinite(row["policy/approx_kl"]) and all(math.isfinite(row[k]) for k in METRICS)
+    scores = [steps[s]["reward/score_mean"] for s in sorted(steps)]
+    first, last = sum(scores[:5]) / 5, sum(scores[-5:]) / 5
+    assert last > first + 0.5, scores  # measured: about 0.2 -> 1.6
+    assert steps[1]["reward/kl"] == pytest.approx(0.0, abs=1e-3)  # actor == reference before the first update
+    assert steps[24]["reward/kl"] > 0.1  # ... and it moved away, with the KL reported
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in samples} == set(range(1, 25)) and all(s["response"] for s in samples)
+    assert_trained_and_reference_frozen(run, tiny_model_dir)
+
+
+def test_two_ranks_train_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_file):
+    run = ppo(tmp_path, tiny_model_dir, liked_rm, prompts_file, "--max-steps", "3", "--num-accelerators", "2")
+    start = next(r for r in rows_of(run) if r.get("event") == "start")
+    assert start["world_size"] == 2
+    steps = steps_of(run)
+    assert sorted(steps) == [1, 2, 3] and all(k in steps[3] for k in METRICS)
+    assert sorted(p.name for p in (run / "actor").glob("*.safetensors")) == ["model.safetensors"]
+    assert_trained_and_reference_frozen(run, tiny_model_dir)
+
+
+def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, tiny_model_dir, liked_rm, prompts_file):
+    from app.training import prepare_ppo_run, resume_run, run_training
+    from training.launcher import launch
+    from training.ppo.config import PPOConfig
+    from training.runs import effective_status, read_metrics
+
+    cfg = PPOConfig(
+        actor=str(tiny_model_dir),
+        reward=str(liked_rm),
+        max_new_tokens=12,
+        max_steps=6,
+        save_every=2,
+        actor_lr=3e-3,
+        critic_lr=1e-3,
+        top_k=20,
+        ppo_epochs=2,
+        minibatch_size=4,
+    )
+    db = str(tmp_path / "s.duckdb")
+    whole = prepare_ppo_run(db, cfg, tmp_path / "runs", str(prompts_file))
+    assert run_training("ppo", whole)["state"] == "finished"
+
+    cut = prepare_ppo_run(db, cfg, tmp_path / "runs", str(prompts_file))
+    proc = launch("ppo", cut)
+    deadline = time.monotonic() + 300
+    while not any(r.get("step", 0) >= 3 and "loss/actor" in r for r in read_metrics(cut)):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while effective_status(cut)["state"] != "failed" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert effective_status(cut)["state"] == "failed"
+    assert resume_run(cut)["state"] == "finished"
+    resumed = next(r for r in read_metrics(cut) if r.get("event") == "resumed")
+    assert resumed["step"] >= 2
+    a, b = steps_of(whole), steps_of(cut)
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
+    for step in range(resumed["step"] + 1, 7):  # the steps run again after the restart
+        for key in ("reward/score_mean", "loss/actor", "loss/critic", "policy/approx_kl", "response/length_mean"):
+            assert b[step][key] == pytest.approx(a[step][key], rel=1e-3, abs=1e-5), (step, key)
+
+
+def test_rollout_logprobs_equal_a_fresh_forward(tiny_model_dir):
+    """Untempered sampling: the log-probs read off `generate`'s logits are the policy's own, so the trainer may skip
+    the actor's scoring forward."""
+    from training.ppo.data import encode_prompts
+    from training.ppo.experience import rollout
+    from training.ppo.models import load_causal_lm, load_tokenizer, response_logprobs
+
+    tok = load_tokenizer(tiny_model_dir)
+    model = load_causal_lm(str(tiny_model_dir), "fp32").eval()
+    prompts, _ = encode_prompts(tok, ["hello there", "a much longer prompt about the sea and the sky"], 256)
+    cfg = SimpleNamespace(
+        reuse_rollout_logprobs=True,
+        untempered=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=10,
+        min_new_tokens=10,
+    )
+    torch.manual_seed(0)
+    batch = rollout(model, prompts, tok, cfg)
+    with torch.no_grad():
+        fresh = response_logprobs(model, batch["ids"], batch["attention_mask"], batch["prompt_len"])
+    mask = batch["mask"].bool()
+    assert torch.allclose(batch["logprobs"][mask], fresh[mask], atol=1e-4)
+    assert batch["ids"][0, : batch["prompt_len"]].tolist().count(tok.pad_token_id) > 0  # left padding was there
+
+
+def test_train_ppo_takes_the_stores_training_prompts(tmp_path, db, tiny_model_dir, liked_rm):
+    from app.training import prepare_ppo_run
+    from store.db import write
+    from store.prompts import add_prompts
+    from store.snapshot import split_of
+    from training.ppo.config import PPOConfig
+
+    texts = [f"prompt number {i}" for i in range(40)]
+    with write(db) as con:
+        add_prompts(con, texts, "test")
+    run = prepare_ppo_run(db, PPOConfig(actor=str(tiny_model_dir), reward=str(liked_rm)), tmp_path / "runs")
+    kept = [json.loads(line)["prompt"] for line in (run / "prompts.jsonl").read_text().splitlines()]
+    assert kept == [t for t in texts if split_of(t, 0.1, 0) == "train"] and len(kept) < len(texts)
+    assert query(db, "SELECT kind, path FROM runs") == [("ppo", str(run.resolve()))]
+    assert json.loads((run / "config.json").read_text())["prompts"] == str((run / "prompts.jsonl").resolve())
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--reward", "/nonexistent"], "neither a reward run folder nor"),
+        (["--reward", "{rm}", "--prompts", "/nonexistent.txt"], "no such prompts file"),
+        (["--reward", "{rm}", "--temperature", "0"], "never decode greedily"),
+        (["--reward", "{rm}", "--actor", "/nonexistent"], "is not a folder"),
+        (["--reward", "{rm}", "--kl-estimator", "k9"], "kl_estimator must be k1 or k3"),
+        ([], "a reward model is required"),
+    ],
+)
+def test_bad_ppo_input_is_one_error_line_and_no_run(cli, db, tmp_path, liked_rm, flags, message):
+    flags = [f.replace("{rm}", str(liked_rm)) for f in flags]
+    code, _, err = cli("train-ppo", "--runs-dir", str(tmp_path / "runs"), *flags)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
