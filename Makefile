@@ -49,10 +49,20 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP)
+# TRL 0.29.1, the last TRL with PPO, is the PPO peer; its pins differ from the app's, so it gets its own venv.
+TRL_VENV := .venv-trl029
+TRL_STAMP := $(TRL_VENV)/.installed
+
+$(TRL_STAMP):
+	test -x $(TRL_VENV)/bin/python || $(PY) -m venv $(TRL_VENV)
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(TRL_VENV)/bin/pip install torch==2.13.0; fi
+	$(TRL_VENV)/bin/pip install trl==0.29.1 transformers==5.24.0
+	touch $(TRL_STAMP)
+
+bench: $(STAMP) $(TRL_STAMP)
 	# TRL is a bench-only peer (reward-model comparison); the app never imports it.
 	$(BIN)/pip install trl==1.16.0
 	$(BIN)/python -m bench.run
 
 clean-venv:
-	rm -rf $(VENV) $(LS_VENV)
+	rm -rf $(VENV) $(LS_VENV) $(TRL_VENV)

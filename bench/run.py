@@ -10,7 +10,7 @@ import os
 import platform
 from pathlib import Path
 
-from bench import annotation_latency, pairs, reward, sampling
+from bench import annotation_latency, pairs, ppo, reward, sampling
 
 
 def machine() -> str:
@@ -19,9 +19,22 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
+def print_ppo(rows: list[dict]) -> None:
+    print("\n| PPO step (8 x 64+64 tokens) | dtype | peer | s/step | tokens/s | generation share | peak MB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        for name in ("rlhf_studio", "trl"):
+            x = r[name]
+            print(
+                f"| | {r['dtype']} | {name} | {x['s_per_step']:.2f} | {x['tokens_per_s']:.0f} | "
+                f"{x['gen_share']:.0%} | {x['peak_rss_mb']:.0f} |"
+            )
+        print(f"| ratio | {r['dtype']} | | | {r['speed_ratio']:.2f}x | | {r['memory_ratio']:.2f}x |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward"])
+    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward", "ppo"])
     p.add_argument("--reward-rankings", type=int, default=64, help="K = 4 rankings (6 pairs each)")
     p.add_argument("--rankings", type=int, default=1_000_000)
     args = p.parse_args()
@@ -59,6 +72,9 @@ def main() -> None:
                 f"{a['pairs_per_s']:.2f} | "
                 f"{b['pairs_per_s']:.2f} | {r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / {b['peak_rss_mb']:.0f} |"
             )
+    if args.only in (None, "ppo"):
+        report["ppo"] = ppo.run()
+        print_ppo(report["ppo"])
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -223,3 +223,18 @@ def test_the_math_module_imports_only_torch():
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_decode_sampling_draws_from_the_filtered_distribution():
+    from training.ppo.decode import draw, filter_logits
+
+    # top-k 2 of [3, 1, 2, 0] keeps tokens 0 and 2; top-p .5 of softmax([2, 1, 0]) = [.665, .245, .09] keeps token 0
+    assert torch.isinf(filter_logits(T([[3.0, 1.0, 2.0, 0.0]]), 1.0, 2, 1.0)).tolist() == [[False, True, False, True]]
+    assert torch.isinf(filter_logits(T([[2.0, 1.0, 0.0]]), 1.0, 0, 0.5)).tolist() == [[False, True, True]]
+    # top-p .8 needs tokens 0 and 1 (.665 < .8 <= .91); temperature 2 halves the logits first
+    assert torch.isinf(filter_logits(T([[2.0, 1.0, 0.0]]), 1.0, 0, 0.8)).tolist() == [[False, False, True]]
+    assert filter_logits(T([[2.0, 1.0]]), 2.0, 0, 1.0).tolist() == [[1.0, 0.5]]
+    torch.manual_seed(0)
+    probs = T([[0.5, 0.0, 0.3, 0.2]]).repeat(20000, 1)
+    counts = torch.bincount(draw(probs), minlength=4) / 20000
+    assert counts[1] == 0 and counts.tolist() == pytest.approx([0.5, 0.0, 0.3, 0.2], abs=0.015)

@@ -217,8 +217,8 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, tiny_mo
 
 
 def test_rollout_logprobs_equal_a_fresh_forward(tiny_model_dir):
-    """Untempered sampling: the log-probs read off `generate`'s logits are the policy's own, so the trainer may skip
-    the actor's scoring forward."""
+    """The log-probs read off the decode loop's raw logits are the policy's own (whatever the sampling filters), so
+    in fp32 the trainer may skip the actor's scoring forward."""
     from training.ppo.data import encode_prompts
     from training.ppo.experience import rollout
     from training.ppo.models import load_causal_lm, load_tokenizer, response_logprobs
@@ -226,17 +226,9 @@ def test_rollout_logprobs_equal_a_fresh_forward(tiny_model_dir):
     tok = load_tokenizer(tiny_model_dir)
     model = load_causal_lm(str(tiny_model_dir), "fp32").eval()
     prompts, _ = encode_prompts(tok, ["hello there", "a much longer prompt about the sea and the sky"], 256)
-    cfg = SimpleNamespace(
-        reuse_rollout_logprobs=True,
-        untempered=True,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        max_new_tokens=10,
-        min_new_tokens=10,
-    )
+    cfg = SimpleNamespace(temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=10, min_new_tokens=10)
     torch.manual_seed(0)
-    batch = rollout(model, prompts, tok, cfg)
+    batch = rollout(model, prompts, tok, cfg, want_logprobs=True)
     with torch.no_grad():
         fresh = response_logprobs(model, batch["ids"], batch["attention_mask"], batch["prompt_len"])
     mask = batch["mask"].bool()

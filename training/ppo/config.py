@@ -57,7 +57,7 @@ class PPOConfig(ConfigFile):
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "actor and critic, during updates"})
     reuse_rollout_logprobs: bool = field(
-        default=True, metadata={"help": "old log-probs from the rollout when sampling is untempered (T=1, no top-p/k)"}
+        default=True, metadata={"help": "fp32: old log-probs from the rollout's logits (saves an actor forward)"}
     )
     # engine and bookkeeping
     zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0-3 (actor and critic)"})
@@ -68,9 +68,13 @@ class PPOConfig(ConfigFile):
     seed: int = field(default=0, metadata={"help": "seed for prompt order and sampling"})
 
     @property
-    def untempered(self) -> bool:
-        """Rollout tokens come from the policy's own distribution, so their log-probs are the old log-probs."""
-        return self.temperature == 1.0 and self.top_p >= 1.0 and self.top_k == 0
+    def single_pass(self) -> bool:
+        """One PPO epoch over one minibatch holding the whole rollout (DeepSpeed-Chat's default shape): the old
+        log-probs and values are exactly those of the update's own forward passes, so the scoring forwards of
+        actor and critic are skipped and their training forwards serve both."""
+        return (
+            self.ppo_epochs == 1 and self.generation_batches == 1 and self.minibatch_size >= self.generation_batch_size
+        )
 
     def check(self) -> None:
         if not self.reward:

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
+from training.ppo.decode import sample
 from training.ppo.losses import compute_rewards, get_advantages_and_returns, masked_whiten, zero_after_end
-from training.ppo.models import logprobs_of, response_logprobs, reward_scores
+from training.ppo.models import response_logprobs, reward_scores
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Experience:
     rewards: torch.Tensor | None = None  # (B, T) per-token rewards
     advantages: torch.Tensor | None = None  # (B, T)
     returns: torch.Tensor | None = None  # (B, T)
+    live: tuple | None = None  # (logprobs, values) still attached to their graphs (single-pass PPO)
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -34,7 +36,7 @@ class Experience:
     def select(self, rows: torch.Tensor) -> Experience:
         """The sequences `rows` of this batch (a PPO minibatch)."""
         pick = {k: (v[rows] if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
-        return Experience(**pick)
+        return Experience(**{**pick, "live": None})
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,31 +68,15 @@ def shape_scores(
 
 
 @torch.no_grad()
-def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = False) -> dict:
-    """Sample one response per prompt (EOS stops it; pad never equals EOS). Returns the tensors of the batch and,
-    when the sampling is untempered, the old log-probs read off the generation logits (one actor forward
-    saved)."""
+def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = False, want_logprobs: bool = False) -> dict:
+    """Sample one response per prompt (EOS stops it; pad never equals EOS). With want_logprobs the old log-probs
+    are read off the decode's raw logits (one actor forward saved; exact up to float rounding, so the trainer
+    asks for them in fp32 only)."""
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad)
     prompt_ids, prompt_mask = prompt_ids.to(actor.device), prompt_mask.to(actor.device)
-    reuse = cfg.reuse_rollout_logprobs and cfg.untempered
-    out = actor.generate(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        do_sample=True,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k or None,
-        max_new_tokens=cfg.max_new_tokens,
-        min_new_tokens=cfg.min_new_tokens,
-        eos_token_id=eos,
-        pad_token_id=pad,
-        synced_gpus=synced,
-        return_dict_in_generate=True,
-        output_logits=reuse,
-    )
+    response, logprobs = sample(actor, prompt_ids, prompt_mask, cfg, eos, pad, want_logprobs, synced)
     P = prompt_ids.shape[1]
-    response = out.sequences[:, P:]
     mask, lengths, ended = response_mask(response.cpu(), eos)
     mask = mask.to(response.device)
     response = response.masked_fill(mask == 0, pad)
@@ -102,27 +88,34 @@ def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = Fals
         "lengths": lengths.to(response.device),
         "ended": ended.to(response.device),
     }
-    if reuse:
-        logits = torch.stack(out.logits, 1).float()  # (B, T, V) raw logits of the policy at each sampled step
-        batch["logprobs"] = logprobs_of(logits, response)
+    if logprobs is not None:
+        batch["logprobs"] = logprobs
     return batch
 
 
-@torch.no_grad()
-def score(batch: dict, actor, ref, critic, reward, stats: tuple[float, float], cfg) -> Experience:
-    """Old log-probs, reference log-probs, values and reward-model scores of a rollout (all four models in eval
-    mode, dropout off)."""
+def score(batch: dict, actor, ref, critic, reward, stats: tuple[float, float], cfg, live: bool = False) -> Experience:
+    """Old log-probs, reference log-probs, values and reward-model scores of a rollout (dropout is off in all four
+    models). With live=True the actor and critic forwards keep their graphs (Experience.live) for the update to
+    reuse: in single-pass PPO these forwards are the update's own."""
     P, ids, attn = batch["prompt_len"], batch["ids"], batch["attention_mask"]
     logprobs = batch.pop("logprobs", None)
-    if logprobs is None:
-        logprobs = response_logprobs(actor, ids, attn, P)
-    ref_logprobs = response_logprobs(ref, ids, attn, P)
-    values = critic(ids, attn, P)
-    last = P + batch["lengths"] - 1  # EOS, or the last token of a cut response: where the RM was trained to read
-    raw = reward_scores(reward, ids, attn, last)
+    with torch.set_grad_enabled(live):
+        if logprobs is None or live:
+            logprobs = response_logprobs(actor, ids, attn, P)
+        values = critic(ids, attn, P)
+    with torch.no_grad():
+        ref_logprobs = response_logprobs(ref, ids, attn, P)
+        last = P + batch["lengths"] - 1  # EOS, or the last token of a cut response: where the RM was trained to read
+        raw = reward_scores(reward, ids, attn, last)
     scores = shape_scores(raw, batch["ended"], *stats, cfg.missing_eos_penalty)
     return Experience(
-        **batch, logprobs=logprobs, ref_logprobs=ref_logprobs, values=values, raw_scores=raw, scores=scores
+        **batch,
+        logprobs=logprobs.detach(),
+        ref_logprobs=ref_logprobs,
+        values=values.detach(),
+        raw_scores=raw,
+        scores=scores,
+        live=(logprobs, values) if live else None,
     )
 
 

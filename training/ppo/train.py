@@ -56,7 +56,7 @@ class Models:
         engines = []
         for model, lr in ((actor, cfg.actor_lr), (critic, cfg.critic_lr)):
             params = [p for p in model.parameters() if p.requires_grad]
-            opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay)
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, fused=True)
             sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, steps))
             config = ds_config(cfg.minibatch_size, 1, cfg.zero_stage, cfg.dtype)
             engines.append(deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)[0])
@@ -117,13 +117,19 @@ def ppo_update(m: Models, exp: Experience, cfg: PPOConfig) -> dict:
     """One actor step and one critic step on a minibatch (DeepSpeed-Chat's train_rlhf); returns its statistics."""
     m.actor.train()
     m.critic.train()
-    logprobs = response_logprobs(m.actor, exp.ids, exp.attention_mask, exp.prompt_len)
+    if exp.live:  # single pass: the scoring forwards were these forwards
+        logprobs, values = exp.live
+        exp.live = None
+    else:
+        logprobs = response_logprobs(m.actor, exp.ids, exp.attention_mask, exp.prompt_len)
+        values = None
     actor_loss = actor_loss_fn(logprobs, exp.logprobs, exp.advantages, exp.mask, cfg.cliprange)
     m.actor.backward(actor_loss)
     m.actor.step()
     if m.ema is not None:
         m.update_ema(cfg.ema_beta)
-    values = m.critic(exp.ids, exp.attention_mask, exp.prompt_len)
+    if values is None:
+        values = m.critic(exp.ids, exp.attention_mask, exp.prompt_len)
     critic_loss = critic_loss_fn(values, exp.values, exp.returns, exp.mask, cfg.cliprange_value)
     m.critic.backward(critic_loss)
     m.critic.step()
@@ -153,9 +159,9 @@ def experience_stats(buffer: list[Experience], kl_ctl: float, cfg: PPOConfig) ->
     }
 
 
-def mean_across_ranks(row: dict) -> dict:
+def mean_across_ranks(row: dict, device) -> dict:
     keys = sorted(row)
-    t = torch.tensor([float(row[k]) for k in keys], dtype=torch.float64)
+    t = torch.tensor([float(row[k]) for k in keys], dtype=torch.float64, device=device)  # NCCL needs GPU tensors
     torch.distributed.all_reduce(t)
     return {k: v / torch.distributed.get_world_size() for k, v in zip(keys, t.tolist(), strict=True)}
 
@@ -248,10 +254,14 @@ def train(cfg: PPOConfig) -> None:
             m.critic.eval()
             seed_rollout(cfg, step, b, rank)
             t = time.time()
-            batch = rollout(m.generator(), [prompts[i] for i in mine], tokenizer, cfg, m.synced)
+            want = cfg.reuse_rollout_logprobs and cfg.dtype == "fp32" and not cfg.single_pass
+            batch = rollout(m.generator(), [prompts[i] for i in mine], tokenizer, cfg, m.synced, want)
             gen_s += time.time() - t
             t = time.time()
-            exp = score(batch, m.actor, m.ref, m.critic, m.reward, stats, cfg)
+            if cfg.single_pass:
+                m.actor.train()
+                m.critic.train()
+            exp = score(batch, m.actor, m.ref, m.critic, m.reward, stats, cfg, live=cfg.single_pass)
             buffer.append(add_advantages(exp, kl_ctl, cfg))
             score_s += time.time() - t
         # 4. PPO epochs over minibatches of the buffer
@@ -260,7 +270,7 @@ def train(cfg: PPOConfig) -> None:
         updates = []
         for _ in range(cfg.ppo_epochs):
             chunks = [
-                e.select(torch.arange(i, min(i + cfg.minibatch_size, len(e)), device=e.ids.device))
+                e if len(e) <= cfg.minibatch_size else e.select(torch.arange(i, min(i + cfg.minibatch_size, len(e))))
                 for e in buffer
                 for i in range(0, len(e), cfg.minibatch_size)
             ]
@@ -274,7 +284,7 @@ def train(cfg: PPOConfig) -> None:
         step_s = time.time() - t0
         tokens = sum(e.ids.numel() for e in buffer)
         row.update({"perf/gen_s": gen_s, "perf/score_s": score_s, "perf/train_s": train_s, "perf/step_s": step_s})
-        row = mean_across_ranks(row)
+        row = mean_across_ranks(row, m.device)
         row["perf/tokens_per_s"] = tokens * world / step_s
         row["policy/kl_ctl"] = kl_ctl
         row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
@@ -309,6 +319,8 @@ def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, t
         final["reference/sha256_start"] = m.ref_fingerprint
         final["reference/sha256_end"] = param_fingerprint(m.ref)
     final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if torch.cuda.is_available():
+        final["perf/peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
     run.metrics({"event": "final", "step": step, **final})
     run.status("finished", step=step, total_steps=total, final=final)
 

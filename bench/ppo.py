@@ -1,0 +1,157 @@
+"""PPO speed and memory, rlhf-studio against TRL 0.29.1's `trl.experimental.ppo.PPOTrainer` (the last TRL with PPO,
+in the bench-only venv .venv-trl029), on one workload (research/peer_benchmarks.md):
+
+SmolLM2-135M-Instruct as actor and reference; critic and reward the same backbone with one seeded scalar head;
+chat-templated prompts of exactly 64 tokens; exactly 64 new tokens (min = max), sampling T = 1, top_p = 1;
+8 prompts per step; ppo_epochs 1; one minibatch; ZeRO 0; one process. Metric: median seconds per step over
+steps 3..8, tokens/s = 8 x (64 + 64) / median, the generation share, peak RSS of the training process."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRL_PYTHON = ROOT / ".venv-trl029" / "bin" / "python"
+PROMPT_TOKENS, NEW_TOKENS, BATCH, STEPS = 64, 64, 8, 8
+TOPICS = (
+    "how to bake bread at home",
+    "why the sky is blue",
+    "a good way to learn a new language",
+    "how plants make food from light",
+    "what to pack for a weekend hike",
+    "how to write a polite email to a teacher",
+    "the history of the bicycle",
+    "tips for sleeping better",
+)
+FILLER = "please explain it simply with one clear example and a short summary at the end for a beginner".split()
+
+
+def fixed_length_prompts(tokenizer, n: int = 64, length: int = PROMPT_TOKENS) -> list[str]:
+    """Everyday prompts whose chat-templated form is exactly `length` tokens (filler words added one by one)."""
+    from training.ppo.data import chat_prompt
+
+    out = []
+    for i in range(n * 4):
+        words = f"Question {i}: tell me {TOPICS[i % len(TOPICS)]}".split()
+        for w in FILLER * 4:
+            n_tokens = len(tokenizer(chat_prompt(tokenizer, " ".join(words)), add_special_tokens=False)["input_ids"])
+            if n_tokens >= length:
+                break
+            words.append(w)
+        if n_tokens == length:
+            out.append(" ".join(words))
+        if len(out) == n:
+            return out
+    raise RuntimeError(f"could not build {n} prompts of exactly {length} tokens")
+
+
+def workload(tmp: Path) -> dict:
+    """The default model's folder, the seeded scalar-head model (critic and reward) and the prompts file."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from training.models import resolve_model
+
+    actor = resolve_model("default")
+    scalar = tmp / "scalar-head"
+    if not (scalar / "config.json").exists():
+        torch.manual_seed(0)
+        model = AutoModelForSequenceClassification.from_pretrained(actor, num_labels=1)
+        model.save_pretrained(scalar)
+        AutoTokenizer.from_pretrained(actor).save_pretrained(scalar)
+    prompts = fixed_length_prompts(AutoTokenizer.from_pretrained(actor))
+    path = tmp / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    return {"actor": str(actor), "scalar": str(scalar), "prompts": str(path), "prompt_list": prompts}
+
+
+def summarize(step_s: list[float], gen_s: list[float], peak_mb: float) -> dict:
+    window = slice(2, STEPS)  # steps 3..8
+    median = statistics.median(step_s[window])
+    return {
+        "s_per_step": median,
+        "tokens_per_s": BATCH * (PROMPT_TOKENS + NEW_TOKENS) / median,
+        "gen_share": statistics.median(gen_s[window]) / median,
+        "gen_s": statistics.median(gen_s[window]),
+        "peak_rss_mb": peak_mb,
+        "steps": len(step_s),
+    }
+
+
+def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0) -> dict:
+    from app.training import follow, prepare_ppo_run
+    from training.launcher import launch
+    from training.ppo.config import PPOConfig
+    from training.runs import read_metrics
+
+    cfg = PPOConfig(
+        actor=w["actor"],
+        reward=w["scalar"],
+        critic=w["scalar"],
+        max_prompt_length=PROMPT_TOKENS,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        generation_batch_size=BATCH,
+        minibatch_size=BATCH,
+        max_steps=STEPS,
+        sample_every=0,
+        dtype=dtype,
+        zero_stage=zero_stage,
+    )
+    run = prepare_ppo_run(str(tmp / f"bench-{dtype}.duckdb"), cfg, tmp / "runs", w["prompts"])
+    status = follow(run, launch("ppo", run), poll_s=2.0)
+    if status.get("state") != "finished":
+        raise RuntimeError(f"rlhf-studio PPO run failed: {status.get('error')} (see {run / 'train.log'})")
+    rows = [r for r in read_metrics(run) if "loss/actor" in r]
+    final = next(r for r in read_metrics(run) if r.get("event") == "final")
+    out = summarize([r["perf/step_s"] for r in rows], [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"])
+    if "perf/peak_gpu_mb" in final:
+        out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
+    out["score_s"] = statistics.median(r["perf/score_s"] for r in rows[2:])
+    out["train_s"] = statistics.median(r["perf/train_s"] for r in rows[2:])
+    return out
+
+
+def run_trl(w: dict, tmp: Path, dtype: str) -> dict:
+    if not TRL_PYTHON.exists():
+        raise RuntimeError("the TRL 0.29.1 bench venv is missing: run `make bench` (it creates .venv-trl029)")
+    spec = tmp / f"trl-ppo-{dtype}.json"
+    spec.write_text(json.dumps({**w, "dtype": dtype, "out": str(tmp / f"trl-ppo-{dtype}"), "steps": STEPS}))
+    env = {"PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false", "HOME": str(Path.home())}
+    if dtype == "bf16":  # TRL 0.29.1 ignores bf16=True under transformers 5 unless accelerate is told as well
+        env["ACCELERATE_MIXED_PRECISION"] = "bf16"
+    proc = subprocess.run(
+        [str(TRL_PYTHON), str(Path(__file__).parent / "trl_ppo.py"), str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"TRL PPO failed: {proc.stderr.strip().splitlines()[-1:]}")
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    return summarize(r["step_s"], r["gen_s"], r["peak_rss_mb"])
+
+
+def run(dtypes: tuple[str, ...] = ("fp32", "bf16")) -> list[dict]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-ppo-") as d:
+        tmp = Path(d)
+        w = workload(tmp)
+        for dtype in dtypes:
+            ours = run_ours(w, tmp, dtype)
+            trl = run_trl(w, tmp, "fp32" if dtype == "fp32" else "bf16")
+            results.append(
+                {
+                    "dtype": dtype,
+                    "rlhf_studio": ours,
+                    "trl": trl,
+                    "speed_ratio": ours["tokens_per_s"] / trl["tokens_per_s"],
+                    "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
+                }
+            )
+    return results

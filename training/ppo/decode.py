@@ -1,0 +1,116 @@
+"""Rollout sampling: a plain decode loop over a static KV cache, in place of `generate`.
+
+On a 2-core CPU with SmolLM2-135M and 8 sequences, `generate` spends about 40 ms per token, of which the model's
+step is 25-30 ms; the rest is its per-step machinery and a growing cache that is re-concatenated every step. This
+loop preallocates the cache (StaticCache), keeps the raw logits' log-probability of each sampled token (the old
+log-probs, when the caller wants them), and stops when every sequence has emitted EOS.
+
+Sampling follows the same rules as `generate`: temperature, then top-k, then top-p; EOS is held back until
+min_new_tokens; never greedy."""
+
+from __future__ import annotations
+
+import torch
+
+from training.ppo.models import position_ids
+
+
+def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """(B, V) logits -> the logits sampling draws from: / temperature, then top-k, then nucleus top-p (the
+    smallest set of tokens whose probability reaches top_p; the most likely token always stays)."""
+    logits = logits / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # mass before this token already reaches top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+def draw(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row of (B, V) probabilities by inverting the CDF with one uniform number per row: the same
+    distribution as torch.multinomial, about 35x faster on CPU for a 49k vocabulary (multinomial draws a random
+    number per vocabulary entry). Tokens of probability 0 own an empty interval and are never drawn."""
+    cdf = probs.cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)
+
+
+def _cache(model, batch: int, length: int):
+    from transformers import DynamicCache, StaticCache
+
+    try:
+        return StaticCache(config=model.config, max_cache_len=length), True
+    except (TypeError, ValueError, NotImplementedError):  # an architecture without static-cache support
+        return DynamicCache(config=model.config), False
+
+
+@torch.no_grad()
+def sample(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    cfg,
+    eos_id: int,
+    pad_id: int,
+    want_logprobs: bool = False,
+    synced: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(response (B, T) with pad after EOS, raw log-probs of the sampled tokens (B, T) or None).
+
+    prompt_ids, prompt_mask: (B, P), left-padded. T <= cfg.max_new_tokens (fewer when all rows stop early).
+    synced: under ZeRO-3 with several ranks every forward is collective, so all ranks step until all are done."""
+    B, P = prompt_ids.shape
+    N = cfg.max_new_tokens
+    device = prompt_ids.device
+    cache, static = _cache(model, B, P + N)
+    mask = torch.cat([prompt_mask, torch.ones(B, N, dtype=prompt_mask.dtype, device=device)], 1)
+    positions = position_ids(prompt_mask)
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+        cache_position=torch.arange(P, device=device) if static else None,
+        logits_to_keep=1,
+    )
+    next_pos = positions[:, -1:] + 1
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    tokens, logprobs = [], []
+    for t in range(N):
+        logits = out.logits[:, -1].float()  # (B, V) raw: the policy itself
+        scores = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+        if t < cfg.min_new_tokens - 1:
+            scores[:, eos_id] = float("-inf")
+        token = draw(scores.softmax(-1))
+        token = torch.where(done, torch.full_like(token, pad_id), token)
+        tokens.append(token)
+        if want_logprobs:
+            logprobs.append(logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, -1))
+        done |= token == eos_id
+        if t == N - 1 or _all_done(done, synced):
+            break
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=mask[:, : P + t + 1],
+            position_ids=next_pos,
+            cache=cache,
+            use_cache=True,
+            cache_position=torch.tensor([P + t], device=device) if static else None,
+            logits_to_keep=1,
+        )
+        next_pos = next_pos + 1
+    response = torch.stack(tokens, 1)
+    return response, (torch.stack(logprobs, 1) if want_logprobs else None)
+
+
+def _all_done(done: torch.Tensor, synced: bool) -> bool:
+    if not synced:
+        return bool(done.all())
+    flag = done.all().to(torch.int32).reshape(1)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+    return bool(flag.item())
