@@ -140,6 +140,9 @@ def cmd_train_rm(args: argparse.Namespace) -> None:
             hostfile=args.hostfile,
             on_metrics=show,
         )
+    if status.get("state") == "stopped":
+        print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
+        return
     if status.get("state") != "finished":
         raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; reward model in {run / 'model'}")
@@ -168,9 +171,27 @@ def cmd_train_ppo(args: argparse.Namespace) -> None:
         status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
         status = run_training("ppo", run, args.num_accelerators, args.hostfile, on_metrics=show)
+    if status.get("state") == "stopped":
+        print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
+        return
     if status.get("state") != "finished":
         raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; actor in {run / 'actor'}, critic in {run / 'critic'}")
+
+
+def cmd_stop(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from training.runs import effective_status, request_stop
+
+    run = Path(args.run)
+    if not (run / "config.json").is_file():
+        raise StoreError(f"{run} is not a run folder: no config.json")
+    state = effective_status(run).get("state")
+    if state != "running":
+        raise StoreError(f"run {run.name} is {state}, not running")
+    request_stop(run)
+    print(f"asked run {run.name} to stop: it checkpoints at the end of its current step (resume with --resume)")
 
 
 def cmd_runs(args: argparse.Namespace) -> None:
@@ -181,11 +202,13 @@ def cmd_runs(args: argparse.Namespace) -> None:
     with connect(args.db, create=False) as con:
         runs = list_runs(con)
     if not runs:
-        print("no runs yet: start one with `rlhf train-rm`")
+        print("no runs yet: start one with `rlhf train-rm` or `rlhf train-ppo`")
     for run_id, kind, path, created in runs:
         status = effective_status(path)
         final = status.get("final") or {}
         headline = f", eval accuracy {final['eval/rm_accuracy']:.3f}" if "eval/rm_accuracy" in final else ""
+        if "reward/score_mean" in final:
+            headline = f", score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
         step = f"step {status.get('step', 0)}/{status.get('total_steps', '?')}"
         error = f" ({status['error']})" if status.get("error") else ""
         print(f"{run_id}  {kind}  {created[:19]}  {status.get('state')}{error}  {step}{headline}  {path}")
@@ -269,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_launch_args(s)
     add_dataclass_args(s, PPOConfig, skip=("prompts", "output_dir"))
     s.set_defaults(func=cmd_train_ppo)
+
+    s = sub.add_parser("stop", help="stop a running training run after its current step (checkpointed, resumable)")
+    s.add_argument("run", help="the run folder")
+    s.set_defaults(func=cmd_stop)
 
     s = sub.add_parser("runs", help="list training runs with status and headline metrics")
     s.set_defaults(func=cmd_runs)

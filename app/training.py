@@ -24,7 +24,7 @@ from training.ppo.data import read_prompts
 from training.ppo.models import reward_folder
 from training.reward.config import RewardConfig
 from training.reward.data import DataError, load_pairs
-from training.runs import read_metrics, read_status, write_json_atomic
+from training.runs import STOP_FILE, read_metrics, read_status, write_json_atomic
 
 
 def new_run_dir(runs_dir: Path, kind: str) -> Path:
@@ -174,4 +174,5 @@ def resume_run(
     kind = run_kind(run)
     if read_status(run).get("state") == "finished":
         raise StoreError(f"run {run.name} already finished")
+    (run / STOP_FILE).unlink(missing_ok=True)
     return run_training(kind, run, num_accelerators, hostfile, on_metrics)

@@ -36,6 +36,26 @@ class RunFiles:
                 f.write(json.dumps({"time": round(time.time() - self.started, 3), **row}) + "\n")
 
 
+STOP_FILE = "stop"
+
+
+def request_stop(folder: str | Path) -> None:
+    """Ask a running run to stop at its next step boundary (it checkpoints first, then ends as 'stopped')."""
+    (Path(folder) / STOP_FILE).touch()
+
+
+def stop_requested(folder: str | Path, device=None) -> bool:
+    """True on every rank once rank 0 has seen the stop file, so all ranks leave the loop at the same step."""
+    import torch
+
+    seen = (Path(folder) / STOP_FILE).exists()
+    if not torch.distributed.is_initialized():
+        return seen
+    flag = torch.tensor([1 if seen else 0], dtype=torch.int32, device=device)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def read_status(folder: str | Path) -> dict:
     try:
         return json.loads((Path(folder) / "status.json").read_text())

@@ -32,7 +32,7 @@ from training.ppo.models import (
     reward_folder,
 )
 from training.reward.model import add_lora
-from training.runs import RunFiles, read_metrics
+from training.runs import RunFiles, read_metrics, stop_requested
 
 
 class Models:
@@ -296,7 +296,12 @@ def train(cfg: PPOConfig) -> None:
         if cfg.sample_every and step % cfg.sample_every == 0:
             log_samples(run, step, buffer[0], tokenizer)
         run.status("running", step=step, total_steps=total)
-        # 6. checkpoint
+        # 6. checkpoint; a Stop from the app or `rlhf` checkpoints and ends the run here, resumable
+        if step < total and stop_requested(cfg.output_dir, m.device):
+            save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
+            run.metrics({"event": "stopped", "step": step})
+            run.status("stopped", step=step, total_steps=total)
+            return
         if cfg.save_every and step % cfg.save_every == 0 and step < total:
             save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
     finish(m, cfg, run, step, kl_ctl, total, tokenizer)

@@ -23,7 +23,7 @@ from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
 from training.reward.losses import pair_accuracy, pairwise_loss
 from training.reward.model import add_lora, load_reward_model, scores
-from training.runs import RunFiles
+from training.runs import RunFiles, stop_requested
 
 
 def forward_scores(engine, batch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -156,6 +156,11 @@ def train(cfg: RewardConfig) -> None:
                 ev = evaluate(engine, eval_batches, rank, world, device)
                 ev.pop("_scores")
                 run.metrics({"step": step, **ev})
+            if step < total and stop_requested(cfg.output_dir, device):  # Stop: checkpoint, end resumable
+                engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state={"micro_step": micro})
+                run.metrics({"event": "stopped", "step": step})
+                run.status("stopped", step=step, total_steps=total)
+                return
             if cfg.save_every and step % cfg.save_every == 0:
                 engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state={"micro_step": micro})
         if engine.global_steps >= total:
