@@ -5,6 +5,7 @@ Errors a user can cause are one line on stderr and exit status 1, never a traceb
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -217,7 +218,15 @@ def cmd_runs(args: argparse.Namespace) -> None:
 def cmd_ui(args: argparse.Namespace) -> None:
     from app.ui import launch
 
-    launch(db=args.db, host=args.host, port=args.port, auth=args.auth, model=args.model, overlap=args.overlap)
+    launch(
+        db=args.db,
+        host=args.host,
+        port=args.port,
+        auth=args.auth,
+        model=args.model,
+        overlap=args.overlap,
+        runs_dir=args.runs_dir,
+    )
 
 
 def add_launch_args(s: argparse.ArgumentParser) -> None:
@@ -247,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--auth", help="file of user:password lines; the login becomes the annotator id")
     s.add_argument("--model", default="default", help="SFT model used by the app's sampling")
     s.add_argument("--overlap", type=int, default=1, help="annotators per prompt (2+ measures agreement)")
+    s.add_argument("--runs-dir", default="runs", help="where the Train tab's run folders go (default ./runs)")
     s.set_defaults(func=cmd_ui)
 
     s = sub.add_parser("init", help="create or migrate the store")
@@ -285,12 +295,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
     add_launch_args(s)
     add_dataclass_args(s, RewardConfig, skip=("data", "output_dir"))
+    s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
+    s.set_defaults(config_class=RewardConfig)
     s.set_defaults(func=cmd_train_rm)
 
     s = sub.add_parser("train-ppo", help="PPO on DeepSpeed: actor, reference, critic and reward models")
     s.add_argument("--prompts", help="prompts .txt/.jsonl or a snapshot folder (default: the store's prompts)")
     add_launch_args(s)
     add_dataclass_args(s, PPOConfig, skip=("prompts", "output_dir"))
+    s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
+    s.set_defaults(config_class=PPOConfig)
     s.set_defaults(func=cmd_train_ppo)
 
     s = sub.add_parser("stop", help="stop a running training run after its current step (checkpointed, resumable)")
@@ -309,9 +323,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parse twice when --config FILE is given: the file's settings become the defaults, so the command line's
+    own flags still override them (and the app's saved config launches identically here)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None):
+        try:
+            cfg = args.config_class.load(args.config)
+        except (OSError, ValueError, TypeError) as e:
+            raise StoreError(f"cannot read config {args.config}: {str(e).splitlines()[0][:200]}") from None
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        skip = ("output_dir", "data", "prompts")  # the data source is always chosen explicitly
+        sub.set_defaults(**{k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip})
+        args = parser.parse_args(argv)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = parse(argv)
         args.func(args)
     except (StoreError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)

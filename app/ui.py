@@ -25,14 +25,27 @@ class AppContext:
         overlap: int = 1,
         auth: bool = False,
         sampling: SamplingConfig | None = None,
+        runs_dir: str | Path = "runs",
     ):
+        from app.train_view import Runs
+        from training.chat import Models
+
         self.db = db
+        self.chat_models = Models()  # the Compare tab's models, loaded on first use
+        # training processes started from the Train tab; starting one frees the app's models for it
+        self.runs = Runs(db, Path(runs_dir), on_launch=self.release_models)
         self.model = model
         self.sampling = sampling or SamplingConfig(model=model)  # what the Sample button uses
         self.overlap = overlap  # annotators per prompt
         self.auth = auth  # logins are the annotator ids
         self._sampler: Sampler | None = None
         self._lock = threading.Lock()
+
+    def release_models(self) -> None:
+        """Free every model the app holds (a training run is starting and needs the memory)."""
+        self.chat_models.release()
+        with self._lock:
+            self._sampler = None
 
     def sampler(self, config: SamplingConfig) -> Sampler:
         with self._lock:
@@ -74,7 +87,9 @@ def build_app(ctx: AppContext):
     import gradio as gr
 
     from app.annotate_tab import build_annotate_tab
+    from app.compare_tab import build_compare_tab
     from app.data_tab import build_data_tab
+    from app.train_tab import build_train_tab
 
     with gr.Blocks(title="rlhf-studio", analytics_enabled=False) as demo:
         gr.Markdown("# rlhf-studio\nRank sampled responses, train a reward model, run PPO, compare.")
@@ -83,6 +98,10 @@ def build_app(ctx: AppContext):
                 build_annotate_tab(ctx, demo)
             with gr.Tab("Data", id="data"):
                 build_data_tab(ctx, demo)
+            with gr.Tab("Train", id="train"):
+                build_train_tab(ctx, demo)
+            with gr.Tab("Compare", id="compare"):
+                build_compare_tab(ctx, demo)
     return demo
 
 
@@ -93,6 +112,7 @@ def launch(
     auth: str | None = None,
     model: str = "default",
     overlap: int = 1,
+    runs_dir: str = "runs",
 ):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     users = read_auth_file(auth) if auth else None
@@ -101,7 +121,7 @@ def launch(
     if overlap < 1:
         raise StoreError(f"--overlap must be at least 1, got {overlap}")
     hold(db)  # keep the store open while serving; CLI commands still get their turn (store/db.py)
-    demo = build_app(AppContext(db, model, overlap=overlap, auth=bool(users)))
+    demo = build_app(AppContext(db, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir))
     demo.queue(default_concurrency_limit=8).launch(
         server_name=host,
         server_port=port,

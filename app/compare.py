@@ -1,0 +1,132 @@
+"""The Compare tab's plain functions: a conversation with the tuned actor and the reference side by side, blind
+or not, streamed in lockstep; reward-model scores under each reply; votes stored as 'compare' rankings; the
+win-rate table. The conversation lives in a per-session state dict."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from annotation.winrate import win_table
+from store.compare import compare_votes, record_vote
+from store.db import connect, write
+from store.errors import StoreError
+from training.chat import ChatParams, Models, model_folder, score_reply, stream_pair
+from training.models import DEFAULT_MODEL, model_id
+
+VOTES = {"left": "left", "right": "right", "tie": "tie", "both_bad": "both_bad"}
+
+
+def model_name(ref: str) -> str:
+    """The id stored with each reply: 'default:<name>' for the default model, else the resolved folder."""
+    return model_id(ref) if ref == DEFAULT_MODEL else str(model_folder(ref).resolve())
+
+
+def ppo_runs(db: str) -> list[tuple[str, str]]:
+    """(label, run folder) of PPO runs that saved an actor, newest first."""
+    with connect(db, create=False) as con:
+        rows = con.execute("SELECT run_id, path FROM runs WHERE kind = 'ppo' ORDER BY created_at DESC").fetchall()
+    return [(run_id, path) for run_id, path in rows if (Path(path) / "actor" / "config.json").is_file()]
+
+
+def run_defaults(run: str) -> tuple[str, str]:
+    """(reference, reward model) a PPO run was trained with: its actor's starting model and its reward model."""
+    try:
+        cfg = json.loads((Path(run) / "config.json").read_text())
+    except (OSError, ValueError):
+        return DEFAULT_MODEL, ""
+    return cfg.get("actor", DEFAULT_MODEL), cfg.get("reward", "")
+
+
+def new_conversation(actor: str, reference: str, blind: bool, seed: int | None = None) -> dict:
+    """Sides: actor and reference, shuffled when blind (the names show after the vote)."""
+    if not actor or not reference:
+        raise StoreError("pick the actor (a PPO run or a model folder) and the reference")
+    sides = [actor, reference]
+    if blind and random.Random(seed).random() < 0.5:
+        sides.reverse()
+    return {
+        "sides": sides,
+        "roles": ["actor" if s == actor else "reference" for s in sides],
+        "blind": blind,
+        "history": [[], []],
+        "replies": None,
+        "prompt": None,
+        "voted": False,
+    }
+
+
+def respond(models: Models, state: dict, message: str, params: ChatParams) -> Iterator[tuple[list, list, dict]]:
+    """Stream both replies to `message`; yields (left chat, right chat, state). Each side keeps its own history."""
+    if not message.strip():
+        raise StoreError("type a message first")
+    left, right = (models.causal(ref) for ref in state["sides"])
+    histories = [h + [{"role": "user", "content": message}] for h in state["history"]]
+    state = {**state, "replies": None, "prompt": message, "voted": False, "multi_turn": bool(state["history"][0])}
+    a = b = ""
+    for a, b, _, _ in stream_pair(left, right, histories[0], histories[1], params):
+        yield _chat(histories[0], a), _chat(histories[1], b), state
+    state["history"] = [histories[0] + [_reply(a)], histories[1] + [_reply(b)]]
+    state["replies"] = [a, b]
+    state["params"] = {k: getattr(params, k) for k in ("temperature", "top_p", "top_k", "max_new_tokens", "seed")}
+    yield state["history"][0], state["history"][1], state
+
+
+def _reply(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def _chat(history: list[dict], partial: str) -> list[dict]:
+    return history + [_reply(partial)]
+
+
+def scores_of(models: Models, state: dict, reward: str) -> tuple[float, float] | None:
+    """The reward model's score of each reply (None without a reward model or replies)."""
+    if not reward or not state.get("replies"):
+        return None
+    rm = models.reward(reward)
+    return tuple(score_reply(rm, h[:-1], r) for h, r in zip(state["history"], state["replies"], strict=True))
+
+
+def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
+    """Store the vote (once per reply pair); returns the state and the reveal line."""
+    if choice not in VOTES:
+        raise StoreError(f"unknown vote {choice!r}")
+    if not state.get("replies"):
+        raise StoreError("nothing to vote on yet: send a message and let both replies finish")
+    if state.get("voted"):
+        raise StoreError("this pair of replies already has your vote; send another message")
+    replies = [(text, model_name(ref)) for text, ref in zip(state["replies"], state["sides"], strict=True)]
+    flags = ["blind"] if state["blind"] else []
+    if state.get("multi_turn"):
+        flags.append("multi_turn")  # the prompt stored is the last user message; earlier turns differ per side
+    with write(db) as con:
+        record_vote(
+            con,
+            state["prompt"],
+            replies,
+            choice,
+            annotator or "anonymous",
+            state["params"],
+            state["params"]["seed"],
+            flags,
+        )
+    state = {**state, "voted": True}
+    left, right = (f"**{role}** ({side})" for role, side in zip(state["roles"], state["sides"], strict=True))
+    return state, f"Left was {left}, right was {right}."
+
+
+def win_rows(db: str, actor: str) -> list[list]:
+    """[opponent, votes, wins, losses, ties, both bad, win rate, 95% CI] of the actor from stored votes."""
+    if not actor:
+        return []
+    with connect(db, create=False) as con:
+        votes = compare_votes(con)
+    rows = []
+    for r in win_table(votes, model_name(actor)):
+        rate = "" if r["win_rate"] is None else f"{r['win_rate']:.2f}"
+        ci = "" if r["ci"] is None else f"{r['ci'][0]:.2f}-{r['ci'][1]:.2f}"
+        rows.append([r["opponent"], r["votes"], r["wins"], r["losses"], r["ties"], r["both_bad"], rate, ci])
+    return rows

@@ -1,0 +1,122 @@
+"""Compare tab: the tuned actor and the reference answer the same message side by side (streaming, same sampling
+parameters and seed), each reply with its reward-model score; blind mode hides which is which until the vote;
+votes become 'compare' rankings and feed a win-rate table. Handlers are the plain functions of app/compare.py.
+
+No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
+
+import functools
+
+from app.compare import new_conversation, ppo_runs, respond, run_defaults, scores_of, vote, win_rows
+from store.errors import StoreError
+from training.chat import ChatParams
+from training.models import ModelError
+
+WIN_HEADERS = ["opponent", "votes", "wins", "losses", "ties", "both bad", "win rate", "95% CI"]
+
+
+def build_compare_tab(ctx, demo) -> None:
+    import gradio as gr
+
+    def safe(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (StoreError, ModelError, ValueError) as e:
+                raise gr.Error(str(e)) from None
+
+        return run
+
+    with gr.Row(equal_height=True):
+        actor = gr.Dropdown(label="Actor (a PPO run, or a model folder)", allow_custom_value=True, elem_id="cmp-actor")
+        reference = gr.Textbox(label="Reference (the SFT model)", value="default", elem_id="cmp-reference")
+        reward = gr.Textbox(label="Reward model for scores (a run or folder; empty = none)", elem_id="cmp-reward")
+        blind = gr.Checkbox(label="Blind (sides shuffled, names after the vote)", value=True, elem_id="cmp-blind")
+    with gr.Row():
+        temperature = gr.Number(label="temperature", value=0.8, minimum=0.01)
+        top_p = gr.Number(label="top_p", value=0.95, minimum=0.01, maximum=1.0)
+        max_new = gr.Number(label="max new tokens", value=128, precision=0, minimum=1)
+        seed = gr.Number(label="seed", value=0, precision=0)
+    with gr.Row():
+        left = gr.Chatbot(label="A", height=360, elem_id="cmp-left")
+        right = gr.Chatbot(label="B", height=360, elem_id="cmp-right")
+    with gr.Row():
+        left_score = gr.Markdown(elem_id="cmp-left-score")
+        right_score = gr.Markdown(elem_id="cmp-right-score")
+    with gr.Row(equal_height=True):
+        message = gr.Textbox(label="Message", placeholder="Ask both models", scale=5, elem_id="cmp-message")
+        send = gr.Button("Send", variant="primary", scale=1, elem_id="cmp-send")
+    with gr.Row():
+        vote_buttons = [
+            gr.Button("A is better", interactive=False, elem_id="vote-left"),
+            gr.Button("B is better", interactive=False, elem_id="vote-right"),
+            gr.Button("Tie", interactive=False, elem_id="vote-tie"),
+            gr.Button("Both are bad", interactive=False, elem_id="vote-both-bad"),
+        ]
+    with gr.Row():
+        regenerate = gr.Button("Regenerate", elem_id="cmp-regenerate")
+        stop = gr.Button("Stop", elem_id="cmp-stop")
+        clear = gr.Button("Clear", elem_id="cmp-clear")
+    reveal = gr.Markdown(elem_id="cmp-reveal")
+    gr.Markdown("### Win rate of the actor (ties count half; 'both bad' left out)")
+    wins = gr.Dataframe(headers=WIN_HEADERS, interactive=False, elem_id="cmp-wins")
+    state = gr.State(None)
+    last_message = gr.State("")
+
+    def voting(enabled: bool):
+        return [gr.Button(interactive=enabled) for _ in vote_buttons]
+
+    def on_actor(run):
+        ref, rm = run_defaults(run) if run else ("default", "")
+        return ref, rm, win_rows(ctx.db, run)
+
+    def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s):
+        if st is None or st.get("sides") != [actor_v, ref_v] and st.get("sides") != [ref_v, actor_v]:
+            st = new_conversation(actor_v, ref_v, bool(blind_v))
+        params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=int(n), seed=int(s))
+        names = ("A", "B") if st["blind"] else tuple(st["roles"])
+        for a, b, new in respond(ctx.chat_models, st, msg, params):
+            yield gr.Chatbot(a, label=names[0]), gr.Chatbot(b, label=names[1]), new, "", "", *voting(False), msg
+
+    def after_send(st, rm):
+        sc = scores_of(ctx.chat_models, st, rm) if st else None
+        texts = ("", "") if sc is None else tuple(f"reward model score: **{x:.3f}**" for x in sc)
+        return *texts, *voting(bool(st and st.get("replies")))
+
+    def on_vote(choice):
+        def handler(st, actor_v, request: gr.Request):
+            st, line = vote(ctx.db, st, choice, getattr(request, "username", None) or "anonymous")
+            return st, line, *voting(False), win_rows(ctx.db, actor_v)
+
+        return handler
+
+    def on_regenerate(st, last):
+        if st and st.get("replies"):  # drop the last exchange, ask again with the next seed
+            st = {**st, "history": [h[:-2] for h in st["history"]], "replies": None}
+        return st, last
+
+    def on_clear():
+        return None, [], [], "", "", "", *voting(False)
+
+    send_inputs = [message, state, actor, reference, blind, temperature, top_p, max_new, seed]
+    send_outputs = [left, right, state, message, reveal, *vote_buttons, last_message]
+    event = send.click(safe(on_send), send_inputs, send_outputs, api_name="compare_send")
+    event.then(safe(after_send), [state, reward], [left_score, right_score, *vote_buttons])
+    submit = message.submit(safe(on_send), send_inputs, send_outputs)
+    submit.then(safe(after_send), [state, reward], [left_score, right_score, *vote_buttons])
+    regen = regenerate.click(on_regenerate, [state, last_message], [state, message]).then(
+        lambda s: int(s) + 1, [seed], [seed]
+    )
+    regen_event = regen.then(safe(on_send), send_inputs, send_outputs)
+    regen_event.then(safe(after_send), [state, reward], [left_score, right_score, *vote_buttons])
+    stop.click(None, cancels=[event, submit, regen_event])
+    clear.click(on_clear, None, [state, left, right, left_score, right_score, reveal, *vote_buttons])
+    for btn, choice in zip(vote_buttons, ("left", "right", "tie", "both_bad"), strict=True):
+        btn.click(
+            safe(on_vote(choice)),
+            [state, actor],
+            [state, reveal, *vote_buttons, wins],
+            api_name=f"vote_{choice}",
+        )
+    actor.change(on_actor, [actor], [reference, reward, wins])
+    demo.load(lambda: gr.Dropdown(choices=ppo_runs(ctx.db)), None, [actor])

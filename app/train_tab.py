@@ -1,0 +1,129 @@
+"""Train tab: forms generated from RewardConfig and PPOConfig, buttons that start runs through the same functions
+as the CLI, and a live view (runs table, status, plots, log tail, samples) polled every 2 s from the run folders.
+Every handler is a plain function over app/train_view.py.
+
+No `from __future__ import annotations` here: Gradio finds the `gr.SelectData` parameter by its evaluated
+annotation."""
+
+import functools
+from pathlib import Path
+
+from app.config_form import build_form, config_from_form, form_values_from_file
+from app.train_view import PPO_PLOTS, RM_PLOTS, log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
+from app.train_view import status_line as run_status_line
+from store.errors import StoreError
+from training.models import ModelError
+from training.ppo.config import PPOConfig
+from training.reward.config import RewardConfig
+
+RM_SKIP = ("data", "output_dir")
+PPO_SKIP = ("prompts", "output_dir")
+PLOTS = max(len(PPO_PLOTS), len(RM_PLOTS))
+RUN_HEADERS = ["run", "kind", "started", "state", "step", "headline", "folder"]
+
+
+def plot_updates(run: Path | None) -> list:
+    """One LinePlot value per plot slot: (title, DataFrame of step/value) or hidden."""
+    import gradio as gr
+    import pandas as pd
+
+    frames = plot_frames(run) if run else {}
+    out = []
+    for i in range(PLOTS):
+        if i < len(frames):
+            key, points = list(frames.items())[i]
+            df = pd.DataFrame(points, columns=["step", "value"])
+            out.append(gr.LinePlot(value=df, x="step", y="value", title=key, visible=True))
+        else:
+            out.append(gr.LinePlot(visible=False))
+    return out
+
+
+def build_train_tab(ctx, demo) -> None:
+    import gradio as gr
+
+    def safe(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (StoreError, ModelError, ValueError) as e:
+                raise gr.Error(str(e)) from None
+
+        return run
+
+    runs = ctx.runs
+    with gr.Row(equal_height=True):
+        data = gr.Dropdown(label="Data for the reward model", choices=[("current store", "")], value="")
+        prompts = gr.Textbox(label="PPO prompts file (empty: the store's prompts, train split)", value="")
+    with gr.Accordion("Reward model settings", open=False):
+        rm_config_file = gr.File(label="Load a config.json", file_types=[".json"], height=80)
+        rm_form = build_form(RewardConfig, RM_SKIP, prefix="rm-")
+    with gr.Accordion("PPO settings (reward: a reward run folder; empty with 'Reward model then PPO')", open=False):
+        ppo_config_file = gr.File(label="Load a config.json", file_types=[".json"], height=80)
+        ppo_form = build_form(PPOConfig, PPO_SKIP, prefix="ppo-")
+    with gr.Row():
+        rm_btn = gr.Button("Train reward model", elem_id="train-rm")
+        ppo_btn = gr.Button("Run PPO", elem_id="run-ppo")
+        chain_btn = gr.Button("Reward model then PPO", variant="primary", elem_id="rm-then-ppo")
+    action = gr.Markdown(elem_id="train-action")
+    gr.Markdown("### Runs")
+    table = gr.Dataframe(headers=RUN_HEADERS, interactive=False, elem_id="runs-table", wrap=True)
+    with gr.Row(equal_height=True):
+        selected = gr.Textbox(label="Run folder (click a row)", elem_id="selected-run", scale=4)
+        stop_btn = gr.Button("Stop", elem_id="stop-run", scale=1)
+        resume_btn = gr.Button("Resume", elem_id="resume-run", scale=1)
+    status = gr.Markdown(elem_id="run-status")
+    with gr.Row():
+        plots = [gr.LinePlot(visible=False, height=220, elem_id=f"plot-{i}") for i in range(PLOTS)]
+    samples = gr.Dataframe(
+        headers=["step", "score", "prompt", "response"], interactive=False, wrap=True, elem_id="run-samples"
+    )
+    log = gr.Textbox(label="Log (tail)", lines=12, max_lines=12, interactive=False, elem_id="run-log")
+
+    def start(which: str, data_value, prompts_value, *values):
+        rm = config_from_form(RewardConfig, RM_SKIP, list(values[: len(rm_form)]))
+        ppo = config_from_form(PPOConfig, PPO_SKIP, list(values[len(rm_form) :]))
+        data_value, prompts_value = data_value or None, prompts_value or None
+        if which == "rm":
+            run = runs.start_reward(rm, data_value)
+        elif which == "ppo":
+            run = runs.start_ppo(ppo, prompts_value)
+        else:
+            run = runs.start_chain(rm, ppo, data_value, prompts_value)
+        return f"started {run.name}", str(run)
+
+    def refresh(run_path: str):
+        runs.poll()
+        run = Path(run_path) if run_path and Path(run_path, "config.json").is_file() else None
+        return [
+            runs_rows(ctx.db),
+            run_status_line(run) if run else "",
+            samples_rows(run) if run else [],
+            log_tail(run) if run else "",
+            *plot_updates(run),
+        ]
+
+    def on_select(rows, evt: gr.SelectData):
+        row = evt.index[0]
+        return rows.iloc[row, -1] if hasattr(rows, "iloc") else rows[row][-1]
+
+    def choices():
+        return gr.Dropdown(choices=snapshot_choices(ctx.db))
+
+    inputs = [data, prompts, *rm_form, *ppo_form]
+    views = [table, status, samples, log, *plots]
+    buttons = ((rm_btn, "rm", "train_rm"), (ppo_btn, "ppo", "run_ppo"), (chain_btn, "chain", "rm_then_ppo"))
+    for btn, which, name in buttons:
+        btn.click(safe(functools.partial(start, which)), inputs, [action, selected], api_name=name).then(
+            refresh, [selected], views
+        )
+    stop_btn.click(safe(lambda p: runs.stop(Path(p))), [selected], [action], api_name="stop_run")
+    resume = safe(lambda p: f"resumed {runs.resume(Path(p)).name}")
+    resume_btn.click(resume, [selected], [action], api_name="resume_run")
+    rm_config_file.upload(safe(lambda f: form_values_from_file(RewardConfig, RM_SKIP, f)), [rm_config_file], rm_form)
+    ppo_config_file.upload(safe(lambda f: form_values_from_file(PPOConfig, PPO_SKIP, f)), [ppo_config_file], ppo_form)
+    table.select(on_select, [table], [selected])
+    selected.change(refresh, [selected], views, show_progress="hidden")
+    gr.Timer(2.0).tick(refresh, [selected], views, show_progress="hidden")
+    demo.load(choices, None, [data]).then(refresh, [selected], views)

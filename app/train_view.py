@@ -1,0 +1,179 @@
+"""The Train tab's plain functions: start reward-model and PPO runs (or one after the other), watch them, stop and
+resume them; the runs table, a run's status, log tail, plot data and samples, all read from the run folders.
+
+The app starts runs through the same functions as `rlhf train-rm` / `rlhf train-ppo` (app/training.py) and the
+same DeepSpeed launcher; each run is its own process session, so it survives an app restart, and the runs table
+is rebuilt from the store and the run folders."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+
+from app.training import launch, prepare_ppo_run, prepare_reward_run, run_kind
+from store.db import connect
+from store.errors import StoreError
+from store.runs import list_runs
+from training.ppo.config import PPOConfig
+from training.reward.config import RewardConfig
+from training.runs import STOP_FILE, effective_status, read_metrics, read_status, request_stop, write_json_atomic
+
+RM_PLOTS = ("loss/rm", "rm/train_accuracy", "eval/rm_accuracy")
+PPO_PLOTS = (
+    "reward/score_mean",
+    "reward/kl",
+    "loss/actor",
+    "loss/critic",
+    "policy/clipfrac",
+    "response/length_mean",
+    "perf/tokens_per_s",
+)
+
+
+class Runs:
+    """The training processes this app started: reaped as they end, and a launcher that died without a word
+    has its run marked failed (a run is never shown 'running' forever)."""
+
+    def __init__(self, db: str, runs_dir: Path, num_accelerators: int = 1, on_launch=None):
+        self.db = db
+        self.on_launch = on_launch  # called before each launch (the app frees its models)
+        self.runs_dir = runs_dir
+        self.num_accelerators = num_accelerators
+        self.procs: dict[Path, object] = {}
+        self._lock = threading.Lock()
+
+    def _launch(self, kind: str, run: Path) -> Path:
+        (run / STOP_FILE).unlink(missing_ok=True)
+        if self.on_launch:
+            self.on_launch()
+        with self._lock:
+            self.procs[run] = launch(kind, run, self.num_accelerators)
+        return run
+
+    def start_reward(self, cfg: RewardConfig, data: str | None = None) -> Path:
+        return self._launch("reward", prepare_reward_run(self.db, cfg, self.runs_dir, data))
+
+    def start_ppo(self, cfg: PPOConfig, prompts: str | None = None) -> Path:
+        return self._launch("ppo", prepare_ppo_run(self.db, cfg, self.runs_dir, prompts))
+
+    def start_chain(
+        self, rm: RewardConfig, ppo: PPOConfig, data: str | None = None, prompts: str | None = None
+    ) -> Path:
+        """The reward model now; PPO on it once it finishes (a thread waits). Returns the reward run."""
+        ppo_check = dataclasses.replace(ppo, reward="(the reward run)")
+        try:
+            ppo_check.check()  # refuse a bad PPO setting now, not after the reward model has trained
+        except ValueError as e:
+            raise StoreError(str(e)) from None
+        rm_run = self.start_reward(rm, data)
+
+        def then_ppo():
+            while effective_status(rm_run).get("state") == "running" or self._alive(rm_run):
+                time.sleep(1.0)
+                self.poll()
+            if read_status(rm_run).get("state") == "finished":
+                self.start_ppo(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
+
+        threading.Thread(target=then_ppo, daemon=True, name=f"chain-{rm_run.name}").start()
+        return rm_run
+
+    def _alive(self, run: Path) -> bool:
+        proc = self.procs.get(run)
+        return proc is not None and proc.poll() is None
+
+    def stop(self, run: Path) -> str:
+        if effective_status(run).get("state") != "running":
+            raise StoreError(f"run {run.name} is not running")
+        request_stop(run)
+        return f"asked {run.name} to stop after its current step (it keeps a checkpoint; Resume continues it)"
+
+    def resume(self, run: Path) -> Path:
+        state = effective_status(run).get("state")
+        if state in ("running", "finished"):
+            raise StoreError(f"run {run.name} is {state}; only a stopped or failed run resumes")
+        return self._launch(run_kind(run), run)
+
+    def poll(self) -> None:
+        """Reap ended launchers; one that exited non-zero while its status still says running failed."""
+        with self._lock:
+            for run, proc in list(self.procs.items()):
+                if proc.poll() is None:
+                    continue
+                del self.procs[run]
+                status = read_status(run)
+                if proc.returncode != 0 and status.get("state") == "running":
+                    error = f"the launcher exited with {proc.returncode}; see {run / 'train.log'}"
+                    write_json_atomic(run / "status.json", {**status, "state": "failed", "error": error})
+
+
+def runs_rows(db: str) -> list[list]:
+    """[run, kind, started, state, step, headline, folder] for every recorded run, newest first."""
+    with connect(db, create=False) as con:
+        runs = list_runs(con)
+    rows = []
+    for run_id, kind, path, created in runs:
+        status = effective_status(path)
+        final = status.get("final") or {}
+        if "eval/rm_accuracy" in final:
+            headline = f"eval accuracy {final['eval/rm_accuracy']:.3f}"
+        elif "reward/score_mean" in final:
+            headline = f"score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
+        else:
+            headline = status.get("error", "")
+        step = f"{status.get('step', 0)}/{status.get('total_steps', '?')}"
+        rows.append([run_id, kind, created[:19], status.get("state", "unknown"), step, headline, path])
+    return rows
+
+
+def log_tail(run: Path, lines: int = 40) -> str:
+    """The last lines of train.log, without DeepSpeed's and transformers' progress-bar noise."""
+    path = run / "train.log"
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - 64_000))
+        text = f.read().decode("utf-8", "replace")
+    kept = [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip() and "it/s]" not in ln]
+    return "\n".join(kept[-lines:])
+
+
+def plot_frames(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """{metric: [(step, value), ...]} for the metrics the tab plots (reward model or PPO)."""
+    rows = [r for r in read_metrics(run) if "step" in r]
+    if any("loss/actor" in r for r in rows):
+        steps = [r for r in rows if "loss/actor" in r]  # one row per PPO step (the final line repeats the last)
+        return {k: [(r["step"], r[k]) for r in steps if k in r] for k in PPO_PLOTS}
+    return {k: [(r["step"], r[k]) for r in rows if k in r] for k in RM_PLOTS}
+
+
+def samples_rows(run: Path, n: int = 6) -> list[list]:
+    """The latest logged completions: [step, score, prompt, response]."""
+    import json
+
+    path = run / "samples.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines()[-n:]]
+    return [[r["step"], r["score"], r["prompt"][-200:], r["response"]] for r in reversed(rows)]
+
+
+def status_line(run: Path) -> str:
+    s = effective_status(run)
+    parts = [f"**{run.name}**: {s.get('state', 'unknown')}, step {s.get('step', 0)}/{s.get('total_steps', '?')}"]
+    if s.get("error"):
+        parts.append(f"error: {s['error']}")
+    if s.get("state") == "finished":
+        out = "model" if (run / "model").exists() else "actor"
+        parts.append(f"output: {run / out}")
+    return " · ".join(parts)
+
+
+def snapshot_choices(db: str) -> list[tuple[str, str]]:
+    """('current store', '') then the earlier snapshots, newest first: (label, folder)."""
+    with connect(db, create=False) as con:
+        rows = con.execute("SELECT snapshot_id, path, created_at FROM snapshots ORDER BY snapshot_id DESC").fetchall()
+    return [("current store (a new snapshot)", "")] + [
+        (f"snapshot {sid} ({str(created)[:19]})", path) for sid, path, created in rows if Path(path).is_dir()
+    ]

@@ -1,0 +1,125 @@
+"""Chat with two models side by side (the Compare tab): both replies stream token by token in lockstep with the
+same sampling parameters and the same seed, and a reward model can score each reply.
+
+Models load on first use and stay cached until `release()` (the app frees them when a training run starts)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from training.models import ModelError, resolve_model
+from training.ppo.decode import decode_steps
+from training.ppo.models import load_scalar_model, load_tokenizer, reward_folder, reward_scores
+
+
+@dataclass
+class ChatParams:
+    temperature: float = field(default=0.8, metadata={"help": "sampling temperature (> 0)"})
+    top_p: float = field(default=0.95, metadata={"help": "nucleus mass (1.0 = off)"})
+    top_k: int = field(default=0, metadata={"help": "top-k (0 = off)"})
+    max_new_tokens: int = field(default=128, metadata={"help": "longest reply, in tokens"})
+    min_new_tokens: int = 1
+    seed: int = field(default=0, metadata={"help": "the same seed drives both sides"})
+
+
+def model_folder(ref: str) -> Path:
+    """'default', an HF folder, or a PPO run folder (its actor/)."""
+    path = Path(ref).expanduser()
+    if (path / "actor" / "config.json").is_file():
+        return path / "actor"
+    return resolve_model(ref)
+
+
+class Models:
+    """A small cache of loaded models, shared by every session of the app."""
+
+    def __init__(self):
+        self._cache: dict[tuple[str, str], tuple] = {}
+        self._lock = threading.Lock()
+
+    def causal(self, ref: str):
+        from transformers import AutoModelForCausalLM
+
+        folder = model_folder(ref)
+        with self._lock:
+            key = ("causal", str(folder.resolve()))
+            if key not in self._cache:
+                try:
+                    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, use_safetensors=True)
+                except (OSError, ValueError) as e:
+                    raise ModelError(f"cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
+                self._cache[key] = (model.eval(), load_tokenizer(folder))
+            return self._cache[key]
+
+    def reward(self, ref: str):
+        with self._lock:
+            key = ("reward", str(Path(ref).resolve()))
+            if key not in self._cache:
+                self._cache[key] = (load_scalar_model(ref, "fp32").eval(), load_tokenizer(reward_folder(ref)))
+            return self._cache[key]
+
+    def release(self) -> int:
+        """Drop every loaded model (a training run needs the memory); returns how many were loaded."""
+        with self._lock:
+            n = len(self._cache)
+            self._cache.clear()
+        return n
+
+
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """The conversation so far, in the model's chat template, ending where the assistant speaks next."""
+    if tokenizer.chat_template:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    else:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _tokens(model, tokenizer, messages: list[dict], params: ChatParams) -> Iterator[int | None]:
+    """Token ids of one reply as they are sampled; None once it has ended (so two streams can be zipped)."""
+    ids = torch.tensor([chat_ids(tokenizer, messages)])
+    gen = torch.Generator().manual_seed(params.seed)
+    eos = tokenizer.eos_token_id
+    for token, _ in decode_steps(model, ids, torch.ones_like(ids), params, eos, tokenizer.pad_token_id, generator=gen):
+        t = int(token[0])
+        if t == eos:
+            break
+        yield t
+    while True:
+        yield None
+
+
+def stream_pair(
+    left: tuple, right: tuple, left_messages: list[dict], right_messages: list[dict], params: ChatParams
+) -> Iterator[tuple[str, str, bool, bool]]:
+    """(left text, right text, left done, right done) after each step; both sides advance together.
+    left/right: (model, tokenizer); each side has its own history (its own earlier replies)."""
+    streams = [_tokens(*left, left_messages, params), _tokens(*right, right_messages, params)]
+    ids: list[list[int]] = [[], []]
+    done = [False, False]
+    while not all(done):
+        for side in (0, 1):
+            if done[side]:
+                continue
+            t = next(streams[side])
+            if t is None:
+                done[side] = True
+            else:
+                ids[side].append(t)
+        texts = [tok.decode(i, skip_special_tokens=True) for (_, tok), i in zip((left, right), ids, strict=True)]
+        yield texts[0], texts[1], done[0], done[1]
+
+
+@torch.no_grad()
+def score_reply(reward: tuple, messages: list[dict], reply: str) -> float:
+    """The reward model's score of `reply` to the conversation: chat template + reply + EOS, read at EOS (the
+    sequence ending it was trained on)."""
+    model, tokenizer = reward
+    ids = chat_ids(tokenizer, messages) + tokenizer(reply + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    x = torch.tensor([ids])
+    return float(reward_scores(model, x, torch.ones_like(x), torch.tensor([len(ids) - 1]))[0])
