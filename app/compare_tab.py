@@ -5,6 +5,7 @@ votes become 'compare' rankings and feed a win-rate table. Handlers are the plai
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 
 import functools
+import inspect
 
 from app.compare import new_conversation, ppo_runs, respond, run_defaults, scores_of, vote, win_rows
 from store.errors import StoreError
@@ -14,10 +15,22 @@ from training.models import ModelError
 WIN_HEADERS = ["opponent", "votes", "wins", "losses", "ties", "both bad", "win rate", "95% CI"]
 
 
-def build_compare_tab(ctx, demo) -> None:
+def build_compare_tab(ctx, demo, tab=None) -> None:
     import gradio as gr
 
     def safe(fn):
+        """A user mistake becomes a message in the page; a streaming handler stays a generator for Gradio."""
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def stream(*args, **kwargs):
+                try:
+                    yield from fn(*args, **kwargs)
+                except (StoreError, ModelError, ValueError) as e:
+                    raise gr.Error(str(e)) from None
+
+            return stream
+
         @functools.wraps(fn)
         def run(*args, **kwargs):
             try:
@@ -120,3 +133,5 @@ def build_compare_tab(ctx, demo) -> None:
         )
     actor.change(on_actor, [actor], [reference, reward, wins])
     demo.load(lambda: gr.Dropdown(choices=ppo_runs(ctx.db)), None, [actor])
+    if tab is not None:  # runs finish while the page is open: list them again whenever the tab is opened
+        tab.select(lambda: gr.Dropdown(choices=ppo_runs(ctx.db)), None, [actor])

@@ -57,10 +57,12 @@ def build_train_tab(ctx, demo) -> None:
         data = gr.Dropdown(label="Data for the reward model", choices=[("current store", "")], value="")
         prompts = gr.Textbox(label="PPO prompts file (empty: the store's prompts, train split)", value="")
     with gr.Accordion("Reward model settings", open=False):
-        rm_config_file = gr.File(label="Load a config.json", file_types=[".json"], height=80)
+        rm_config_file = gr.File(label="Load a config.json", file_types=[".json"], height=80, elem_id="rm-config-file")
         rm_form = build_form(RewardConfig, RM_SKIP, prefix="rm-")
     with gr.Accordion("PPO settings (reward: a reward run folder; empty with 'Reward model then PPO')", open=False):
-        ppo_config_file = gr.File(label="Load a config.json", file_types=[".json"], height=80)
+        ppo_config_file = gr.File(
+            label="Load a config.json", file_types=[".json"], height=80, elem_id="ppo-config-file"
+        )
         ppo_form = build_form(PPOConfig, PPO_SKIP, prefix="ppo-")
     with gr.Row():
         rm_btn = gr.Button("Train reward model", elem_id="train-rm")

@@ -100,8 +100,8 @@ def build_app(ctx: AppContext):
                 build_data_tab(ctx, demo)
             with gr.Tab("Train", id="train"):
                 build_train_tab(ctx, demo)
-            with gr.Tab("Compare", id="compare"):
-                build_compare_tab(ctx, demo)
+            with gr.Tab("Compare", id="compare") as compare:
+                build_compare_tab(ctx, demo, compare)
     return demo
 
 

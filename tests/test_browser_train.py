@@ -1,0 +1,107 @@
+"""The Train and Compare tabs in a real browser (Debian's chromium through Playwright), on tiny models: load both
+configs, click "Reward model then PPO", watch the plots fill and both runs finish, then chat side by side, vote,
+and find the vote in the store."""
+
+import json
+import re
+
+import pytest
+
+from tests.app_server import AppServer
+from tests.conftest import query, write_jsonl
+from tests.test_browser import ARTIFACTS, browser  # noqa: F401 (the module's browser fixture)
+from tests.test_reward_training import separable_pairs
+from training.ppo.config import PPOConfig
+from training.reward.config import RewardConfig
+
+
+def native_rankings(n: int) -> list[dict]:
+    return [
+        {"prompt": p["prompt"], "responses": [p["chosen"], p["rejected"]], "ranks": [1, 2], "annotator": "ann"}
+        for p in separable_pairs(n)
+    ]
+
+
+def runs_table(page) -> list[list[str]]:
+    """The runs table's rows (its text is one cell per line, headers first)."""
+    cells = [c.strip() for c in page.inner_text("#runs-table").split("\n") if c.strip()]
+    assert cells[:7] == ["run", "kind", "started", "state", "step", "headline", "folder"], cells[:7]
+    return [cells[i : i + 7] for i in range(7, len(cells), 7)]
+
+
+@pytest.mark.browser
+def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path, tiny_model_dir):  # noqa: F811
+    assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", native_rankings(64))))[0] == 0
+    rm_cfg, ppo_cfg = tmp_path / "rm.json", tmp_path / "ppo.json"
+    RewardConfig(model=str(tiny_model_dir), max_steps=4, lr=1e-3).save(rm_cfg)
+    PPOConfig(actor=str(tiny_model_dir), max_steps=3, max_new_tokens=8, sample_every=1).save(ppo_cfg)
+    app = AppServer(db, "--runs-dir", str(tmp_path / "runs"))
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    try:
+        page.goto(app.url)
+        page.get_by_role("tab", name="Train").click()
+        page.get_by_text("Reward model settings").click()
+        page.get_by_text("PPO settings").click()
+        page.set_input_files("#rm-config-file input[type=file]", str(rm_cfg))
+        page.set_input_files("#ppo-config-file input[type=file]", str(ppo_cfg))
+        page.wait_for_function(
+            "document.querySelector('#ppo-max-steps input').value === '3'"
+            " && document.querySelector('#rm-max-steps input').value === '4'"
+        )
+        page.click("#rm-then-ppo")
+        page.wait_for_function("document.querySelector('#train-action').innerText.includes('started rm-')")
+        # the reward run is selected: its plots fill while it trains
+        page.wait_for_selector("#plot-0 canvas, #plot-0 svg", timeout=120_000)
+        page.wait_for_function(
+            "() => { const t = document.querySelector('#runs-table').innerText;"
+            " return (t.match(/finished/g) || []).length === 2; }",
+            timeout=300_000,
+        )
+        rows = runs_table(page)
+        assert [r[1] for r in rows[:2]] == ["ppo", "reward"] and all(r[3] == "finished" for r in rows[:2])
+        page.click("#runs-table [data-testid=cell-0-0]")  # select the newest run: the PPO one
+        page.wait_for_function("document.querySelector('#run-status').innerText.includes('ppo-')")
+        page.wait_for_selector("#plot-6 canvas, #plot-6 svg", timeout=30_000)  # all seven PPO plots drawn
+        page.wait_for_function("document.querySelector('#run-samples').innerText.includes('step')")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "train.png"), full_page=True)
+        ppo_run = rows[0][6]
+
+        page.get_by_role("tab", name="Compare").click()
+        page.fill("#cmp-actor input", ppo_run)
+        page.keyboard.press("Enter")
+        page.wait_for_function(
+            "document.querySelector('#cmp-reference textarea').value.length > 0"
+            " && document.querySelector('#cmp-reward textarea').value.includes('model')"
+        )
+        page.fill("#cmp-message textarea", "Tell me about the sea")
+        page.click("#cmp-send")
+        page.wait_for_selector("#vote-left:not([disabled])", timeout=60_000)  # enabled once both replies end
+        for side in ("#cmp-left", "#cmp-right"):
+            assert "Tell me about the sea" in page.inner_text(side)
+        page.wait_for_function("document.querySelector('#cmp-left-score').innerText.includes('reward model score')")
+        page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+        page.click("#vote-left")
+        page.wait_for_function("document.querySelector('#cmp-reveal').innerText.includes('Left was')")
+        page.wait_for_function(
+            "document.querySelector('#cmp-wins').innerText.includes('1.00') "
+            "|| document.querySelector('#cmp-wins').innerText.includes('0.00')"
+        )
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "train-compare-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+        app.stop()
+    votes = query(
+        db,
+        """SELECT r.source, r.flags, i.shown_position, i.rank, s.model_id FROM rankings r
+           JOIN ranking_items i USING (ranking_id) JOIN responses s USING (response_id)
+           WHERE r.source = 'compare' ORDER BY i.shown_position""",
+    )
+    assert [(v[0], v[2], v[3]) for v in votes] == [("compare", 0, 1), ("compare", 1, 2)]
+    assert votes[0][1] == ["blind"]
+    models = {v[4] for v in votes}
+    assert any(re.search(r"ppo-.*/actor$", m) for m in models) and len(models) == 2
+    assert json.loads((tmp_path / "runs").joinpath(ppo_run.split("/")[-1], "config.json").read_text())["max_steps"] == 3
