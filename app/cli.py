@@ -328,7 +328,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     own flags still override them (and the app's saved config launches identically here)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "config", None):
+    if getattr(args, "config", None) and hasattr(args, "config_class"):
         try:
             cfg = args.config_class.load(args.config)
         except (OSError, ValueError, TypeError) as e:
