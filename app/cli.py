@@ -189,7 +189,7 @@ def cmd_stop(args: argparse.Namespace) -> None:
     if not (run / "config.json").is_file():
         raise StoreError(f"{run} is not a run folder: no config.json")
     state = effective_status(run).get("state")
-    if state != "running":
+    if state not in ("starting", "running"):
         raise StoreError(f"run {run.name} is {state}, not running")
     request_stop(run)
     print(f"asked run {run.name} to stop: it checkpoints at the end of its current step (resume with --resume)")

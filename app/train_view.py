@@ -70,7 +70,7 @@ class Runs:
         rm_run = self.start_reward(rm, data)
 
         def then_ppo():
-            while effective_status(rm_run).get("state") == "running" or self._alive(rm_run):
+            while effective_status(rm_run).get("state") in ("starting", "running") or self._alive(rm_run):
                 time.sleep(1.0)
                 self.poll()
             if read_status(rm_run).get("state") == "finished":
@@ -84,14 +84,14 @@ class Runs:
         return proc is not None and proc.poll() is None
 
     def stop(self, run: Path) -> str:
-        if effective_status(run).get("state") != "running":
+        if effective_status(run).get("state") not in ("starting", "running"):
             raise StoreError(f"run {run.name} is not running")
         request_stop(run)
         return f"asked {run.name} to stop after its current step (it keeps a checkpoint; Resume continues it)"
 
     def resume(self, run: Path) -> Path:
         state = effective_status(run).get("state")
-        if state in ("running", "finished"):
+        if state in ("starting", "running", "finished"):
             raise StoreError(f"run {run.name} is {state}; only a stopped or failed run resumes")
         return self._launch(run_kind(run), run)
 
@@ -103,7 +103,7 @@ class Runs:
                     continue
                 del self.procs[run]
                 status = read_status(run)
-                if proc.returncode != 0 and status.get("state") == "running":
+                if proc.returncode != 0 and status.get("state") in ("starting", "running"):
                     error = f"the launcher exited with {proc.returncode}; see {run / 'train.log'}"
                     write_json_atomic(run / "status.json", {**status, "state": "failed", "error": error})
 

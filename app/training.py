@@ -81,7 +81,7 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
             break
         time.sleep(poll_s)
     status = read_status(run)
-    if proc.returncode != 0 and status.get("state") != "failed":
+    if proc.returncode != 0 and status.get("state") not in ("failed", "stopped", "finished"):
         # the ranks died before they could say so: record it, so the run never shows as running or unknown
         error = f"the launcher exited with {proc.returncode}; see {run / 'train.log'}"
         status = {**status, "state": "failed", "error": error}

@@ -12,7 +12,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from training.runs import read_status, write_json_atomic
 
 MODULES = {"reward": "training.reward.train", "ppo": "training.ppo.train"}
 
@@ -45,6 +48,14 @@ def launch(kind: str, run_dir: Path, num_accelerators: int = 1, hostfile: str | 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     root = Path(__file__).resolve().parent.parent
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(run_dir), env=env, start_new_session=True
     )
+    # 'starting' until rank 0 writes 'running' (loading models takes a while); a launcher that dies first shows
+    # as failed, never as starting forever (training/runs.py::effective_status checks this pid)
+    previous = read_status(run_dir)
+    write_json_atomic(
+        run_dir / "status.json",
+        {"state": "starting", "pid": proc.pid, "updated_at": time.time(), "step": previous.get("step", 0)},
+    )
+    return proc

@@ -88,9 +88,9 @@ def _alive(pid: object) -> bool:
 
 
 def effective_status(folder: str | Path) -> dict:
-    """status.json, except that a 'running' run whose process is gone is reported as failed, never running
-    forever."""
+    """status.json, except that a 'starting' or 'running' run whose process is gone is reported as failed, never
+    running forever."""
     status = read_status(folder)
-    if status.get("state") == "running" and not _alive(status.get("pid")):
+    if status.get("state") in ("starting", "running") and not _alive(status.get("pid")):
         return {**status, "state": "failed", "error": "the training process is gone (killed or crashed)"}
     return status
