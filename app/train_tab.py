@@ -79,7 +79,7 @@ def build_train_tab(ctx, demo) -> None:
     with gr.Row():
         plots = [gr.LinePlot(visible=False, height=220, elem_id=f"plot-{i}") for i in range(PLOTS)]
     samples = gr.Dataframe(
-        headers=["step", "score", "prompt", "response"], interactive=False, wrap=True, elem_id="run-samples"
+        headers=["step", "score", "response", "prompt"], interactive=False, wrap=True, elem_id="run-samples"
     )
     log = gr.Textbox(label="Log (tail)", lines=12, max_lines=12, interactive=False, elem_id="run-log")
 

@@ -149,14 +149,14 @@ def plot_frames(run: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def samples_rows(run: Path, n: int = 6) -> list[list]:
-    """The latest logged completions: [step, score, prompt, response]."""
+    """The latest logged completions: [step, score, response, prompt (its end: the template's start repeats)]."""
     import json
 
     path = run / "samples.jsonl"
     if not path.exists():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines()[-n:]]
-    return [[r["step"], r["score"], r["prompt"][-200:], r["response"]] for r in reversed(rows)]
+    return [[r["step"], r["score"], r["response"], r["prompt"].strip()[-160:]] for r in reversed(rows)]
 
 
 def status_line(run: Path) -> str:

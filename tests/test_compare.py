@@ -111,3 +111,23 @@ def test_reply_scores_come_from_the_reward_model(tiny_model_dir, tmp_path):
     good, bad = scores_of(models, state, str(rm))
     assert good > bad
     assert scores_of(models, state, "") is None
+
+
+def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_dir):
+    from app.compare import new_conversation, respond, vote
+    from training.chat import ChatParams, Models
+
+    models = Models()
+    params = ChatParams(max_new_tokens=4, min_new_tokens=4, seed=1)
+    state = new_conversation(str(tiny_model_dir), str(tiny_model_dir), blind=True, seed=3)
+    state = list(respond(models, state, "first question", params))[-1][2]
+    state = list(respond(models, state, "second question", params))[-1][2]
+    for history in state["history"]:
+        assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
+        assert history[2]["content"] == "second question"
+    assert state["replies"][0] == state["replies"][1]  # one model on both sides, one seed: the same reply
+    state, _ = vote(db, state, "tie", "rev")
+    assert query(db, "SELECT flags, skipped, skip_reason FROM rankings") == [
+        (["blind", "multi_turn"], True, "identical replies")  # stored, but it makes no pair
+    ]
+    assert query(db, "SELECT text FROM prompts") == [("second question",)]
