@@ -4,41 +4,15 @@ votes become 'compare' rankings and feed a win-rate table. Handlers are the plai
 
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 
-import functools
-import inspect
-
 from app.compare import new_conversation, ppo_runs, respond, run_defaults, scores_of, vote, win_rows
-from store.errors import StoreError
+from app.handlers import safe
 from training.chat import ChatParams
-from training.models import ModelError
 
 WIN_HEADERS = ["opponent", "votes", "wins", "losses", "ties", "both bad", "win rate", "95% CI"]
 
 
 def build_compare_tab(ctx, demo, tab=None) -> None:
     import gradio as gr
-
-    def safe(fn):
-        """A user mistake becomes a message in the page; a streaming handler stays a generator for Gradio."""
-        if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            def stream(*args, **kwargs):
-                try:
-                    yield from fn(*args, **kwargs)
-                except (StoreError, ModelError, ValueError) as e:
-                    raise gr.Error(str(e)) from None
-
-            return stream
-
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except (StoreError, ModelError, ValueError) as e:
-                raise gr.Error(str(e)) from None
-
-        return run
 
     with gr.Row(equal_height=True):
         actor = gr.Dropdown(label="Actor (a PPO run, or a model folder)", allow_custom_value=True, elem_id="cmp-actor")

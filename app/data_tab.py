@@ -3,7 +3,6 @@ pairs download. Every button calls a plain function from annotation/ or store/."
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from pathlib import Path
 
@@ -17,9 +16,9 @@ from annotation.actions import (
     write_pairs_file,
 )
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
+from app.handlers import safe
 from app.sampling import run_sampling
 from store.errors import StoreError
-from training.models import ModelError
 
 
 def counts_markdown(db: str) -> str:
@@ -65,18 +64,6 @@ def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
 
 def build_data_tab(ctx, demo) -> None:
     import gradio as gr
-
-    def safe(fn):
-        """A user mistake becomes a red message in the page, never a stack trace."""
-
-        @functools.wraps(fn)  # keeps the signature: Gradio looks for gr.Progress in it
-        def run(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except (StoreError, ModelError) as e:
-                raise gr.Error(str(e)) from None
-
-        return run
 
     counts = gr.Markdown(elem_id="store-counts")
     status = gr.Textbox(label="Last action", interactive=False, elem_id="data-status")

@@ -9,10 +9,9 @@ import functools
 from pathlib import Path
 
 from app.config_form import build_form, config_from_form, form_values_from_file
+from app.handlers import safe
 from app.train_view import PPO_PLOTS, RM_PLOTS, log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
 from app.train_view import status_line as run_status_line
-from store.errors import StoreError
-from training.models import ModelError
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
 
@@ -41,16 +40,6 @@ def plot_updates(run: Path | None) -> list:
 
 def build_train_tab(ctx, demo) -> None:
     import gradio as gr
-
-    def safe(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except (StoreError, ModelError, ValueError) as e:
-                raise gr.Error(str(e)) from None
-
-        return run
 
     runs = ctx.runs
     with gr.Row(equal_height=True):

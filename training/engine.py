@@ -61,3 +61,24 @@ def save_hf(engine, model, tokenizer, out: Path, rank: int, zero3: bool, lora: b
     if rank == 0:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         tokenizer.save_pretrained(out)
+
+
+def run_main(config_class, train, description: str, argv: list[str] | None = None) -> None:
+    """The entry point of a trainer module under the DeepSpeed launcher: `--config RUN/config.json` (plus the
+    launcher's `--local_rank`); any exception marks the run failed with a one-line reason before it propagates."""
+    import argparse
+
+    from training.runs import RunFiles
+
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--config", required=True)
+    p.add_argument("--local_rank", type=int, default=-1)  # passed by the DeepSpeed launcher
+    args = p.parse_args(argv)
+    cfg = config_class.load(args.config)
+    cfg.check()
+    try:
+        train(cfg)
+    except BaseException as e:
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
+        RunFiles(cfg.output_dir).status("failed", error=reason)
+        raise

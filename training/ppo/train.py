@@ -8,7 +8,6 @@ are DeepSpeed engines; the reference and reward models are frozen. Saves RUN/act
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import resource
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, lr_lambda, save_hf, setup_distributed
+from training.engine import ds_config, lr_lambda, run_main, save_hf, setup_distributed
 from training.ppo.config import PPOConfig
 from training.ppo.data import encode_prompts, prompt_batches, read_prompts
 from training.ppo.experience import Experience, add_advantages, rollout, score
@@ -331,19 +330,7 @@ def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, t
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--config", required=True)
-    p.add_argument("--local_rank", type=int, default=-1)  # passed by the DeepSpeed launcher
-    args = p.parse_args(argv)
-    cfg = PPOConfig.load(args.config)
-    cfg.check()
-    try:
-        train(cfg)
-    except BaseException as e:
-        RunFiles(cfg.output_dir).status(
-            "failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
-        )
-        raise
+    run_main(PPOConfig, train, __doc__, argv)
 
 
 if __name__ == "__main__":

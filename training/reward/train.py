@@ -7,7 +7,6 @@ Bradley-Terry loss, evaluates on held-out prompts, checkpoints, resumes, and sav
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, lr_lambda, save_hf, setup_distributed
+from training.engine import ds_config, lr_lambda, run_main, save_hf, setup_distributed
 from training.models import resolve_model
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
@@ -191,19 +190,7 @@ def train(cfg: RewardConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--config", required=True)
-    p.add_argument("--local_rank", type=int, default=-1)  # passed by the DeepSpeed launcher
-    args = p.parse_args(argv)
-    cfg = RewardConfig.load(args.config)
-    cfg.check()
-    try:
-        train(cfg)
-    except BaseException as e:
-        RunFiles(cfg.output_dir).status(
-            "failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
-        )
-        raise
+    run_main(RewardConfig, train, __doc__, argv)
 
 
 if __name__ == "__main__":
