@@ -297,3 +297,29 @@ def test_stop_checkpoints_and_resume_finishes(tmp_path, tiny_model_dir, liked_rm
     resumed = next(r for r in read_metrics(run) if r.get("event") == "resumed")
     assert resumed["step"] == stopped["step"]
     assert sorted(steps_of(run)) == list(range(1, 31))
+
+
+def test_the_options_beyond_deepspeed_chat_run_together(tmp_path, tiny_model_dir, liked_rm, prompts_file):
+    """EMA actor, LoRA on actor and critic, adaptive KL with the k3 estimator, whitened advantages, reward
+    normalisation with the RM's statistics, the missing-EOS penalty, gradient checkpointing and TensorBoard."""
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import AutoModelForCausalLM
+
+    rm = tmp_path / "rm"
+    shutil.copytree(liked_rm, rm)
+    (rm / "reward_stats.json").write_text(json.dumps({"score_mean": 0.5, "score_std": 2.0}))
+    flags = ["--max-steps", "2", "--ema-beta", "0.9", "--actor-lora-rank", "4", "--critic-lora-rank", "4"]
+    flags += ["--adaptive-kl", "--kl-target", "0.01", "--kl-horizon", "10", "--kl-estimator", "k3"]
+    flags += ["--whiten-advantages", "--normalize-reward", "--missing-eos-penalty", "1.0"]
+    flags += ["--gradient-checkpointing", "--tensorboard", "--actor-lr", "1e-2"]
+    run = ppo(tmp_path, tiny_model_dir, rm, prompts_file, *flags)
+    steps = steps_of(run)
+    assert steps[1]["policy/kl_ctl"] == 0.1 and steps[2]["policy/kl_ctl"] != 0.1  # the controller moved it
+    for folder in ("actor", "actor_ema"):
+        model = AutoModelForCausalLM.from_pretrained(run / folder)
+        assert not any("lora" in k for k in model.state_dict())  # adapters merged: a plain HF model
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("reward/score_mean")] == [1, 2]

@@ -4,6 +4,7 @@ epoch, learning rates 9.65e-6 / 5e-6); everything beyond it is off by default.""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 
 from training.config_file import ConfigFile
@@ -97,5 +98,7 @@ class PPOConfig(ConfigFile):
             raise ValueError("need 1 <= min_new_tokens <= max_new_tokens")
         if self.ema_beta and self.zero_stage == 3:
             raise ValueError("the EMA actor needs ZeRO 0-2 (its weights are not partitioned)")
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("--tensorboard needs the tensorboard package: pip install 'rlhf-studio[tensorboard]'")
         if not 0.0 <= self.ema_beta < 1.0:
             raise ValueError("ema_beta must be in [0, 1)")

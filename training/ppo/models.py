@@ -86,7 +86,13 @@ def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return picked - torch.logsumexp(logits, dim=-1)
 
 
+def _unwrap(model):
+    """The transformers model inside a peft wrapper (LoRA layers stay injected in it), else the model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def _backbone(model):
+    model = _unwrap(model)
     return getattr(model, model.base_model_prefix)
 
 
@@ -104,7 +110,7 @@ class Critic(torch.nn.Module):
         hidden = _backbone(self.model)(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)
         ).last_hidden_state
-        return self.model.score(hidden[:, prompt_len - 1 : -1]).squeeze(-1).float()
+        return _unwrap(self.model).score(hidden[:, prompt_len - 1 : -1]).squeeze(-1).float()
 
 
 def reward_scores(model, ids: torch.Tensor, attention_mask: torch.Tensor, last: torch.Tensor) -> torch.Tensor:

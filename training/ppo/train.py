@@ -8,6 +8,7 @@ are DeepSpeed engines; the reference and reward models are frozen. Saves RUN/act
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import resource
@@ -204,6 +205,15 @@ def load_checkpoint(m: Models, folder: Path) -> dict | None:
     return state
 
 
+def tensorboard_writer(cfg: PPOConfig, rank: int):
+    """A SummaryWriter on rank 0 with --tensorboard (events in RUN/tensorboard), else None."""
+    if not cfg.tensorboard or rank != 0:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(Path(cfg.output_dir) / "tensorboard"))
+
+
 def seed_rollout(cfg: PPOConfig, step: int, batch: int, rank: int) -> None:
     """Sampling depends on (seed, step, batch, rank) only, so a resumed run samples what the first one would."""
     torch.manual_seed(((cfg.seed * 1_000_003 + step) * 1009 + batch) * 131 + rank)
@@ -241,6 +251,7 @@ def train(cfg: PPOConfig) -> None:
         }
     )
     step, kl_ctl = state["step"], state["kl_ctl"]
+    board = tensorboard_writer(cfg, rank)
     while step < total:
         epoch, index = divmod(step, per_epoch)
         order = prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, epoch)
@@ -288,10 +299,12 @@ def train(cfg: PPOConfig) -> None:
         row["policy/kl_ctl"] = kl_ctl
         row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
         if cfg.adaptive_kl:
-            kl_ctl = adaptive_kl_update(
-                kl_ctl, row["reward/kl"], cfg.kl_target, cfg.generation_batch_size, cfg.kl_horizon
-            )
+            n = cfg.generation_batch_size * cfg.generation_batches * world  # sequences behind this KL
+            kl_ctl = adaptive_kl_update(kl_ctl, row["reward/kl"], cfg.kl_target, n, cfg.kl_horizon)
         run.metrics({"step": step, "epoch": epoch, **row})
+        if board:
+            for key, value in row.items():
+                board.add_scalar(key, value, step)
         if cfg.sample_every and step % cfg.sample_every == 0:
             log_samples(run, step, buffer[0], tokenizer)
         run.status("running", step=step, total_steps=total)
@@ -300,23 +313,28 @@ def train(cfg: PPOConfig) -> None:
             save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
             run.metrics({"event": "stopped", "step": step})
             run.status("stopped", step=step, total_steps=total)
-            return
+            break
         if cfg.save_every and step % cfg.save_every == 0 and step < total:
             save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
-    finish(m, cfg, run, step, kl_ctl, total, tokenizer)
+    else:
+        finish(m, cfg, run, step, kl_ctl, total, tokenizer)
+    if board:
+        board.close()
 
 
 def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, total: int, tokenizer) -> None:
     out = Path(cfg.output_dir)
     save_checkpoint(m, out / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
     zero3 = cfg.zero_stage == 3
+    if m.ema is not None and run.rank == 0:  # first: saving a LoRA actor merges its adapters in place
+        ema = copy.deepcopy(m.actor.module)
+        with torch.no_grad():
+            for p, e in zip(ema.parameters(), m.ema, strict=True):
+                p.copy_(e.to(p.dtype))
+        save_hf(None, ema, tokenizer, out / "actor_ema", 0, False, bool(cfg.actor_lora_rank))
+        del ema
     save_hf(m.actor, m.actor.module, tokenizer, out / "actor", run.rank, zero3, bool(cfg.actor_lora_rank))
     save_hf(m.critic, m.critic.module.model, tokenizer, out / "critic", run.rank, zero3, bool(cfg.critic_lora_rank))
-    if m.ema is not None and run.rank == 0:
-        with torch.no_grad():
-            for p, e in zip(m.actor.module.parameters(), m.ema, strict=True):
-                p.copy_(e.to(p.dtype))
-        save_hf(m.actor, m.actor.module, tokenizer, out / "actor_ema", 0, False, bool(cfg.actor_lora_rank))
     rows = [r for r in read_metrics(out) if "reward/score_mean" in r]
     final = {k: rows[-1][k] for k in ("reward/score_mean", "reward/kl", "policy/approx_kl")} if rows else {}
     if m.ref_fingerprint:
