@@ -32,7 +32,7 @@ FILLER = "please explain it simply with one clear example and a short summary at
 
 def fixed_length_prompts(tokenizer, n: int = 64, length: int = PROMPT_TOKENS) -> list[str]:
     """Everyday prompts whose chat-templated form is exactly `length` tokens (filler words added one by one)."""
-    from training.ppo.data import chat_prompt
+    from training.reward.data import chat_prompt
 
     out = []
     for i in range(n * 4):

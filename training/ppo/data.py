@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from training.reward.data import DataError
+from training.reward.data import DataError, chat_prompt
 
 
 def read_prompts(source: str) -> list[str]:
@@ -42,15 +42,6 @@ def read_prompts(source: str) -> list[str]:
     if not out:
         raise DataError(f"{source}: no prompts")
     return out
-
-
-def chat_prompt(tokenizer, prompt: str) -> str:
-    """The text the SFT model sees, the same as in sampling and reward-model training."""
-    if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-        )
-    return prompt + "\n"
 
 
 def encode_prompts(tokenizer, prompts: list[str], max_prompt_length: int) -> tuple[list[list[int]], int]:

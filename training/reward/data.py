@@ -77,6 +77,16 @@ def load_pairs(data: str, eval_fraction: float = 0.1, seed: int = 0) -> tuple[li
     return _split_by_prompt(rows, eval_fraction, seed)
 
 
+def chat_prompt(tokenizer, prompt: str) -> str:
+    """The prompt as every model sees it: reward-model training, PPO rollouts and scoring all use this one text, so
+    the reward model always reads the sequence ending it was trained on."""
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+    return prompt + "\n"
+
+
 @dataclass
 class Tokenised:
     chosen: list[int]
@@ -95,11 +105,7 @@ class PairEncoder:
         self.eos = tokenizer.eos_token
 
     def prompt_text(self, prompt: str) -> str:
-        if self.tok.chat_template:
-            return self.tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-            )
-        return prompt + "\n"
+        return chat_prompt(self.tok, prompt)
 
     def encode(self, prompt: str, response: str) -> tuple[list[int], bool]:
         p = self.tok(self.prompt_text(prompt), add_special_tokens=False)["input_ids"]
