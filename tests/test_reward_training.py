@@ -152,7 +152,9 @@ def test_no_pairs_in_the_store_and_a_model_that_is_not_a_model(cli, tmp_path, ti
 
 
 def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
+    from training.engine import shm_buffers
 
+    before = set(shm_buffers())
     run = train_rm(
         tmp_path,
         tiny_model_dir,
@@ -167,6 +169,8 @@ def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
     assert sorted(p.name for p in (run / "model").iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
     final = json.loads((run / "status.json").read_text())["final"]
     assert final["eval/pairs"] == next(r for r in rows if r.get("event") == "start")["eval_pairs"]
+    # DeepSpeed's 69 MB /dev/shm buffer of each rank is gone with the run, not left in RAM
+    assert set(shm_buffers()) <= before
 
 
 def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_model_dir):

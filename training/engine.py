@@ -4,19 +4,64 @@ schedule, and saving an engine's model as a plain Hugging Face folder."""
 from __future__ import annotations
 
 import math
+import os
+import sys
 from pathlib import Path
 
 import torch
 
 
+def use_local_extensions_dir() -> Path:
+    """DeepSpeed JIT-builds its CPU communication op through torch's extension builder, which keeps the build
+    under ~/.cache/torch_extensions behind a lock file that it waits on forever. A build killed half-way leaves
+    that lock behind for every later checkout of the machine; one folder per environment (inside the venv) keeps
+    a stale lock to the environment that left it, and a fresh install builds afresh."""
+    folder = Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions")))
+    return folder
+
+
+def build_cpu_ops() -> None:
+    """Build DeepSpeed's CPU communication op now (`make` calls this at install time), not inside the first run."""
+    folder = use_local_extensions_dir()
+    for lock in folder.glob("*/lock"):  # nothing else builds during the install: a lock here is a dead build's
+        lock.unlink()
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+    ShareMemCommBuilder().load()
+    print(f"DeepSpeed's CPU communication op is built in {folder}")
+
+
 def setup_distributed() -> tuple[int, int]:
     """(rank, world size): gloo on CPU, the accelerator's backend (nccl) elsewhere."""
+    use_local_extensions_dir()
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
     backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
     deepspeed.init_distributed(dist_backend=backend)
-    return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    if get_accelerator().device_name() == "cpu":
+        torch.distributed.barrier()  # every rank has mapped every other rank's buffer by now
+        release_shm_buffer(rank)
+    return rank, world
+
+
+SHM_DIR = Path("/dev/shm")
+
+
+def shm_buffers(port: str = "*", rank: str = "*") -> list[Path]:
+    """DeepSpeed's CPU all-reduce buffers (69 MB per rank) of the process group at MASTER_PORT `port`."""
+    return sorted(SHM_DIR.glob(f"deepspeed_allreduce_buffer_*_{port}_{rank}"))
+
+
+def release_shm_buffer(rank: int) -> None:
+    """On CPU, DeepSpeed's init maps a 69 MB /dev/shm file per rank that nothing ever removes: every run would
+    leave its files in RAM until reboot (a few hundred runs fill the machine's memory). Each rank's buffer is
+    opened by all ranks during init, so after a barrier its name can go; the memory is freed when the last
+    process that maps it exits, however it exits."""
+    port = os.environ.get("MASTER_PORT")
+    for path in shm_buffers(port, str(rank)) if port else []:
+        path.unlink(missing_ok=True)
 
 
 def lr_lambda(warmup_steps: int, schedule: str, total_steps: int):
