@@ -11,6 +11,7 @@ import os
 import sys
 
 from app.config_args import add_dataclass_args, dataclass_from_args
+from app.demo import DemoConfig
 from store.errors import StoreError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
@@ -180,6 +181,24 @@ def cmd_train_ppo(args: argparse.Namespace) -> None:
     print(f"run {run.name} finished; actor in {run / 'actor'}, critic in {run / 'critic'}")
 
 
+def cmd_demo(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from app.demo import QUICK, headline, new_demo_dir, run_demo
+
+    cfg = dataclass_from_args(DemoConfig, args)
+    if args.quick:  # the quick preset fills in what the command line left at its default
+        defaults = DemoConfig()
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in QUICK.items() if getattr(cfg, k) == getattr(defaults, k)})
+    folder = new_demo_dir(Path(args.runs_dir))
+    print(f"demo {folder.name}: {folder}", flush=True)
+    results = run_demo(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
+    print("\n".join(headline(results)))
+    failed = [name for name, ok in results["checks"].items() if not ok]
+    if failed:
+        raise StoreError(f"the demo finished but {len(failed)} check(s) failed: {'; '.join(failed)}")
+
+
 def cmd_stop(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -306,6 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
     s.set_defaults(config_class=PPOConfig)
     s.set_defaults(func=cmd_train_ppo)
+
+    s = sub.add_parser("demo", help="the whole loop with a scripted annotator on the bundled prompts, and a report")
+    s.add_argument("--quick", action="store_true", help="tiny models and a few dozen prompts (minutes; for CI)")
+    s.add_argument("--runs-dir", default="runs", help="where the demo folder goes (default ./runs)")
+    add_dataclass_args(s, DemoConfig)
+    s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("stop", help="stop a running training run after its current step (checkpointed, resumable)")
     s.add_argument("run", help="the run folder")

@@ -1,0 +1,374 @@
+"""`rlhf demo`: the whole loop on the bundled prompts with a scripted annotator, and a report that says whether it
+worked.
+
+1. A store of its own (DEMO/store.duckdb) gets the training prompts; the last `heldout` prompts of the set are kept
+   out of everything until the evaluation.
+2. The SFT model samples K responses per prompt; the scripted annotator (annotation/scripted.py: "concise") ranks
+   them, and the store expands the rankings into pairs.
+3. `train-rm` on a snapshot of the store, then `train-ppo` from the SFT model with that reward model, both through
+   the DeepSpeed launcher exactly as the CLI runs them.
+4. On the held-out prompts: K samples from the reference (the SFT model) and from the tuned actor. The reward
+   model's accuracy on the annotator's pairs of the reference samples, the mean score of each model's samples,
+   and the actor's win rate over the reference as judged by the scripted annotator (not by the reward model).
+5. DEMO/report.md with PNG plots, DEMO/results.json, and the headline numbers printed.
+
+`--quick` runs the same steps on tiny models built on the spot (training/tiny.py) with a few dozen prompts, for
+CI: there the checks ask only that every quantity moves the right way."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from annotation import scripted
+from annotation.imports import ImportSummary, store_rankings
+from annotation.winrate import bootstrap_ci
+from app.sampling import run_sampling
+from app.training import prepare_ppo_run, prepare_reward_run, run_training
+from store.db import connect, write
+from store.errors import StoreError
+from store.prompts import add_prompts
+from store.rankings import RankedItem, RankingIn
+from training.generation import Sampler, SamplingConfig
+from training.ppo.config import PPOConfig
+from training.reward.config import RewardConfig
+from training.runs import read_metrics, read_status
+
+DEMO_PROMPTS = "demo_prompts.txt"
+
+
+@dataclass
+class DemoConfig:
+    model: str = field(default="default", metadata={"help": "SFT model: 'default', 'tiny' or a local HF folder"})
+    reward_base: str = field(default="", metadata={"help": "reward-model base (default: the SFT model)"})
+    n_prompts: int = field(default=0, metadata={"help": "use the first N bundled prompts (0 = all 500)"})
+    heldout: int = field(default=64, metadata={"help": "prompts kept out of training, for the evaluation"})
+    k: int = field(default=4, metadata={"help": "responses per prompt"})
+    max_new_tokens: int = field(default=64, metadata={"help": "longest response (sampling, PPO, evaluation)"})
+    min_new_tokens: int = field(default=8, metadata={"help": "shortest response in tokens (EOS held back until then)"})
+    dtype: str = field(default="bf16", metadata={"help": "fp32 or bf16"})
+    rm_epochs: int = field(default=2, metadata={"help": "reward-model epochs"})
+    rm_lr: float = field(default=1e-5, metadata={"help": "reward-model learning rate"})
+    ppo_epochs: int = field(default=2, metadata={"help": "PPO passes over the training prompts"})
+    ppo_steps: int = field(default=0, metadata={"help": "stop PPO after this many steps (0 = all epochs)"})
+    actor_lr: float = field(default=1e-5, metadata={"help": "actor learning rate"})
+    critic_lr: float = field(default=5e-6, metadata={"help": "critic learning rate"})
+    kl_ctl: float = field(default=0.1, metadata={"help": "KL penalty coefficient"})
+    seed: int = field(default=0, metadata={"help": "seed of sampling, training and evaluation"})
+
+
+# Quick mode: tiny models, a few dozen prompts; a couple of minutes on two CPU cores.
+QUICK = dict(
+    model="tiny",
+    n_prompts=120,
+    heldout=24,
+    max_new_tokens=32,
+    dtype="fp32",
+    rm_epochs=4,
+    rm_lr=2e-3,
+    ppo_epochs=3,
+    actor_lr=5e-3,
+    critic_lr=1e-3,
+)
+
+# What "it worked" means: the issue's thresholds for the full demo, the right direction for --quick.
+FULL_BARS = {"rm_accuracy": 0.85, "win_rate": 0.65}
+QUICK_BARS = {"rm_accuracy": 0.5, "win_rate": 0.5}
+
+
+def demo_prompts_path() -> Path:
+    return Path(str(resources.files("annotation").joinpath("data", DEMO_PROMPTS)))
+
+
+def split_prompts(texts: list[str], heldout: int) -> tuple[list[str], list[str]]:
+    if heldout < 1 or len(texts) - heldout < 16:
+        raise StoreError(f"{len(texts)} prompts cannot give {heldout} held-out ones and 16+ to train on")
+    return texts[:-heldout], texts[-heldout:]
+
+
+def rank_samples(db: str | Path) -> ImportSummary:
+    """The scripted annotator ranks every prompt's responses (empty and repeated ones left out), in one transaction."""
+    with connect(db) as con:
+        rows = con.execute(
+            "SELECT p.text, r.response_id, r.text FROM responses r JOIN prompts p USING (prompt_id) "
+            "ORDER BY r.prompt_id, r.position"
+        ).fetchall()
+    by_prompt: dict[str, list[tuple[int, str]]] = {}
+    for prompt, rid, text in rows:
+        by_prompt.setdefault(prompt, []).append((rid, text))
+    rankings, summary = [], ImportSummary()
+    for prompt, items in by_prompt.items():
+        summary.tasks += 1
+        keep = [items[i] for i in scripted.rankable([t for _, t in items])]
+        if len(keep) < 2:
+            summary.skipped["fewer than 2 distinct responses"] += 1
+            continue
+        ranks = scripted.rank([t for _, t in keep])
+        rankings.append(
+            RankingIn(
+                prompt=prompt,
+                items=[
+                    RankedItem(text=t, rank=r, shown_position=i, response_id=rid)
+                    for i, ((rid, t), r) in enumerate(zip(keep, ranks, strict=True))
+                ],
+                annotator=scripted.NAME,
+                source="scripted",
+                external_key=f"scripted:{keep[0][0]}",
+            )
+        )
+    summary.annotations = len(rankings)
+    return store_rankings(db, rankings, summary, source="scripted", origin=scripted.NAME, content_sha256=None)
+
+
+def sampling_config(cfg: DemoConfig, model: str) -> SamplingConfig:
+    """One way of sampling for the annotation data, PPO's rollouts and the evaluation: temperature 1, no top-p."""
+    return SamplingConfig(
+        model=model,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=cfg.max_new_tokens,
+        min_new_tokens=cfg.min_new_tokens,
+        batch_prompts=8,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+    )
+
+
+def sample_texts(sampler: Sampler, prompts: list[str], k: int, seed: int) -> list[list[str]]:
+    out = []
+    for start in range(0, len(prompts), 8):
+        out += [[g.text for g in gens] for gens in sampler(prompts[start : start + 8], k, seed + start)]
+    return out
+
+
+def score_texts(reward_model: Path, prompts: list[str], texts: list[list[str]], dtype: str) -> list[list[float]]:
+    """The reward model's score of each response: chat template + response + EOS, read at EOS, as in training."""
+    import torch
+
+    from training.ppo.models import load_scalar_model, load_tokenizer, reward_scores
+    from training.reward.data import chat_prompt
+
+    model, tok = load_scalar_model(str(reward_model), dtype), load_tokenizer(reward_model)
+    flat = [(p, t) for p, ts in zip(prompts, texts, strict=True) for t in ts]
+    scores = []
+    with torch.no_grad():
+        for start in range(0, len(flat), 16):
+            seqs = [
+                tok(chat_prompt(tok, p), add_special_tokens=False)["input_ids"]
+                + tok(t + tok.eos_token, add_special_tokens=False)["input_ids"]
+                for p, t in flat[start : start + 16]
+            ]
+            width = max(map(len, seqs))
+            ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in seqs])
+            mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+            last = torch.full((len(seqs),), width - 1)
+            scores += reward_scores(model, ids, mask, last).tolist()
+    k = len(texts[0]) if texts else 0
+    return [scores[i * k : (i + 1) * k] for i in range(len(texts))]
+
+
+def pair_accuracy(texts: list[list[str]], scores: list[list[float]]) -> tuple[float, int]:
+    """Share of the annotator's pairs (within each prompt; ties make no pair) that the reward model orders the
+    same way; a tied score counts as wrong."""
+    right = total = 0
+    for ts, ss in zip(texts, scores, strict=True):
+        keep = scripted.rankable(ts)
+        ranks = scripted.rank([ts[i] for i in keep])
+        for a in range(len(keep)):
+            for b in range(len(keep)):
+                if ranks[a] < ranks[b]:
+                    total += 1
+                    right += ss[keep[a]] > ss[keep[b]]
+    return (right / total if total else float("nan")), total
+
+
+def win_rates(actor: list[list[str]], reference: list[list[str]]) -> list[float]:
+    """Per prompt: the annotator's mean verdict over every (actor sample, reference sample) couple."""
+    return [
+        sum(scripted.judge(a, r) for a in acts for r in refs) / (len(acts) * len(refs))
+        for acts, refs in zip(actor, reference, strict=True)
+    ]
+
+
+def mean_words(texts: list[list[str]]) -> float:
+    flat = [len(t.split()) for ts in texts for t in ts]
+    return sum(flat) / len(flat)
+
+
+def _mean(xs: list[list[float]]) -> float:
+    flat = [x for row in xs for x in row]
+    return sum(flat) / len(flat)
+
+
+def new_demo_dir(runs_dir: Path) -> Path:
+    folder = runs_dir / f"demo-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _finished(kind: str, run: Path, status: dict) -> None:
+    if status.get("state") != "finished":
+        raise StoreError(f"the demo's {kind} run {run.name} {status.get('state')}: {status.get('error', run)}")
+
+
+def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
+    from training.models import resolve_model
+    from training.tiny import build_plain_model, build_talking_model
+
+    t0 = time.time()
+    timings: dict[str, float] = {}
+
+    def lap(name: str, since: float) -> float:
+        timings[name] = round(time.time() - since, 1)
+        log(f"[{time.time() - t0:6.0f} s] {name}: {timings[name]:.0f} s")
+        return time.time()
+
+    t = time.time()
+    if cfg.model == "tiny":
+        model = str(build_talking_model(folder / "models" / "actor"))
+        reward_base = cfg.reward_base or str(build_plain_model(folder / "models" / "reward-base"))
+    else:
+        resolve_model(cfg.model)
+        model, reward_base = cfg.model, cfg.reward_base or cfg.model
+    texts = [line.strip() for line in demo_prompts_path().read_text().splitlines() if line.strip()]
+    texts = texts[: cfg.n_prompts] if cfg.n_prompts else texts
+    train, heldout = split_prompts(texts, cfg.heldout)
+    (folder / "heldout_prompts.txt").write_text("\n".join(heldout) + "\n")
+    db = str(folder / "store.duckdb")
+    with write(db) as con:
+        add_prompts(con, train, source="demo")
+    t = lap("set-up", t)
+
+    sampler = Sampler(sampling_config(cfg, model))
+    report = run_sampling(db, sampler, cfg.k)
+    log(report.line())
+    reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
+    del sampler
+    t = lap("sampling (training prompts, and the reference on held-out prompts)", t)
+
+    ranked = rank_samples(db)
+    log(f"scripted annotator: {ranked.added} rankings, {ranked.pairs} pairs")
+    if ranked.pairs == 0:
+        raise StoreError("the scripted annotator found no pair to rank: every prompt's responses tied")
+
+    runs = folder / "runs"
+    rm_cfg = RewardConfig(model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed)
+    rm_run = prepare_reward_run(db, rm_cfg, runs)
+    _finished("reward", rm_run, run_training("reward", rm_run))
+    rm_final = read_status(rm_run)["final"]
+    log(f"reward model: held-out accuracy {rm_final['eval/rm_accuracy']:.3f} on {rm_final['eval/pairs']} pairs")
+    t = lap("reward model", t)
+
+    ppo_cfg = PPOConfig(
+        actor=model,
+        reward=str(rm_run),
+        max_new_tokens=cfg.max_new_tokens,
+        min_new_tokens=cfg.min_new_tokens,
+        epochs=cfg.ppo_epochs,
+        max_steps=cfg.ppo_steps,
+        actor_lr=cfg.actor_lr,
+        critic_lr=cfg.critic_lr,
+        kl_ctl=cfg.kl_ctl,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+    )
+    ppo_run = prepare_ppo_run(db, ppo_cfg, runs)
+
+    def show(row: dict) -> None:
+        if "loss/actor" in row:
+            log(
+                f"PPO step {row['step']}: score {row['reward/score_mean']:.3f}, KL {row['reward/kl']:.3f}, "
+                f"length {row['response/length_mean']:.1f}"
+            )
+
+    _finished("PPO", ppo_run, run_training("ppo", ppo_run, on_metrics=show))
+    t = lap("PPO", t)
+
+    actor_sampler = Sampler(sampling_config(cfg, str(ppo_run / "actor")))
+    actor = sample_texts(actor_sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
+    del actor_sampler
+    ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype)
+    actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype)
+    accuracy, acc_pairs = pair_accuracy(reference, ref_scores)
+    per_prompt = win_rates(actor, reference)
+    win = sum(per_prompt) / len(per_prompt)
+    lo, hi = bootstrap_ci(per_prompt, seed=cfg.seed)
+    t = lap("evaluation", t)
+
+    steps = [r for r in read_metrics(ppo_run) if "loss/actor" in r]
+    bars = QUICK_BARS if quick else FULL_BARS
+    results = {
+        "quick": quick,
+        "config": dataclasses.asdict(cfg),
+        "folder": str(folder),
+        "reward_run": rm_run.name,
+        "ppo_run": ppo_run.name,
+        "train_prompts": len(train),
+        "heldout_prompts": len(heldout),
+        "rankings": ranked.added,
+        "pairs": ranked.pairs,
+        "rm_accuracy_heldout_prompts": accuracy,
+        "rm_accuracy_pairs": acc_pairs,
+        "rm_accuracy_eval_split": rm_final["eval/rm_accuracy"],
+        "rm_eval_split_pairs": rm_final["eval/pairs"],
+        "score_reference": _mean(ref_scores),
+        "score_actor": _mean(actor_scores),
+        "words_reference": mean_words(reference),
+        "words_actor": mean_words(actor),
+        "win_rate": win,
+        "win_rate_ci95": [lo, hi],
+        "kl_per_step": [r["reward/kl"] for r in steps],
+        "score_per_step": [r["reward/score_mean"] for r in steps],
+        "ppo_steps": len(steps),
+        "timings_s": timings,
+        "total_s": round(time.time() - t0, 1),
+    }
+    results["checks"] = checks(results, bars)
+    (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (folder / "samples.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": p, "reference": r, "actor": a}) + "\n"
+            for p, r, a in zip(heldout, reference, actor, strict=True)
+        )
+    )
+    from app.demo_report import write_report
+
+    write_report(folder, results, rm_run, ppo_run)
+    return results
+
+
+def checks(r: dict, bars: dict) -> dict[str, bool]:
+    """The demo's claims, each true or false."""
+    kl = r["kl_per_step"]
+    return {
+        f"reward-model accuracy on held-out prompts >= {bars['rm_accuracy']:.0%}": r["rm_accuracy_heldout_prompts"]
+        >= bars["rm_accuracy"],
+        "the actor's mean reward-model score rose": r["score_actor"] > r["score_reference"],
+        "KL to the reference reported at every PPO step": bool(kl) and all(x == x for x in kl),
+        f"win rate over the reference by the scripted annotator >= {bars['win_rate']:.0%}": r["win_rate"]
+        >= bars["win_rate"],
+    }
+
+
+def headline(r: dict) -> list[str]:
+    lines = [
+        f"reward model: {r['rm_accuracy_heldout_prompts']:.1%} of {r['rm_accuracy_pairs']} annotator pairs on "
+        f"{r['heldout_prompts']} held-out prompts ({r['rm_accuracy_eval_split']:.1%} on its own eval split)",
+        f"mean reward-model score on held-out prompts: reference {r['score_reference']:.3f} -> actor "
+        f"{r['score_actor']:.3f}; mean words {r['words_reference']:.1f} -> {r['words_actor']:.1f}",
+        f"KL to the reference per PPO step: first {r['kl_per_step'][0]:.3f}, last {r['kl_per_step'][-1]:.3f} nats "
+        f"({r['ppo_steps']} steps)",
+        f"win rate of the actor over the reference (scripted annotator): {r['win_rate']:.1%} "
+        f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
+    ]
+    lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
+    lines.append(f"report: {Path(r['folder']) / 'report.md'} ({r['total_s'] / 60:.1f} min)")
+    return lines

@@ -1,0 +1,121 @@
+"""The demo's report: DEMO/report.md with PNG plots of the reward model's training, PPO's score, KL and length per
+step, and the held-out lengths of the reference and the actor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from annotation import scripted
+from training.runs import read_metrics
+
+
+def _plots(folder: Path, rm_rows: list[dict], ppo_rows: list[dict], samples: list[dict]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    names = []
+    train = [r for r in rm_rows if "loss/rm" in r]
+    evals = [r for r in rm_rows if "eval/rm_accuracy" in r and "step" in r]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    a.plot([r["step"] for r in train], [r["loss/rm"] for r in train], lw=1)
+    a.set(title="reward model: training loss", xlabel="optimizer step", ylabel="-log sigmoid(r_c - r_r)")
+    b.plot([r["step"] for r in evals], [r["eval/rm_accuracy"] for r in evals], marker="o")
+    b.set(title="reward model: eval-split accuracy", xlabel="optimizer step", ylim=(0, 1.02))
+    fig.tight_layout()
+    fig.savefig(folder / "reward_model.png", dpi=110)
+    names.append("reward_model.png")
+
+    steps = [r["step"] for r in ppo_rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    for ax, key, title in zip(
+        axes,
+        ("reward/score_mean", "reward/kl", "response/length_mean"),
+        ("PPO: mean reward-model score", "PPO: KL to the reference (nats/sequence)", "PPO: response length (tokens)"),
+        strict=True,
+    ):
+        ax.plot(steps, [r[key] for r in ppo_rows], marker=".", lw=1)
+        ax.set(title=title, xlabel="PPO step")
+    fig.tight_layout()
+    fig.savefig(folder / "ppo.png", dpi=110)
+    names.append("ppo.png")
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    ref = [len(t.split()) for s in samples for t in s["reference"]]
+    act = [len(t.split()) for s in samples for t in s["actor"]]
+    top = max(ref + act + [1])
+    bins = list(range(0, top + scripted.WORDS_PER_STEP, scripted.WORDS_PER_STEP))
+    ax.hist([ref, act], bins=bins, label=["reference (SFT)", "tuned actor"])
+    ax.set(title="held-out prompts: words per response", xlabel="words", ylabel="responses")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "heldout_lengths.png", dpi=110)
+    names.append("heldout_lengths.png")
+    plt.close("all")
+    return names
+
+
+def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
+    from app.demo import headline
+
+    samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    ppo_rows = [row for row in read_metrics(ppo_run) if "loss/actor" in row]
+    _plots(folder, read_metrics(rm_run), ppo_rows, samples)
+    c = r["config"]
+    kl_rows = "\n".join(
+        f"| {row['step']} | {row['reward/score_mean']:.3f} | {row['reward/kl']:.3f} | "
+        f"{row['response/length_mean']:.1f} |"
+        for row in ppo_rows
+    )
+    examples = "\n\n".join(
+        f"**Prompt:** {s['prompt']}\n\n- reference: {s['reference'][0]!r}\n- actor: {s['actor'][0]!r}"
+        for s in samples[:4]
+    )
+    timings = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings_s"].items())
+    text = f"""# rlhf-studio demo{" (quick)" if r["quick"] else ""}
+
+The scripted annotator ("{scripted.NAME}", `annotation/scripted.py`) prefers concise answers: fewer words win,
+counted in steps of {scripted.WORDS_PER_STEP} words (answers in the same step tie), and an answer under
+{scripted.MIN_WORDS} words ranks last. It ranked {c["k"]} samples of the SFT model (`{c["model"]}`) for each of
+{r["train_prompts"]} training prompts: {r["rankings"]} rankings, {r["pairs"]} chosen/rejected pairs. A reward model
+(run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`) tuned the SFT model against it.
+Everything below is measured on {r["heldout_prompts"]} held-out prompts that no step of training saw, with
+{c["k"]} samples per prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens).
+
+## Headline
+
+{chr(10).join("- " + line for line in headline(r)[:-1])}
+
+The win rate is the annotator's verdict (1 win, 0.5 tie, 0 loss) averaged over every actor sample x reference
+sample couple of a prompt, then over prompts; the interval is a bootstrap over prompts. The reward model's
+held-out accuracy counts the annotator's pairs among the reference samples (ties make no pair; an equal score is
+wrong).
+
+## Reward model
+
+![reward model](reward_model.png)
+
+## PPO
+
+![ppo](ppo.png)
+
+| step | mean score | KL to reference | length (tokens) |
+|---:|---:|---:|---:|
+{kl_rows}
+
+## Held-out lengths
+
+![held-out lengths](heldout_lengths.png)
+
+{examples}
+
+## Run
+
+Settings: `{json.dumps(c)}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). Samples of both models:
+`samples.jsonl`; all numbers: `results.json`; the training runs' own metrics: `runs/*/metrics.jsonl`.
+"""
+    out = folder / "report.md"
+    out.write_text(text)
+    return out

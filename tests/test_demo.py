@@ -1,0 +1,72 @@
+"""`rlhf demo`: the scripted annotator's rule and the evaluation's arithmetic by hand, then `rlhf demo --quick` end to
+end on tiny models (sampling, ranking, reward model and PPO through DeepSpeed, held-out evaluation, report)."""
+
+import json
+
+import pytest
+
+from annotation import scripted
+from app.demo import pair_accuracy, split_prompts, win_rates
+from store.errors import StoreError
+from tests.conftest import query
+
+
+def words(n: int) -> str:
+    return " ".join(["word"] * n)
+
+
+def test_the_concise_annotator_counts_words_in_steps_and_puts_non_answers_last():
+    assert [scripted.concise_key(words(n)) for n in (3, 9, 10, 19, 20, 2, 0)] == [0, 0, 1, 1, 2, 10**6, 10**6]
+    # 12 and 15 words share a step (tie), 4 words wins, 1 word is not an answer
+    assert scripted.rank([words(12), words(4), words(15), words(1)]) == [2, 1, 2, 3]
+    assert scripted.judge(words(4), words(12)) == 1.0
+    assert scripted.judge(words(12), words(15)) == 0.5
+    assert scripted.judge(words(2), words(40)) == 0.0
+    assert scripted.rankable(["a b c", "", "a b c", "  ", "d e f"]) == [0, 4]
+
+
+def test_held_out_accuracy_and_win_rate_by_hand():
+    texts = [[words(4), words(25), words(14)], [words(5), words(6)]]
+    # prompt 1: pairs (4<25), (4<14), (14<25); prompt 2: 5 and 6 words tie, no pair
+    scores = [[1.0, 0.0, 0.5], [3.0, 2.0]]
+    assert pair_accuracy(texts, scores) == (1.0, 3)
+    scores = [[0.2, 0.0, 0.5], [3.0, 2.0]]  # 14 words scored above 4 words: 2 of 3 right
+    assert pair_accuracy(texts, scores) == (pytest.approx(2 / 3), 3)
+    actor = [[words(4), words(30)], [words(5)]]
+    reference = [[words(14), words(4)], [words(25)]]
+    # prompt 1: (4 vs 14) 1, (4 vs 4) 0.5, (30 vs 14) 0, (30 vs 4) 0 -> 1.5 / 4; prompt 2: 1
+    assert win_rates(actor, reference) == [0.375, 1.0]
+
+
+def test_too_few_prompts_to_hold_some_out_is_one_error():
+    with pytest.raises(StoreError, match="cannot give 10 held-out"):
+        split_prompts([f"p{i}" for i in range(20)], 10)
+    train, held = split_prompts([f"p{i}" for i in range(30)], 10)
+    assert held == [f"p{i}" for i in range(20, 30)] and len(train) == 20
+
+
+def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_path, capsys):
+    from app.cli import main
+
+    assert main(["--db", str(tmp_path / "unused.duckdb"), "demo", "--quick", "--runs-dir", str(tmp_path)]) == 0
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
+    out = capsys.readouterr().out
+    assert "PASS  the actor's mean reward-model score rose" in out and "FAIL" not in out
+    r = json.loads((folder / "results.json").read_text())
+    assert all(r["checks"].values())
+    assert r["rm_accuracy_heldout_prompts"] > 0.5 and r["rm_accuracy_pairs"] >= 20
+    assert r["score_actor"] > r["score_reference"] and r["win_rate"] > 0.5
+    assert len(r["kl_per_step"]) == r["ppo_steps"] >= 10
+    assert r["words_actor"] < r["words_reference"]  # concise is what the annotator asked for
+    # the store holds the annotator's rankings and their pairs, and none of the held-out prompts
+    db = str(folder / "store.duckdb")
+    assert query(db, "SELECT DISTINCT annotator FROM rankings") == [(scripted.NAME,)]
+    assert query(db, "SELECT count(*) FROM pairs")[0][0] == r["pairs"] > 0
+    held = (folder / "heldout_prompts.txt").read_text().splitlines()
+    assert len(held) == r["heldout_prompts"]
+    assert query(db, "SELECT count(*) FROM prompts WHERE text IN (SELECT unnest(?::VARCHAR[]))", [held])[0][0] == 0
+    report = (folder / "report.md").read_text()
+    for png in ("reward_model.png", "ppo.png", "heldout_lengths.png"):
+        assert f"({png})" in report
+        assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.count("\n| ") == r["ppo_steps"] + 1  # one table row per PPO step, KL in each
