@@ -184,12 +184,13 @@ def cmd_train_ppo(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.demo import QUICK, headline, new_demo_dir, run_demo
+    from app.demo import QUICK, check, headline, new_demo_dir, run_demo
 
     cfg = dataclass_from_args(DemoConfig, args)
     if args.quick:  # the quick preset fills in what the command line left at its default
         defaults = DemoConfig()
         cfg = dataclasses.replace(cfg, **{k: v for k, v in QUICK.items() if getattr(cfg, k) == getattr(defaults, k)})
+    check(cfg)  # a bad setting is one line, before the demo folder exists
     folder = new_demo_dir(Path(args.runs_dir))
     print(f"demo {folder.name}: {folder}", flush=True)
     results = run_demo(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))

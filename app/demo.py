@@ -93,6 +93,27 @@ def split_prompts(texts: list[str], heldout: int) -> tuple[list[str], list[str]]
     return texts[:-heldout], texts[-heldout:]
 
 
+def bundled_prompts(n: int) -> list[str]:
+    texts = [line.strip() for line in demo_prompts_path().read_text().splitlines() if line.strip()]
+    return texts[:n] if n else texts
+
+
+def check(cfg: DemoConfig) -> None:
+    """Every setting that can be wrong, before anything is written."""
+    from training.models import resolve_model
+
+    if cfg.k < 2:
+        raise StoreError(f"--k must be at least 2 to rank responses, got {cfg.k}")
+    if cfg.dtype not in ("fp32", "bf16"):
+        raise StoreError(f"--dtype must be fp32 or bf16, got {cfg.dtype}")
+    if not 1 <= cfg.min_new_tokens < cfg.max_new_tokens:
+        raise StoreError("--min-new-tokens must be at least 1 and below --max-new-tokens")
+    split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
+    for ref in (cfg.model, cfg.reward_base):
+        if ref and ref != "tiny":
+            resolve_model(ref)
+
+
 def rank_samples(db: str | Path) -> ImportSummary:
     """The scripted annotator ranks every prompt's responses (empty and repeated ones left out), in one transaction."""
     with connect(db) as con:
@@ -238,9 +259,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     else:
         resolve_model(cfg.model)
         model, reward_base = cfg.model, cfg.reward_base or cfg.model
-    texts = [line.strip() for line in demo_prompts_path().read_text().splitlines() if line.strip()]
-    texts = texts[: cfg.n_prompts] if cfg.n_prompts else texts
-    train, heldout = split_prompts(texts, cfg.heldout)
+    train, heldout = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
     (folder / "heldout_prompts.txt").write_text("\n".join(heldout) + "\n")
     db = str(folder / "store.duckdb")
     with write(db) as con:

@@ -70,3 +70,22 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         assert f"({png})" in report
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.count("\n| ") == r["ppo_steps"] + 1  # one table row per PPO step, KL in each
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--model", "/no/such/model"], "/no/such/model"),
+        (["--k", "1"], "--k must be at least 2"),
+        (["--heldout", "490"], "cannot give 490 held-out"),
+        (["--dtype", "fp16"], "--dtype must be fp32 or bf16"),
+        (["--min-new-tokens", "64"], "--min-new-tokens must be"),
+    ],
+)
+def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsys, flags, message):
+    from app.cli import main
+
+    assert main(["--db", str(tmp_path / "unused.duckdb"), "demo", "--runs-dir", str(tmp_path / "runs"), *flags]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,41 @@
+"""docs/benchmarks.md is rendered from the results file: each figure beside its peer's, the ratio as measured."""
+
+import json
+
+from bench import report
+
+
+def test_page_puts_each_figure_beside_its_peer_and_names_what_is_missing(tmp_path):
+    results = {
+        "machine": "x86_64, 2 cores, torch 2.13.0+cpu",
+        "ran_at": {"ppo": "2026-11-29 12:00"},
+        "ppo": [
+            {
+                "dtype": "bf16",
+                "rlhf_studio": {"s_per_step": 7.5, "gen_share": 0.25, "peak_rss_mb": 7000.0},
+                "trl": {"s_per_step": 15.0, "gen_share": 0.5, "peak_rss_mb": 8750.0},
+                "speed_ratio": 2.0,
+                "memory_ratio": 0.8,
+            }
+        ],
+        "reward": [
+            {
+                "dtype": "fp32",
+                "pairs": 384,
+                "rlhf_studio": {"pairs_per_s": 5.0, "peak_rss_mb": 3000.0},
+                "trl": {"pairs_per_s": 2.0, "peak_rss_mb": 4000.0},
+                "speed_ratio": 2.5,
+                "memory_ratio": 0.75,
+            }
+        ],
+    }
+    page = report.write(results, tmp_path / "benchmarks.md").read_text()
+    assert "Machine: x86_64, 2 cores, torch 2.13.0+cpu." in page
+    assert "| bf16 | 7.50 | 15.00 | 2.00x | 25% / 50% | 7000 / 8750 | 0.80x |" in page
+    assert "| fp32 | 384 | 5.00 | 2.00 | 2.50x | 3000 / 4000 | 0.75x |" in page
+    assert "Ran 2026-11-29 12:00." in page
+    for missing in ("pairs", "sampling", "annotation"):
+        assert f"python -m bench.run --only {missing}" in page
+    # the committed page is what the committed results render to
+    committed = json.loads(report.RESULTS.read_text())
+    assert report.PAGE.read_text() == report.render(committed)
