@@ -46,7 +46,7 @@ test: $(STAMP) $(LS_STAMP) $(CHROMIUM)
 	$(BIN)/ruff format --check .
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q
 
-# The whole loop with a scripted annotator on the default model (about 40 minutes on 2 CPU cores); report in
+# The whole loop with a scripted annotator on the default model (about 30 minutes on 2 CPU cores); report in
 # runs/demo-*/report.md. `make demo DEMO_FLAGS=--quick` runs it on tiny models in a few minutes.
 demo: $(STAMP)
 	$(BIN)/rlhf demo $(DEMO_FLAGS)
