@@ -1,4 +1,4 @@
-"""`make bench`: every benchmark in one run; prints a table, writes bench/results/latest.json and renders
+"""`make bench`: every benchmark in one run; prints a table, writes docs/benchmarks.json and renders
 docs/benchmarks.md from it. `--only NAME` reruns one benchmark and keeps the others' last results.
 
 Speed targets live here, never in tests. Figures are ratios inside one run on one machine."""
