@@ -57,7 +57,7 @@ def prepare_reward_run(db: str, cfg: RewardConfig, runs_dir: Path, pairs: str | 
     with write(db) as con:
         if not data:
             folder = write_snapshot(con, runs_dir.parent / "snapshots", eval_fraction=cfg.eval_fraction, seed=cfg.seed)
-            data, snapshot_id = str(folder), latest_snapshot_id(con)
+            data, snapshot_id = str(folder.resolve()), latest_snapshot_id(con)  # the ranks run in the run folder
             _check_pairs(data, cfg)
         run = new_run_dir(runs_dir, "rm")
         model = cfg.model if cfg.model == "default" else str(Path(cfg.model).resolve())

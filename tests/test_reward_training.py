@@ -3,6 +3,7 @@ model can learn: chosen responses end with a fixed polite phrase the rejected on
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,6 +150,26 @@ def test_no_pairs_in_the_store_and_a_model_that_is_not_a_model(cli, tmp_path, ti
     assert code == 1 and "no pairs in the store yet" in err
     code, _, err = cli("train-rm", "--model", str(tmp_path), "--runs-dir", str(tmp_path / "runs"))
     assert code == 1 and "has no config.json" in err
+
+
+def test_relative_store_and_runs_dir_train_from_the_store(tmp_path, tiny_model_dir, monkeypatch):
+    """`rlhf train-rm` as a user types it: ./rlhf.duckdb and ./runs, relative to where they stand (the ranks run
+    inside the run folder, so every path in its config must be absolute)."""
+    from app.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rows = [
+        {"prompt": f"Question {i}: name a colour.", "responses": ["Red, please and thank you", "blue"], "ranks": [1, 2]}
+        for i in range(40)
+    ]
+    write_jsonl(tmp_path / "rankings.jsonl", rows)
+    assert main(["--db", "rlhf.duckdb", "import", "rankings.jsonl"]) == 0
+    args = ["--db", "rlhf.duckdb", "train-rm", "--model", str(tiny_model_dir), "--max-steps", "2"]
+    assert main([*args, "--runs-dir", "runs"]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    config = json.loads((run / "config.json").read_text())
+    assert Path(config["data"]).is_absolute() and Path(config["data"], "manifest.json").is_file()
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
 
 
 def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
