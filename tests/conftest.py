@@ -1,6 +1,5 @@
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -61,28 +60,6 @@ def default_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
     """A 2-layer, hidden-32 random Llama with the default model's real tokenizer and chat template."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from training.tiny import build_plain_model
 
-    out = tmp_path_factory.mktemp("tiny-model")
-    tok = AutoTokenizer.from_pretrained(default_model_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    for name in ("chat_template.jinja",):
-        if (default_model_dir / name).exists() and not (out / name).exists():
-            shutil.copy(default_model_dir / name, out / name)
-    return out
+    return build_plain_model(tmp_path_factory.mktemp("tiny-model"), hidden=32, seed=0)

@@ -89,8 +89,8 @@ def build_talking_model(out: Path, n_words: int = 48, eos_rate: float = 0.08, se
 
 
 def build_plain_model(out: Path, hidden: int = 32, seed: int = 1) -> Path:
-    """A plain random tiny Llama (hidden 32, 2 layers, tied embeddings) with the default model's tokenizer: the
-    quick demo's reward-model base."""
+    """A plain random tiny Llama (hidden 32, 2 layers, tied embeddings) with the default model's tokenizer and chat
+    template: the quick demo's reward-model base, and the tests' tiny model."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     src = resolve_model("default")
