@@ -200,6 +200,20 @@ def cmd_demo(args: argparse.Namespace) -> None:
         raise StoreError(f"the demo finished but {len(failed)} check(s) failed: {'; '.join(failed)}")
 
 
+def cmd_backup(args: argparse.Namespace) -> None:
+    from store.backup import backup
+
+    m = backup(args.db, args.out)
+    print(f"backed up {args.db} to {args.out}: " + ", ".join(f"{t} {n}" for t, n in m["rows"].items() if n))
+
+
+def cmd_restore(args: argparse.Namespace) -> None:
+    from store.backup import restore
+
+    m = restore(args.backup, args.db)
+    print(f"restored {args.backup} (made {m['created_at']}) into {args.db}: {sum(m['rows'].values())} rows")
+
+
 def cmd_stop(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -326,6 +340,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
     s.set_defaults(config_class=PPOConfig)
     s.set_defaults(func=cmd_train_ppo)
+
+    s = sub.add_parser("backup", help="copy the whole store to a new folder (Parquet + manifest), all or nothing")
+    s.add_argument("out")
+    s.set_defaults(func=cmd_backup)
+
+    s = sub.add_parser("restore", help="rebuild a store from a backup folder into --db (never overwrites a store)")
+    s.add_argument("backup")
+    s.set_defaults(func=cmd_restore)
 
     s = sub.add_parser("demo", help="the whole loop with a scripted annotator on the bundled prompts, and a report")
     s.add_argument("--quick", action="store_true", help="tiny models and a few dozen prompts (minutes; for CI)")
