@@ -163,29 +163,29 @@ def sampling_config(cfg: DemoConfig, model: str) -> SamplingConfig:
 
 
 def sample_texts(sampler: Sampler, prompts: list[str], k: int, seed: int) -> list[list[str]]:
-    out = []
-    for start in range(0, len(prompts), 8):
-        out += [[g.text for g in gens] for gens in sampler(prompts[start : start + 8], k, seed + start)]
+    out, step = [], sampler.config.batch_prompts
+    for start in range(0, len(prompts), step):
+        out += [[g.text for g in gens] for gens in sampler(prompts[start : start + step], k, seed + start)]
     return out
 
 
-def score_texts(reward_model: Path, prompts: list[str], texts: list[list[str]], dtype: str) -> list[list[float]]:
-    """The reward model's score of each response: chat template + response + EOS, read at EOS, as in training."""
+def score_texts(
+    reward_model: Path, prompts: list[str], texts: list[list[str]], dtype: str, max_length: int
+) -> list[list[float]]:
+    """The reward model's score of each response, encoded by the reward model's own PairEncoder (chat template +
+    response + EOS, cut as in training) and read at EOS."""
     import torch
 
     from training.ppo.models import load_scalar_model, load_tokenizer, reward_scores
-    from training.reward.data import chat_prompt
+    from training.reward.data import PairEncoder
 
     model, tok = load_scalar_model(str(reward_model), dtype), load_tokenizer(reward_model)
+    encoder = PairEncoder(tok, max_length)
     flat = [(p, t) for p, ts in zip(prompts, texts, strict=True) for t in ts]
     scores = []
     with torch.no_grad():
         for start in range(0, len(flat), 16):
-            seqs = [
-                tok(chat_prompt(tok, p), add_special_tokens=False)["input_ids"]
-                + tok(t + tok.eos_token, add_special_tokens=False)["input_ids"]
-                for p, t in flat[start : start + 16]
-            ]
+            seqs = [encoder.encode(p, t)[0] for p, t in flat[start : start + 16]]
             width = max(map(len, seqs))
             ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in seqs])
             mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
@@ -314,8 +314,8 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     actor_sampler = Sampler(sampling_config(cfg, str(ppo_run / "actor")))
     actor = sample_texts(actor_sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
     del actor_sampler
-    ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype)
-    actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype)
+    ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype, rm_cfg.max_length)
+    actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype, rm_cfg.max_length)
     accuracy, acc_pairs = pair_accuracy(reference, ref_scores)
     per_prompt = win_rates(actor, reference)
     win = sum(per_prompt) / len(per_prompt)

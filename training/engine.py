@@ -16,8 +16,7 @@ def use_local_extensions_dir() -> Path:
     under ~/.cache/torch_extensions behind a lock file that it waits on forever. A build killed half-way leaves
     that lock behind for every later checkout of the machine; one folder per environment (inside the venv) keeps
     a stale lock to the environment that left it, and a fresh install builds afresh."""
-    folder = Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions")))
-    return folder
+    return Path(os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions")))
 
 
 def build_cpu_ops() -> None:
