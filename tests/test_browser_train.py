@@ -23,8 +23,11 @@ def native_rankings(n: int) -> list[dict]:
 
 
 def runs_table(page) -> list[list[str]]:
-    """The runs table's rows (its text is one cell per line, headers first)."""
-    cells = [c.strip() for c in page.inner_text("#runs-table").split("\n") if c.strip()]
+    """The runs table's rows (its text is one cell per line, headers first). Gradio's status overlay ('processing |
+    0.1/0.1s', 'queue: 1/2 | 0.3s') shows inside the component while the 2 s refresh runs: not a cell."""
+    busy = ("processing", "queue:")
+    lines = page.inner_text("#runs-table").split("\n")
+    cells = [c.strip() for c in lines if c.strip() and not c.strip().startswith(busy)]
     assert cells[:7] == ["run", "kind", "started", "state", "step", "headline", "folder"], cells[:7]
     return [cells[i : i + 7] for i in range(7, len(cells), 7)]
 
