@@ -8,7 +8,8 @@ from pathlib import Path
 
 from store.errors import StoreError
 
-MAX_FILE_BYTES = 200 * 1024 * 1024  # larger imports are refused, not read into memory
+# Larger files are refused from their size, before a byte is read (the app's upload limit is the same figure).
+MAX_FILE_BYTES = int(os.environ.get("RLHF_MAX_UPLOAD_MB", "200")) * 2**20
 
 
 def read_text(path: str | os.PathLike) -> str:

@@ -37,6 +37,8 @@ class LabelConfig:
 
 
 def parse_label_config(xml: str) -> LabelConfig:
+    if re.search(r"<!(DOCTYPE|ENTITY)", xml, flags=re.I):  # entity expansion ("billion laughs"), external files
+        raise StoreError("the labeling config declares a DTD or entities; Label Studio configs have none")
     try:
         root = ET.fromstring(xml)
     except ET.ParseError as e:
@@ -202,6 +204,8 @@ def _list_items(data: dict, cfg: LabelConfig, where: str) -> list[tuple[str, str
         text = x.get("body", x.get("title")) if isinstance(x, dict) else None
         if not isinstance(text, str) or "id" not in x:
             raise StoreError(f"{where}: every item needs an 'id' and a text 'body'")
+        if any(i == str(x["id"]) for i, _ in out):
+            raise StoreError(f"{where}: item id {str(x['id'])!r} appears twice in the task's list")
         out.append((str(x["id"]), text))
     return out
 
@@ -209,6 +213,7 @@ def _list_items(data: dict, cfg: LabelConfig, where: str) -> list[tuple[str, str
 def _ranker_ranks(value: object, bucket_order: list[str] | None, where: str) -> dict[str, int]:
     """item id -> rank (1 = best, equal = tie) from any of the three Ranker result shapes."""
     if isinstance(value, list):  # older flat form: ids best first
+        _once([str(i) for i in value], where)
         return {str(i): n for n, i in enumerate(value, 1)}
     if not isinstance(value, dict):
         raise StoreError(f"{where}: unreadable Ranker value {value!r:.60}")
@@ -218,14 +223,24 @@ def _ranker_ranks(value: object, bucket_order: list[str] | None, where: str) -> 
         if unknown:
             raise StoreError(f"{where}: bucket {unknown[0]!r} is not in --bucket-order {','.join(bucket_order)}")
         present = [b for b in bucket_order if columns.get(b)]
+        _once([str(i) for b in present for i in columns[b]], where)
         return {str(i): present.index(b) + 1 for b in present for i in columns[b]}
     if len(columns) == 1 and "_" not in value:
         ids = next(iter(columns.values()))
+        _once([str(i) for i in ids], where)
         return {str(i): n for n, i in enumerate(ids, 1)}
     raise StoreError(
         f"{where}: this export uses Ranker buckets ({', '.join(sorted(columns))}); pass --bucket-order "
         "with the buckets best first, e.g. --bucket-order " + ",".join(sorted(columns))
     )
+
+
+def _once(ids: list[str], where: str) -> None:
+    seen = set()
+    for i in ids:
+        if i in seen:
+            raise StoreError(f"{where}: item {i!r} is ranked twice")
+        seen.add(i)
 
 
 def _ranker(ann: Annotation, value: object, cfg: LabelConfig, bucket_order, where: str) -> list[RankedItem]:
@@ -335,7 +350,13 @@ def parse_export(text: str, name: str, config_xml: str | None = None, bucket_ord
     cfg = parse_label_config(config_xml) if config_xml else LabelConfig()
     annotations = read_export(text, name)
     rankings, skipped = [], Counter()
+    seen = set()
     for ann in annotations:
+        if ann.annotation_id is not None:
+            key = (str(ann.task_id), str(ann.annotation_id))
+            if key in seen:
+                raise StoreError(f"{name}: task {key[0]} annotation {key[1]} appears twice in the file")
+            seen.add(key)
         got = to_ranking(ann, cfg, bucket_order)
         if isinstance(got, str):
             skipped[got] += 1

@@ -10,6 +10,7 @@ import os
 import threading
 from pathlib import Path
 
+from annotation.files import MAX_FILE_BYTES
 from store.db import hold
 from store.errors import StoreError
 from training.generation import Sampler, SamplingConfig
@@ -127,6 +128,6 @@ def launch(
         server_port=port,
         auth=users,
         show_error=True,
-        max_file_size="200mb",
+        max_file_size=MAX_FILE_BYTES,  # Gradio stops reading an upload past it (HTTP 413)
         footer_links=[],
     )

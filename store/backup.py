@@ -2,9 +2,10 @@
 DATABASE: schema.sql with the sequences at their positions, load.sql, one Parquet file per table) plus a manifest
 of row counts, and back.
 
-The restore replays schema.sql and load.sql itself rather than IMPORT DATABASE: DuckDB 1.x writes views in name
-order (`pairs` before the `pair_ids` it reads from), which IMPORT cannot create, and load.sql names the folder
-where the export was written, not where the backup lies now.
+The restore runs no SQL from the backup folder (IMPORT DATABASE would run its schema.sql and load.sql, and a
+folder someone handed you can say anything there: `COPY ... TO` any file). It builds our own schema at the backup's
+version, reads each of our tables from its Parquet file by a bound parameter, and takes only the sequences'
+positions from schema.sql, as numbers.
 
 Both are all or nothing: a backup is written beside OUT and renamed into place once complete; a restore builds the
 new store beside its target, checks every table's row count against the manifest, then renames it into place. A
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from store.db import connect
+from store.db import connect, latest_version, migrate, schema_scripts
 from store.errors import StoreError
 
 MANIFEST = "manifest.json"
@@ -70,8 +71,11 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         expected = {str(k): int(v) for k, v in manifest["rows"].items()}
+        version = int(manifest["schema_version"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise StoreError(f"{folder} is not an rlhf-studio backup: no readable {MANIFEST}") from None
+    if not 1 <= version <= latest_version():
+        raise StoreError(f"{folder} was made by schema version {version}; this rlhf-studio reads 1..{latest_version()}")
     if target.exists():
         raise StoreError(f"{target} already exists: restore into a new store file (the old one is never replaced)")
     building = target.with_name(target.name + ".restoring")
@@ -79,8 +83,9 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
     try:
         con = duckdb.connect(str(building))
         try:
-            _replay(con, folder.resolve())
+            _rebuild(con, folder.resolve(), version)
             got = _counts(con)
+            expected["schema_version"] = got.get("schema_version")  # ours: the latest schema's history
         finally:
             con.close()
         if got != expected:
@@ -96,32 +101,28 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
     return manifest
 
 
-def _statements(path: Path) -> list[str]:
-    return [st.strip() for st in path.read_text().split(";\n") if st.strip().rstrip(";")]
+_SEQUENCE = re.compile(r"CREATE SEQUENCE (\w+) INCREMENT BY 1 MINVALUE 1 MAXVALUE \d+ START (\d+) NO CYCLE")
 
 
-def _replay(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
-    """schema.sql (views last, each once the views it reads exist), then load.sql with each Parquet file found in
-    `folder` by its name. No transaction: a view that fails would abort it, and the file being built is only
-    renamed into place once every table's count checks out."""
-    schema = _statements(folder / "schema.sql")
-    views = [st for st in schema if st.upper().startswith("CREATE VIEW")]
-    for st in schema:
-        if st not in views:
-            con.execute(st)
-    for st in _statements(folder / "load.sql"):
-        m = re.fullmatch(r"COPY (\S+) FROM '(.*)' (\(.*\));?", st, flags=re.S)
-        if not m:
-            raise StoreError(f"{folder}/load.sql: unexpected statement {st[:80]!r}")
-        source = folder / Path(m.group(2).replace("''", "'")).name
-        con.execute(f"COPY {m.group(1)} FROM {_literal(source)} {m.group(3)}")
-    while views:
-        left = []
-        for st in views:
-            try:
-                con.execute(st)
-            except duckdb.CatalogException:
-                left.append(st)
-        if len(left) == len(views):
-            raise StoreError(f"{folder}/schema.sql: views that read missing tables ({left[0][:60]}...)")
-        views = left
+def _rebuild(con: duckdb.DuckDBPyConnection, folder: Path, version: int) -> None:
+    """Our own schema at the backup's version, its rows read from `<table>.parquet` in `folder` (only our tables,
+    only files directly in the folder), our migrations after it. Nothing the backup folder says is run as SQL: of
+    schema.sql only each sequence's position is read, as a number."""
+    tables = [t for v, sql in schema_scripts() if v <= version for t in re.findall(r"CREATE TABLE (\w+)", sql)]
+    sequences = {s for _, sql in schema_scripts() for s in re.findall(r"CREATE SEQUENCE IF NOT EXISTS (\w+)", sql)}
+    try:
+        exported = (folder / "schema.sql").read_text()
+    except OSError:
+        raise StoreError(f"{folder} is not an rlhf-studio backup: no schema.sql") from None
+    for name, start in _SEQUENCE.findall(exported):
+        if name in sequences:  # a name from our own schema, a position that is a number: neither is the backup's SQL
+            con.execute(f"CREATE SEQUENCE {name} START {int(start)}")
+    migrate(con, upto=version)
+    for table in tables:
+        if table == "schema_version":
+            continue
+        source = folder / f"{table}.parquet"
+        if not source.is_file():
+            raise StoreError(f"{folder} is not a complete backup: {source.name} is missing")
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(source)])
+    migrate(con)

@@ -58,22 +58,23 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
 
 
-def migrate(con: duckdb.DuckDBPyConnection, folder: Path | None = None) -> tuple[int, int]:
-    """Bring the schema to the latest version in one transaction; returns (version before, version after)."""
+def schema_scripts(folder: Path | None = None) -> list[tuple[int, str]]:
+    """(version, sql) of every schema step: schema.sql is version 1, then the migrations."""
+    return [(1, _schema_sql()), *migrations(folder)]
+
+
+def migrate(con: duckdb.DuckDBPyConnection, folder: Path | None = None, upto: int | None = None) -> tuple[int, int]:
+    """Bring the schema to the latest version (or `upto`) in one transaction; returns (version before, after)."""
     before = schema_version(con)
-    todo = migrations(folder)
-    after = max([before, 1] + [v for v, _ in todo])
-    if before == after:
+    todo = [(v, sql) for v, sql in schema_scripts(folder) if v > before and (upto is None or v <= upto)]
+    after = max([before] + [v for v, _ in todo])
+    if not todo:
         return before, after
     con.execute("BEGIN TRANSACTION")
     try:
-        if before == 0:
-            con.execute(_schema_sql())
-            con.execute("INSERT INTO schema_version (version) VALUES (1)")
         for version, sql in todo:
-            if version > max(before, 1):
-                con.execute(sql)
-                con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+            con.execute(sql)
+            con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

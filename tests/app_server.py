@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -15,28 +16,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class AppServer:
-    def __init__(self, db: str, *args: str):
+    def __init__(self, db: str, *args: str, env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
+        # the app's output goes to a file: a pipe nobody reads would block the app once 64 KB of it piled up
+        self.log = tempfile.NamedTemporaryFile(prefix="rlhf-app-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "--db", db, "ui", "--port", str(self.port), *args],
             cwd=ROOT,
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             stderr=subprocess.STDOUT,
-            text=True,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the app exited: {self.proc.stdout.read()}")
+                raise RuntimeError(f"the app exited: {self.output()}")
             try:
                 with urllib.request.urlopen(self.url, timeout=2):
                     return
             except OSError:
                 time.sleep(0.5)
         raise RuntimeError("the app did not answer within 120 s")
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
 
     def kill(self, signal: int = 9) -> None:
         self.proc.send_signal(signal)

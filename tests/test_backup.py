@@ -57,3 +57,20 @@ def test_a_backup_whose_data_was_tampered_with_restores_nothing(cli, db, tmp_pat
     code, _, err = cli("--db", str(target), "restore", str(tmp_path / "bk"))
     assert code == 1 and "rankings: 5 != 6" in err
     assert not target.exists() and not list(tmp_path.glob("new.duckdb*"))
+
+
+def test_restore_runs_no_sql_from_the_backup_folder(cli, db, tmp_path, monkeypatch):
+    """A backup handed over by someone else: its schema.sql and load.sql ask to write files; the restore builds our
+    own schema, reads only our tables' Parquet files, and writes nothing but the new store."""
+    monkeypatch.chdir(tmp_path)
+    seed(cli, tmp_path)
+    before = store_rows(db)
+    assert cli("backup", str(tmp_path / "bk"))[0] == 0
+    bk = tmp_path / "bk"
+    with (bk / "schema.sql").open("a") as f:
+        f.write("COPY (SELECT 'pwned') TO 'pwned-schema.csv';\n")
+    (bk / "load.sql").write_text("COPY (SELECT 1) TO 'pwned-load.csv';\n")
+    code, out, err = cli("--db", str(tmp_path / "restored.duckdb"), "restore", str(bk))
+    assert code == 0, err
+    assert store_rows(str(tmp_path / "restored.duckdb")) == before
+    assert not list(tmp_path.rglob("pwned*"))

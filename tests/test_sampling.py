@@ -84,7 +84,7 @@ def test_chat_template_is_applied(sampler):
 BAD_MODELS = [
     ("/no/such/dir", "is not a folder"),
     (".", "has no config.json"),
-    ("garbage", "cannot load a causal LM from"),
+    ("garbage", "has no model.safetensors"),
 ]
 
 

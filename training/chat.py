@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from training.models import ModelError, resolve_model
+from training.models import SAFE_WEIGHTS, ModelError, resolve_model
 from training.ppo.decode import decode_steps
 from training.ppo.models import load_scalar_model, load_tokenizer, reward_folder, reward_scores
 
@@ -50,7 +50,7 @@ class Models:
             key = ("causal", str(folder.resolve()))
             if key not in self._cache:
                 try:
-                    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, use_safetensors=True)
+                    model = AutoModelForCausalLM.from_pretrained(folder, **SAFE_WEIGHTS)
                 except (OSError, ValueError) as e:
                     raise ModelError(f"cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
                 self._cache[key] = (model.eval(), load_tokenizer(folder))

@@ -4,9 +4,13 @@ was); an unknown key is an error, never silently dropped."""
 from __future__ import annotations
 
 import json
+import types
+import typing
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TypeVar
+
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; a huge file is refused before it is read
 
 C = TypeVar("C", bound="ConfigFile")
 
@@ -17,9 +21,50 @@ class ConfigFile:
 
     @classmethod
     def load(cls: type[C], path: str | Path) -> C:
-        raw = json.loads(Path(path).read_text())
+        """The config in `path`: a JSON object of known settings, each of its field's type (ValueError if not)."""
+        size = Path(path).stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{size} bytes is not a config file (limit {MAX_CONFIG_BYTES})")
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError("not UTF-8 text") from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a JSON object of settings, got {type(raw).__name__}")
+        hints = typing.get_type_hints(cls)
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(raw) - known)
         if unknown:
-            raise ValueError(f"{path}: unknown setting {unknown[0]!r}")
+            raise ValueError(f"unknown setting {unknown[0]!r}")
+        for key, value in raw.items():
+            if not _is_a(value, hints[key]):
+                raise ValueError(f"setting {key!r} must be {_name(hints[key])}, got {json.dumps(value)[:40]}")
         return cls(**raw)
+
+
+def _options(hint) -> tuple:
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    return typing.get_args(hint) if union else (hint,)
+
+
+def _is_a(value: object, hint) -> bool:
+    """JSON value vs a field's annotation: int, float, str, bool, list, dict, each optionally `| None`."""
+    for t in _options(hint):
+        t = typing.get_origin(t) or t
+        if t is type(None) and value is None:
+            return True
+        if t is bool and isinstance(value, bool):
+            return True
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        if t in (str, list, dict) and isinstance(value, t):
+            return True
+    return False
+
+
+def _name(hint) -> str:
+    return " or ".join("null" if t is type(None) else getattr(t, "__name__", str(t)) for t in _options(hint))

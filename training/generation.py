@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from training.models import ModelError, model_id, resolve_model
+from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, model_id, resolve_model
 
 
 @dataclass
@@ -57,10 +57,8 @@ class Sampler:
         self.model_id = model_id(config.model)
         dtype = torch.bfloat16 if config.dtype == "bf16" else torch.float32
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-            self.model = AutoModelForCausalLM.from_pretrained(
-                folder, dtype=dtype, local_files_only=True, trust_remote_code=False, use_safetensors=True
-            )
+            self.tokenizer = AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
+            self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **SAFE_WEIGHTS)
         except (OSError, ValueError, KeyError) as e:
             raise ModelError(f"cannot load a causal LM from {folder}: {str(e).splitlines()[0][:200]}") from None
         self.tokenizer.padding_side = "left"

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -22,6 +24,13 @@ _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 class ModelError(ValueError):
     """A model reference that cannot be resolved or loaded; the message is one line for the user."""
+
+
+# Every from_pretrained passes these: nothing is downloaded, no code from a model folder runs, and weights are read
+# from safetensors only (a pickle file can run anything when it is loaded).
+SAFE_LOAD = {"local_files_only": True, "trust_remote_code": False}
+SAFE_WEIGHTS = {**SAFE_LOAD, "use_safetensors": True}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
 def cache_dir() -> Path:
@@ -57,7 +66,59 @@ def resolve_model(ref: str) -> Path:
         raise ModelError(f"model path {ref} is not a folder (give 'default' or a local Hugging Face model folder)")
     if not (path / "config.json").is_file():
         raise ModelError(f"{ref} is not a Hugging Face model folder: it has no config.json")
+    check_model_folder(path)
     return path
+
+
+def _json_file(path: Path) -> dict:
+    if path.stat().st_size > 1 << 20:
+        raise ModelError(f"{path} is over 1 MB: not a model config")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ModelError(f"{path} is not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise ModelError(f"{path} is not a JSON object")
+    return obj
+
+
+def check_model_folder(path: Path) -> None:
+    """Refuse, with one line, a folder we would not load safely: one that asks to run its own code, has only pickle
+    weights, or whose safetensors files are cut short (checked from their headers, nothing is loaded)."""
+    for name in ("config.json", "tokenizer_config.json"):
+        if (path / name).is_file() and "auto_map" in _json_file(path / name):
+            raise ModelError(
+                f"{path} asks to run its own code (auto_map in {name}); rlhf-studio loads built-in "
+                "architectures only (trust_remote_code=False)"
+            )
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        if pickles:
+            raise ModelError(
+                f"{path} has only pickle weights ({pickles[0]}); rlhf-studio never unpickles a model: "
+                "save it with safe_serialization=True"
+            )
+        raise ModelError(f"{path} has no model.safetensors")
+    for w in weights:
+        _check_safetensors(w)
+
+
+def _check_safetensors(path: Path) -> None:
+    """The header names every tensor's byte range: the file must be long enough to hold them all."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or n > min(size - 8, 100 << 20):
+            raise ModelError(f"{path} is not a safetensors file (bad header)")
+        try:
+            header = json.loads(f.read(n))
+            end = max([0] + [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"])
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
+            raise ModelError(f"{path} is not a safetensors file (bad header)") from None
+    if 8 + n + end > size:
+        raise ModelError(f"{path} is cut short: {size} bytes of {8 + n + end} (an interrupted copy?)")
 
 
 def _cached_default() -> Path:

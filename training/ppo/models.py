@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from training.models import ModelError, resolve_model
+from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, resolve_model
 from training.reward.model import dropout_off, pick_pad_token
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -36,7 +36,7 @@ def reward_folder(ref: str) -> Path:
 def load_tokenizer(folder: Path):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
     if pick_pad_token(tokenizer):
         raise ModelError(f"{folder}: the tokenizer has no spare token to pad with (pad must differ from EOS)")
     tokenizer.padding_side = "left"
@@ -47,9 +47,7 @@ def load_causal_lm(ref: str, dtype: str):
     from transformers import AutoModelForCausalLM
 
     folder = resolve_model(ref)
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, dtype=DTYPES[dtype], local_files_only=True, trust_remote_code=False, use_safetensors=True
-    )
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], **SAFE_WEIGHTS)
     dropout_off(model)
     return model
 
@@ -58,7 +56,7 @@ def load_scalar_model(ref: str, dtype: str):
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(
-        reward_folder(ref), num_labels=1, dtype=DTYPES[dtype], local_files_only=True, use_safetensors=True
+        reward_folder(ref), num_labels=1, dtype=DTYPES[dtype], **SAFE_WEIGHTS
     )
     dropout_off(model)
     return model

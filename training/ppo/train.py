@@ -201,7 +201,7 @@ def load_checkpoint(m: Models, folder: Path) -> dict | None:
     _, state = m.actor.load_checkpoint(str(folder / "actor"), tag=tag)
     m.critic.load_checkpoint(str(folder / "critic"), tag=tag)
     if m.ema is not None:
-        m.ema = torch.load(folder / f"ema-{tag}.pt")
+        m.ema = torch.load(folder / f"ema-{tag}.pt", weights_only=True)
     return state
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from training.models import SAFE_LOAD, SAFE_WEIGHTS
+
 
 def pick_pad_token(tokenizer) -> bool:
     """Make the pad token differ from EOS; returns True when a new token had to be added."""
@@ -41,12 +43,10 @@ def load_reward_model(folder: str | Path, dtype: torch.dtype = torch.float32):
     """(model, tokenizer) from a causal-LM folder (new scalar head) or a saved reward model."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
     added = pick_pad_token(tokenizer)
     tokenizer.padding_side = "right"
-    model = AutoModelForSequenceClassification.from_pretrained(
-        folder, num_labels=1, dtype=dtype, local_files_only=True, trust_remote_code=False, use_safetensors=True
-    )
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=dtype, **SAFE_WEIGHTS)
     if added:
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id

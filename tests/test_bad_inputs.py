@@ -1,0 +1,154 @@
+"""The bad-input corpus, tests/data/bad/cases.json: every malformed or hostile file through the `rlhf` command it is
+meant for (and the uploadable ones through the app's own endpoints). Each case: exit status 1, one `error:` line
+that says what is wrong, and the store exactly as it was (every row of every table)."""
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+
+from app.cli import main
+from tests.app_server import AppServer
+from tests.conftest import DATA, store_rows, write_jsonl
+
+BAD = DATA / "bad"
+CASES = json.loads((BAD / "cases.json").read_text())
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory) -> str:
+    """A store with prompts, rankings and a Label Studio import in it: the rows a bad input must not touch."""
+    tmp = tmp_path_factory.mktemp("seeded")
+    db = str(tmp / "store.duckdb")
+    assert main(["--db", db, "import", str(DATA / "native_example.jsonl")]) == 0
+    assert main(["--db", db, "import-ls", str(DATA / "ls" / "ranker_rank.json")]) == 0
+    (tmp / "p.txt").write_text("A prompt nobody has ranked yet\n")
+    assert main(["--db", db, "prompts", "add", str(tmp / "p.txt")]) == 0
+    return db
+
+
+@pytest.fixture
+def store(seeded, tmp_path) -> str:
+    db = str(tmp_path / "store.duckdb")
+    shutil.copy(seeded, db)
+    return db
+
+
+def test_the_corpus_covers_every_entry_point():
+    assert len(CASES) >= 30
+    kinds = {c["file"].split("/")[0] for c in CASES}
+    assert kinds == {"prompts", "native", "ls", "config", "models", "auth", "backup"}
+    for c in CASES:
+        assert (BAD / c["file"]).exists(), c["file"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_each_bad_input_is_one_line_exit_1_and_no_change(case, store, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # anything a hostile file might make lands here, where we look for it
+    before = store_rows(store)
+    files_before = sorted(p.name for p in tmp_path.iterdir())
+    args = [a.format(file=BAD / case["file"], bad=BAD, tmp=tmp_path) for a in case["args"]]
+    code = main(["--db", store, *args])
+    out = capsys.readouterr()
+    assert code == 1
+    assert out.err.startswith("error: ") and len(out.err.strip().splitlines()) == 1, out.err
+    assert case["message"] in out.err
+    assert "Traceback" not in out.err + out.out
+    assert store_rows(store) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == files_before  # no restored store, no file a backup asked for
+    assert not Path("/tmp/pwned").exists()  # the pickle and the remote code were never run
+
+
+def _rss_mb(args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Run `rlhf ARGS` in a child and return it with the child's peak resident memory in MB."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    r = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak >= before
+    return r, peak / 1024
+
+
+@pytest.mark.parametrize(
+    "name, args, message",
+    [
+        ("huge.txt", ["prompts", "add"], "500 MB is over the 200 MB import limit"),
+        ("huge.jsonl", ["import"], "500 MB is over the 200 MB import limit"),
+        ("huge.json", ["import-ls"], "500 MB is over the 200 MB import limit"),
+        ("huge.json", ["train-rm", "--config"], "is not a config file (limit 1048576)"),
+    ],
+)
+def test_a_500_mb_file_is_refused_by_its_size_without_reading_it(store, tmp_path, name, args, message):
+    huge = tmp_path / name
+    with huge.open("wb") as f:  # sparse: 500 MB long, no disk used
+        f.truncate(500 * 2**20)
+    before = store_rows(store)
+    r, peak_mb = _rss_mb(["--db", store, *args, str(huge)])
+    assert r.returncode == 1 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert peak_mb < 500  # the command's whole process stayed below the file's size: it never read it
+    assert store_rows(store) == before
+
+
+@pytest.fixture(scope="module")
+def app(seeded, tmp_path_factory):
+    """The app on a copy of the seeded store, with a 1 MB upload limit (the default is 200 MB)."""
+    db = str(tmp_path_factory.mktemp("app") / "store.duckdb")
+    shutil.copy(seeded, db)
+    server = AppServer(db, env={"RLHF_MAX_UPLOAD_MB": "1"})
+    yield server, db, Client(server.url, verbose=False)
+    server.stop()
+
+
+UPLOADS = [c for c in CASES if c.get("ui")]
+
+
+@pytest.mark.parametrize("case", UPLOADS, ids=[c["file"] for c in UPLOADS])
+def test_each_bad_upload_is_an_error_in_the_page_and_no_change(app, case):
+    server, db, client = app
+    before = store_rows(db)
+    args = [handle_file(str(BAD / case["file"]))] + ([""] if case["ui"] == "import_ls" else [])
+    with pytest.raises(Exception) as err:
+        client.predict(*args, api_name=f"/{case['ui']}")
+    assert case.get("ui_message", case["message"]) in str(err.value)
+    assert store_rows(db) == before
+
+
+def test_an_upload_over_the_limit_is_refused_before_it_is_stored(app, tmp_path):
+    server, db, client = app
+    before = store_rows(db)
+    big = tmp_path / "big.txt"
+    big.write_text("A prompt that is long enough to count.\n" * 60_000)  # 2.3 MB, over the 1 MB limit
+    with pytest.raises(Exception, match="(?i)too large|exceeds|maximum"):
+        client.predict(handle_file(str(big)), api_name="/add_prompts")
+    small = write_jsonl(tmp_path / "ok.jsonl", [{"prompt": "A fresh prompt from an upload"}])
+    assert client.predict(handle_file(str(small)), api_name="/add_prompts").startswith("prompts: 1 added")
+    after = store_rows(db)
+    assert len(after["prompts"]) == len(before["prompts"]) + 1
+
+
+def test_an_upload_named_with_a_path_stays_inside_the_apps_upload_folder(app, tmp_path):
+    """A multipart file name of ../../../ cannot place a file outside Gradio's upload folder."""
+    import urllib.request
+    import uuid
+
+    server, db, client = app
+    target = tmp_path / "escaped.txt"
+    boundary = uuid.uuid4().hex
+    name = "../" * 12 + str(target).lstrip("/")
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+        f"Content-Type: text/plain\r\n\r\nWhat is a river?\n\r\n--{boundary}--\r\n"
+    ).encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    req = urllib.request.Request(server.url + "gradio_api/upload", data=body, headers=headers)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        (stored,) = json.loads(resp.read())
+    assert not target.exists()
+    assert Path(stored).name == "escaped.txt" and "/../" not in stored
+    assert os.path.realpath(stored).startswith(os.path.realpath(Path(stored).parents[1]))
