@@ -99,7 +99,7 @@ def cmd_pairs(args: argparse.Namespace) -> None:
     from annotation.actions import stats_lines, store_stats, write_pairs_file
 
     if not args.out and not args.stats:
-        raise StoreError("give --out FILE.jsonl|FILE.parquet and/or --stats")
+        raise StoreError("give --out FILE.jsonl|.parquet|.csv and/or --stats")
     if args.out:
         print(write_pairs_file(args.db, args.out, drop_flagged=args.drop_flagged))
     if args.stats:
@@ -363,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("pairs", help="expand rankings to chosen/rejected pairs")
-    s.add_argument("--out", help="FILE.jsonl or FILE.parquet")
+    s.add_argument("--out", help="FILE.jsonl, FILE.parquet or FILE.csv (CSV cells never start a formula)")
     s.add_argument("--stats", action="store_true", help="print counts")
     s.add_argument("--json", action="store_true", help="with --stats: print JSON")
     s.add_argument("--drop-flagged", action="store_true", help="leave out rankings flagged as suspicious")

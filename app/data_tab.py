@@ -99,7 +99,7 @@ def build_data_tab(ctx, demo) -> None:
     )
     gr.Markdown("### Pairs for reward-model training")
     with gr.Row(equal_height=True):
-        fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Format")
+        fmt = gr.Radio(["jsonl", "parquet", "csv"], value="jsonl", label="Format")
         pairs_btn = gr.Button("Download pairs", elem_id="download-pairs")
     pairs_file = gr.File(label="Pairs", interactive=False, height=80)
 

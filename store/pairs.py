@@ -1,9 +1,10 @@
-"""Reading pairs out of the store: export to JSONL/Parquet and the counts behind `rlhf pairs --stats`.
+"""Reading pairs out of the store: export to JSONL/Parquet/CSV and the counts behind `rlhf pairs --stats`.
 
 Pairs are the SQL view `pairs` (store/schema.sql); nothing here loops over rankings in Python."""
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 
@@ -27,21 +28,46 @@ def _copy_format(path: Path) -> str:
         return "(FORMAT json)"
     if suffix == ".parquet":
         return "(FORMAT parquet, COMPRESSION zstd)"
-    raise StoreError(f"cannot write {path.name}: the pairs file must end in .jsonl or .parquet")
+    if suffix == ".csv":
+        return "csv"
+    raise StoreError(f"cannot write {path.name}: the pairs file must end in .jsonl, .parquet or .csv")
+
+
+# A cell a spreadsheet would run as a formula (OWASP "CSV injection"): prompts and responses are user text.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """The value as a spreadsheet shows it, never as a formula: text starting with = + - @ TAB CR gets a leading '."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def _write_csv(con: duckdb.DuckDBPyConnection, query: str, path: Path) -> None:
+    cur = con.execute(query)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow([c.strip() for c in PAIR_COLUMNS.split(",")])
+        while rows := cur.fetchmany(10_000):
+            out.writerows([csv_cell(v) for v in row] for row in rows)
 
 
 def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_flagged: bool = False) -> int:
-    """Write all pairs to OUT (.jsonl or .parquet); the file appears whole or not at all. Returns the count."""
+    """Write all pairs to OUT (.jsonl, .parquet or .csv); the file appears whole or not at all. Returns the count."""
     out = Path(out)
     fmt = _copy_format(out)
     if not out.parent.is_dir():
         raise StoreError(f"cannot write {out}: folder {out.parent} does not exist")
     tmp = out.with_name(f".{out.name}.tmp")
     try:
-        con.execute(f"COPY ({pairs_query(drop_flagged)}) TO '{_sql_path(tmp)}' {fmt}")
+        if fmt == "csv":
+            _write_csv(con, pairs_query(drop_flagged), tmp)
+        else:
+            con.execute(f"COPY ({pairs_query(drop_flagged)}) TO '{_sql_path(tmp)}' {fmt}")
         os.replace(tmp, out)
     except duckdb.Error as e:
         raise StoreError(f"cannot write {out}: {str(e).splitlines()[0]}") from None
+    except OSError as e:
+        raise StoreError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return count_pairs(con, drop_flagged)

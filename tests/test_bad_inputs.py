@@ -152,3 +152,25 @@ def test_an_upload_named_with_a_path_stays_inside_the_apps_upload_folder(app, tm
     assert not target.exists()
     assert Path(stored).name == "escaped.txt" and "/../" not in stored
     assert os.path.realpath(stored).startswith(os.path.realpath(Path(stored).parents[1]))
+
+
+def test_csv_export_never_starts_a_formula(store, tmp_path, capsys):
+    """Rankings whose texts are spreadsheet formulas import as data (they are someone's text); the CSV export shows
+    each one with a leading ' so a spreadsheet displays it instead of running it. JSONL keeps the text as it was."""
+    import csv
+
+    assert main(["--db", store, "import", str(BAD / "export" / "formulas.jsonl")]) == 0
+    assert main(["--db", store, "pairs", "--out", str(tmp_path / "p.csv")]) == 0
+    assert main(["--db", store, "pairs", "--out", str(tmp_path / "p.jsonl")]) == 0
+    capsys.readouterr()
+    with (tmp_path / "p.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    plain = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(rows) == len(plain) > 0
+    for row, original in zip(rows, plain, strict=True):
+        for col in ("prompt", "chosen", "rejected", "annotator"):
+            text = original[col]
+            assert row[col] == ("'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text)
+            assert not row[col].startswith(("=", "+", "-", "@", "\t", "\r"))
+    evil = [r for r in rows if r["annotator"] == "'=ann"]  # the 3-response ranking: 3 pairs
+    assert len(evil) == 3 and {r["prompt"][:11] for r in evil} == {"'=HYPERLINK"}
