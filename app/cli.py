@@ -260,6 +260,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
         model=args.model,
         overlap=args.overlap,
         runs_dir=args.runs_dir,
+        admins=args.admins,
     )
 
 
@@ -288,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=7860)
     s.add_argument("--auth", help="file of user:password lines; the login becomes the annotator id")
+    s.add_argument(
+        "--admins", help="with --auth: logins (comma-separated) that may use the Data and Train tabs; others annotate"
+    )
     s.add_argument("--model", default="default", help="SFT model used by the app's sampling")
     s.add_argument("--overlap", type=int, default=1, help="annotators per prompt (2+ measures agreement)")
     s.add_argument("--runs-dir", default="runs", help="where the Train tab's run folders go (default ./runs)")

@@ -6,6 +6,7 @@ No `from __future__ import annotations` here: Gradio finds the `gr.Request` para
 
 from app.compare import new_conversation, ppo_runs, respond, run_defaults, scores_of, vote, win_rows
 from app.handlers import safe
+from store.errors import StoreError
 from training.chat import ChatParams
 
 WIN_HEADERS = ["opponent", "votes", "wins", "losses", "ties", "both bad", "win rate", "95% CI"]
@@ -53,11 +54,24 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
     def voting(enabled: bool):
         return [gr.Button(interactive=enabled) for _ in vote_buttons]
 
-    def on_actor(run):
+    def on_actor(run, request: gr.Request):
+        check_models(request, run)
         ref, rm = run_defaults(run) if run else ("default", "")
         return ref, rm, win_rows(ctx.db, run)
 
-    def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s):
+    def check_models(request, *refs):
+        """An annotator (under --auth) compares the listed PPO runs and what they were trained from, never a folder
+        typed in: only an admin picks any folder on the server's disk."""
+        if ctx.is_admin(request):
+            return
+        runs = [path for _, path in ppo_runs(ctx.db)]
+        allowed = {"default", ""} | set(runs) | {x for r in runs for x in run_defaults(r)}
+        bad = next((r for r in refs if (r or "") not in allowed), None)
+        if bad is not None:
+            raise StoreError(f"annotators compare the listed PPO runs only, not {bad}")
+
+    def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s, request: gr.Request):
+        check_models(request, actor_v, ref_v)
         if st is None or st.get("sides") != [actor_v, ref_v] and st.get("sides") != [ref_v, actor_v]:
             st = new_conversation(actor_v, ref_v, bool(blind_v))
         params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=int(n), seed=int(s))
@@ -65,7 +79,8 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         for a, b, new in respond(ctx.chat_models, st, msg, params):
             yield gr.Chatbot(a, label=names[0]), gr.Chatbot(b, label=names[1]), new, "", "", *voting(False), msg
 
-    def after_send(st, rm):
+    def after_send(st, rm, request: gr.Request):
+        check_models(request, rm)
         sc = scores_of(ctx.chat_models, st, rm) if st else None
         texts = ("", "") if sc is None else tuple(f"reward model score: **{x:.3f}**" for x in sc)
         return *texts, *voting(bool(st and st.get("replies")))
@@ -87,17 +102,21 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
 
     send_inputs = [message, state, actor, reference, blind, temperature, top_p, max_new, seed]
     send_outputs = [left, right, state, message, reveal, *vote_buttons, last_message]
+    # every event here is named compare_* (or vote_*): the annotator's part of the app, next to annotate_*
+    scores_out = [left_score, right_score, *vote_buttons]
     event = send.click(safe(on_send), send_inputs, send_outputs, api_name="compare_send")
-    event.then(safe(after_send), [state, reward], [left_score, right_score, *vote_buttons])
-    submit = message.submit(safe(on_send), send_inputs, send_outputs)
-    submit.then(safe(after_send), [state, reward], [left_score, right_score, *vote_buttons])
-    regen = regenerate.click(on_regenerate, [state, last_message], [state, message]).then(
-        lambda s: int(s) + 1, [seed], [seed]
-    )
-    regen_event = regen.then(safe(on_send), send_inputs, send_outputs)
-    regen_event.then(safe(after_send), [state, reward], [left_score, right_score, *vote_buttons])
+    event.then(safe(after_send), [state, reward], scores_out, api_name="compare_scores")
+    submit = message.submit(safe(on_send), send_inputs, send_outputs, api_name="compare_send_enter")
+    submit.then(safe(after_send), [state, reward], scores_out, api_name="compare_scores")
+    regen = regenerate.click(
+        on_regenerate, [state, last_message], [state, message], api_name="compare_regenerate"
+    ).then(lambda s: int(s) + 1, [seed], [seed], api_name="compare_next_seed")
+    regen_event = regen.then(safe(on_send), send_inputs, send_outputs, api_name="compare_send_again")
+    regen_event.then(safe(after_send), [state, reward], scores_out, api_name="compare_scores")
     stop.click(None, cancels=[event, submit, regen_event])
-    clear.click(on_clear, None, [state, left, right, left_score, right_score, reveal, *vote_buttons])
+    clear.click(
+        on_clear, None, [state, left, right, left_score, right_score, reveal, *vote_buttons], api_name="compare_clear"
+    )
     for btn, choice in zip(vote_buttons, ("left", "right", "tie", "both_bad"), strict=True):
         btn.click(
             safe(on_vote(choice)),
@@ -105,7 +124,8 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
             [state, reveal, *vote_buttons, wins],
             api_name=f"vote_{choice}",
         )
-    actor.change(on_actor, [actor], [reference, reward, wins])
-    demo.load(lambda: gr.Dropdown(choices=ppo_runs(ctx.db)), None, [actor])
+    actor.change(safe(on_actor), [actor], [reference, reward, wins], api_name="compare_actor")
+    list_runs = lambda: gr.Dropdown(choices=ppo_runs(ctx.db))  # noqa: E731
+    demo.load(list_runs, None, [actor], api_name="compare_runs")
     if tab is not None:  # runs finish while the page is open: list them again whenever the tab is opened
-        tab.select(lambda: gr.Dropdown(choices=ppo_runs(ctx.db)), None, [actor])
+        tab.select(list_runs, None, [actor], api_name="compare_runs")

@@ -16,7 +16,7 @@ from annotation.actions import (
     write_pairs_file,
 )
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
-from app.handlers import safe
+from app.handlers import admin_only
 from app.sampling import run_sampling
 from store.errors import StoreError
 
@@ -103,7 +103,7 @@ def build_data_tab(ctx, demo) -> None:
         pairs_btn = gr.Button("Download pairs", elem_id="download-pairs")
     pairs_file = gr.File(label="Pairs", interactive=False, height=80)
 
-    refresh = safe(lambda: (counts_markdown(ctx.db), agreement_table(ctx.db)))
+    refresh = admin_only(ctx, lambda: (counts_markdown(ctx.db), agreement_table(ctx.db)), quiet=2)
     shown = [counts, agreement_df]
 
     def on_prompts(path):
@@ -133,8 +133,8 @@ def build_data_tab(ctx, demo) -> None:
         (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
         (ls_export_btn.click, lambda: ls_export_download(ctx.db), [], ls_export_files, "export_ls"),
     ]:
-        trigger(safe(fn), inputs, outputs, api_name=name).then(refresh, None, shown)
+        trigger(admin_only(ctx, fn), inputs, outputs, api_name=name).then(refresh, None, shown)
     # Sampling runs one at a time (it holds the model); the rest of the app keeps answering meanwhile.
-    sample_btn.click(safe(on_sample), [k, limit], status, api_name="sample", concurrency_limit=1).then(
+    sample_btn.click(admin_only(ctx, on_sample), [k, limit], status, api_name="sample", concurrency_limit=1).then(
         refresh, None, shown
     )

@@ -9,7 +9,7 @@ import functools
 from pathlib import Path
 
 from app.config_form import build_form, config_from_form, form_values_from_file
-from app.handlers import safe
+from app.handlers import admin_only
 from app.train_view import PPO_PLOTS, RM_PLOTS, log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
 from app.train_view import status_line as run_status_line
 from training.ppo.config import PPOConfig
@@ -105,16 +105,20 @@ def build_train_tab(ctx, demo) -> None:
     inputs = [data, prompts, *rm_form, *ppo_form]
     views = [table, status, samples, log, *plots]
     buttons = ((rm_btn, "rm", "train_rm"), (ppo_btn, "ppo", "run_ppo"), (chain_btn, "chain", "rm_then_ppo"))
+    # every event answers admins only (app/handlers.py::admin_only): a run can be started, and a run's log read
+    view = admin_only(ctx, refresh, quiet=len(views))
     for btn, which, name in buttons:
-        btn.click(safe(functools.partial(start, which)), inputs, [action, selected], api_name=name).then(
-            refresh, [selected], views
+        btn.click(admin_only(ctx, functools.partial(start, which)), inputs, [action, selected], api_name=name).then(
+            view, [selected], views
         )
-    stop_btn.click(safe(lambda p: runs.stop(Path(p))), [selected], [action], api_name="stop_run")
-    resume = safe(lambda p: f"resumed {runs.resume(Path(p)).name}")
+    stop_btn.click(admin_only(ctx, lambda p: runs.stop(Path(p))), [selected], [action], api_name="stop_run")
+    resume = admin_only(ctx, lambda p: f"resumed {runs.resume(Path(p)).name}")
     resume_btn.click(resume, [selected], [action], api_name="resume_run")
-    rm_config_file.upload(safe(lambda f: form_values_from_file(RewardConfig, RM_SKIP, f)), [rm_config_file], rm_form)
-    ppo_config_file.upload(safe(lambda f: form_values_from_file(PPOConfig, PPO_SKIP, f)), [ppo_config_file], ppo_form)
-    table.select(on_select, [table], [selected])
-    selected.change(refresh, [selected], views, show_progress="hidden")
-    gr.Timer(2.0).tick(refresh, [selected], views, show_progress="hidden")
-    demo.load(choices, None, [data]).then(refresh, [selected], views)
+    rm_values = admin_only(ctx, lambda f: form_values_from_file(RewardConfig, RM_SKIP, f))
+    rm_config_file.upload(rm_values, [rm_config_file], rm_form)
+    ppo_values = admin_only(ctx, lambda f: form_values_from_file(PPOConfig, PPO_SKIP, f))
+    ppo_config_file.upload(ppo_values, [ppo_config_file], ppo_form)
+    table.select(admin_only(ctx, on_select, quiet=1), [table], [selected], api_visibility="private")  # a click only
+    selected.change(view, [selected], views, show_progress="hidden")
+    gr.Timer(2.0).tick(view, [selected], views, show_progress="hidden")
+    demo.load(admin_only(ctx, choices, quiet=1), None, [data]).then(view, [selected], views)

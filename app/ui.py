@@ -27,6 +27,7 @@ class AppContext:
         auth: bool = False,
         sampling: SamplingConfig | None = None,
         runs_dir: str | Path = "runs",
+        admins: set[str] | frozenset[str] = frozenset(),
     ):
         from app.train_view import Runs
         from training.chat import Models
@@ -39,8 +40,18 @@ class AppContext:
         self.sampling = sampling or SamplingConfig(model=model)  # what the Sample button uses
         self.overlap = overlap  # annotators per prompt
         self.auth = auth  # logins are the annotator ids
+        self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
         self._sampler: Sampler | None = None
         self._lock = threading.Lock()
+
+    def is_admin(self, request) -> bool:
+        """Without --auth the app is one person's (on loopback): everything is theirs. With it, admins only."""
+        return not self.auth or getattr(request, "username", None) in self.admins
+
+    def check_admin(self, request) -> None:
+        if not self.is_admin(request):
+            user = getattr(request, "username", None) or "this login"
+            raise StoreError(f"{user} is an annotator: the Data and Train tabs are for admins (rlhf ui --admins)")
 
     def release_models(self) -> None:
         """Free every model the app holds (a training run is starting and needs the memory)."""
@@ -97,12 +108,18 @@ def build_app(ctx: AppContext):
         with gr.Tabs():
             with gr.Tab("Annotate", id="annotate"):
                 build_annotate_tab(ctx, demo)
-            with gr.Tab("Data", id="data"):
+            with gr.Tab("Data", id="data") as data_tab:
                 build_data_tab(ctx, demo)
-            with gr.Tab("Train", id="train"):
+            with gr.Tab("Train", id="train") as train_tab:
                 build_train_tab(ctx, demo)
             with gr.Tab("Compare", id="compare") as compare:
                 build_compare_tab(ctx, demo, compare)
+        if ctx.auth:  # an annotator sees Annotate and Compare; the endpoints behind the others refuse them too
+
+            def tabs_for(request: gr.Request):
+                return gr.Tab(visible=ctx.is_admin(request)), gr.Tab(visible=ctx.is_admin(request))
+
+            demo.load(tabs_for, None, [data_tab, train_tab], api_visibility="private")
     return demo
 
 
@@ -114,15 +131,23 @@ def launch(
     model: str = "default",
     overlap: int = 1,
     runs_dir: str = "runs",
+    admins: str | None = None,
 ):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     users = read_auth_file(auth) if auth else None
     if not is_loopback(host) and not users:
         raise StoreError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
+    admin_set = {a.strip() for a in (admins or "").split(",") if a.strip()}
+    unknown = sorted(admin_set - {u for u, _ in users or []})
+    if admin_set and not users:
+        raise StoreError("--admins needs --auth: without logins everyone using the app is its admin")
+    if unknown:
+        raise StoreError(f"--admins names {unknown[0]}, who is not in the auth file")
     if overlap < 1:
         raise StoreError(f"--overlap must be at least 1, got {overlap}")
     hold(db)  # keep the store open while serving; CLI commands still get their turn (store/db.py)
-    demo = build_app(AppContext(db, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir))
+    ctx = AppContext(db, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set)
+    demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8).launch(
         server_name=host,
         server_port=port,

@@ -7,7 +7,7 @@ from app.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, on_load, on_su
 from app.ui import AppContext
 from store.errors import StoreError
 from tests.app_server import AppServer
-from tests.conftest import query
+from tests.conftest import query, store_rows
 from tests.test_session import seed_store
 
 
@@ -21,7 +21,7 @@ def users(tmp_path):
 @pytest.fixture
 def server(db, users):
     seed_store(db, 6)
-    app = AppServer(db, "--auth", users)
+    app = AppServer(db, "--auth", users, "--admins", "ann")
     yield app
     app.stop()
 
@@ -101,3 +101,48 @@ def test_handlers_without_a_browser(db):
         on_submit(ctx, "ann", view.task, {"items": shown["items"][:2]}, True)
     with pytest.raises(StoreError, match="enter your name"):
         annotator_name("  ")
+
+
+# What an annotator may call: their own queue (and its page load), and the Compare tab (chat + their own votes).
+ANNOTATOR_ENDPOINTS = ("/annotate_", "/compare_", "/vote_", "/load")
+
+
+def test_an_annotator_can_neither_read_nor_change_anyone_elses_work(server, db):
+    """bob (not an admin) calls every endpoint the app exposes, with ann's work in the store: the store-wide ones
+    (Data and Train tabs: pairs, exports, counts, imports, runs) refuse him, his undo reaches only his own work, and
+    not one row changes. ann, an admin, gets the same endpoints' answers."""
+    ann, bob = _client(server, "ann"), _client(server, "bob")
+    prompt, value, *_ = ann.predict("", api_name="/annotate_next")
+    ann.predict("", _reverse(value), api_name="/annotate_submit")  # ann's ranking, and her next task held open
+    before = store_rows(db)
+    with pytest.raises(Exception, match="nothing to undo yet"):
+        bob.predict("", api_name="/annotate_undo")
+    bob_prompt, *_ = bob.predict("", api_name="/annotate_next")
+    assert bob_prompt != prompt  # a prompt nobody holds, not ann's (overlap 1)
+    named = bob.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    refused, quiet = [], []
+    for name, info in named.items():
+        if name.startswith(ANNOTATOR_ENDPOINTS):
+            continue
+        args = [p["parameter_default"] if p.get("parameter_has_default") else None for p in info["parameters"]]
+        try:
+            result = bob.predict(*args, api_name=name)
+        except Exception as e:
+            assert "bob is an annotator: the Data and Train tabs are for admins" in str(e), (name, e)
+            refused.append(name)
+        else:  # a page-load refresh: it answers with nothing rather than a pop-up every two seconds
+            assert "rankings" not in repr(result) and "ann" not in repr(result), (name, result)
+            quiet.append(name)
+    assert {"/download_pairs", "/export_ls", "/import_ls", "/add_prompts", "/sample", "/train_rm", "/stop_run"} <= set(
+        refused
+    )
+    assert quiet and all(n.startswith(("/counts", "/lambda", "/refresh", "/choices")) for n in quiet), quiet
+    assert len(refused) >= 12, refused
+    assert store_rows(db)["rankings"] == before["rankings"] and store_rows(db)["prompts"] == before["prompts"]
+    assert query(db, "SELECT annotator, count(*) FROM rankings GROUP BY ALL") == [("ann", 1)]
+    # the Compare tab is his, but only on the listed runs: no model folder of his choosing from the server's disk
+    with pytest.raises(Exception, match="annotators compare the listed PPO runs only, not /etc"):
+        bob.predict("hi", "/etc", "default", True, 0.8, 0.95, 8, 0, api_name="/compare_send")
+    counts = ann.predict(api_name="/counts")
+    assert "rankings 1" in repr(counts)
+    assert ann.predict("jsonl", api_name="/download_pairs")  # the admin downloads the pairs file

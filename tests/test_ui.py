@@ -135,3 +135,30 @@ def test_sampling_in_the_app_does_not_block_annotators(app, db):
     assert status == "Saved. Next prompt." and progress.startswith("you: 1 ranked")
     assert not job.done()  # the annotator did not wait for the sampling run
     assert job.result().startswith("sampled 320 responses for 40 prompts")
+
+
+def test_admins_need_logins_and_must_be_among_them(tmp_path, capsys):
+    from app.cli import main
+
+    users = tmp_path / "users.txt"
+    users.write_text("ann:pw1\nbob:pw2\n")
+    db = str(tmp_path / "s.duckdb")
+    assert main(["--db", db, "ui", "--admins", "ann"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: --admins needs --auth: without logins everyone using the app is its admin"
+    )
+    assert main(["--db", db, "ui", "--auth", str(users), "--admins", "ann,zed"]) == 1
+    assert capsys.readouterr().err.strip() == "error: --admins names zed, who is not in the auth file"
+
+
+def test_who_is_an_admin():
+    class Req:
+        def __init__(self, username):
+            self.username = username
+
+    solo = AppContext(":memory:")  # no --auth: one person on loopback, everything is theirs
+    assert solo.is_admin(Req(None))
+    team = AppContext(":memory:", auth=True, admins={"ann"})
+    assert team.is_admin(Req("ann")) and not team.is_admin(Req("bob")) and not team.is_admin(Req(None))
+    with pytest.raises(StoreError, match="bob is an annotator: the Data and Train tabs are for admins"):
+        team.check_admin(Req("bob"))
