@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,10 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
         "tasks 3, annotations 4, rankings added 3, pairs added 18, already imported 0, skipped 1 (cancelled 1), "
         "flagged 0"
     )
+    # the access token is in no row, no file next to the store (WAL included) and no output
+    assert ls_server.token not in repr(store_rows(db)) and ls_server.token not in out + err
+    for f in Path(db).parent.rglob("*"):
+        assert not f.is_file() or ls_server.token.encode() not in f.read_bytes(), f
     # every item mapped back to its sampled response: no new response rows
     assert query(db, "SELECT count(*) FROM responses") == responses_before
     expected = {(p, a, b) for p, texts in PROMPTS.items() for a in texts for b in texts if len(a) > len(b)}
@@ -108,6 +113,7 @@ def test_live_pull_with_a_bad_key_is_one_line(cli, db, ls_server, monkeypatch):
     code, out, err = cli("import-ls", "--url", ls_server.url, "--project", "1")
     assert code == 1 and out == ""
     assert err.startswith(f"error: cannot pull project 1 from {ls_server.url}") and len(err.strip().splitlines()) == 1
+    assert "not-a-token" not in err
     assert store_rows(db) == before
 
 
