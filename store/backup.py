@@ -22,15 +22,10 @@ from pathlib import Path
 
 import duckdb
 
-from store.db import connect, latest_version, migrate, schema_scripts
+from store.db import connect, latest_version, migrate, schema_scripts, sql_string
 from store.errors import StoreError
 
 MANIFEST = "manifest.json"
-
-
-def _literal(path: Path) -> str:
-    """EXPORT/IMPORT DATABASE take no parameters: the folder goes in as a quoted SQL string literal."""
-    return "'" + str(path).replace("'", "''") + "'"
 
 
 def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
@@ -48,7 +43,7 @@ def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
         with connect(db, create=False) as con:
             counts = _counts(con)
             version = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
-            con.execute(f"EXPORT DATABASE {_literal(partial.resolve())} (FORMAT parquet)")
+            con.execute(f"EXPORT DATABASE {sql_string(partial.resolve())} (FORMAT parquet)")
         manifest = {
             "source": str(Path(db).resolve()),
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -82,6 +82,13 @@ def migrate(con: duckdb.DuckDBPyConnection, folder: Path | None = None, upto: in
     return before, after
 
 
+def sql_string(value: str | os.PathLike) -> str:
+    """A file path as a quoted SQL string literal, for the statements that take no parameters (COPY ... TO,
+    EXPORT DATABASE): the only values the store's SQL ever formats in. The path is the user's own (a --out
+    folder, a run folder); quotes are doubled, so it cannot end the literal."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def _handoff_file(path: str) -> Path:
     return Path(path + ".handoff")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 
+from store.db import sql_string
 from store.errors import StoreError
 
 PAIR_COLUMNS = (
@@ -62,7 +63,7 @@ def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_fl
         if fmt == "csv":
             _write_csv(con, pairs_query(drop_flagged), tmp)
         else:
-            con.execute(f"COPY ({pairs_query(drop_flagged)}) TO '{_sql_path(tmp)}' {fmt}")
+            con.execute(f"COPY ({pairs_query(drop_flagged)}) TO {sql_string(tmp)} {fmt}")
         os.replace(tmp, out)
     except duckdb.Error as e:
         raise StoreError(f"cannot write {out}: {str(e).splitlines()[0]}") from None
@@ -71,11 +72,6 @@ def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_fl
     finally:
         tmp.unlink(missing_ok=True)
     return count_pairs(con, drop_flagged)
-
-
-def _sql_path(path: Path) -> str:
-    """COPY takes no parameters for its target, so the path is quoted here (single quotes doubled)."""
-    return str(path).replace("'", "''")
 
 
 def count_pairs(con: duckdb.DuckDBPyConnection, drop_flagged: bool = False) -> int:

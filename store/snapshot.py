@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 
+from store.db import sql_string
 from store.errors import StoreError
 from store.pairs import PAIR_COLUMNS
 
@@ -74,7 +75,7 @@ def write_snapshot(
                         FROM pairs p JOIN snapshot_split s USING (prompt_id)
                         WHERE s.split = '{split}' {where}
                         ORDER BY p.prompt_id, p.ranking_id, p.chosen_id, p.rejected_id"""
-            con.execute(f"COPY ({query}) TO '{str(path).replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
+            con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
             pairs, prompts, rankings = con.execute(
                 f"SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT ranking_id) FROM ({query})"
             ).fetchone()
