@@ -69,5 +69,5 @@ def test_export_ls_with_nothing_sampled(cli):
 def test_pairs_into_a_missing_folder_or_unknown_format(cli, tmp_path):
     code, _, err = cli("pairs", "--out", str(tmp_path / "nope" / "p.jsonl"))
     assert code == 1 and "folder" in err and "does not exist" in err
-    code, _, err = cli("pairs", "--out", str(tmp_path / "p.csv"))
+    code, _, err = cli("pairs", "--out", str(tmp_path / "p.xlsx"))
     assert code == 1 and "must end in .jsonl, .parquet or .csv" in err
