@@ -3,8 +3,11 @@ schedule, and saving an engine's model as a plain Hugging Face folder."""
 
 from __future__ import annotations
 
+import errno
+import gc
 import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -107,12 +110,41 @@ def save_hf(engine, model, tokenizer, out: Path, rank: int, zero3: bool, lora: b
         tokenizer.save_pretrained(out)
 
 
+def save_checkpoint(engine, folder: str | Path, tag: str, **kwargs) -> None:
+    """engine.save_checkpoint, all or nothing: a save that fails part-way (a full disk) removes its half-written tag
+    folder, so `latest` still names a whole checkpoint and the space is free again for the run's log and status; a
+    full disk is said in so many words (torch reports it as an iostream error)."""
+    folder = Path(folder)
+    try:
+        engine.save_checkpoint(str(folder), tag=tag, **kwargs)
+        return
+    except Exception as e:
+        full = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or shutil.disk_usage(folder).free < 1 << 20
+        if not full:
+            _drop_unfinished(folder, tag)
+            raise
+    # Out of the except block: the exception's frames, which hold the half-written file open (and its space taken),
+    # are gone; collect them so the space comes back when the folder is removed.
+    gc.collect()
+    latest = _drop_unfinished(folder, tag)
+    after = f"resume continues from {latest}" if latest else "no checkpoint yet"
+    raise OSError(errno.ENOSPC, f"No space left on device: checkpoint {tag} did not fit in {folder} (removed; {after})")
+
+
+def _drop_unfinished(folder: Path, tag: str) -> str | None:
+    """Remove checkpoint `tag` unless `latest` names it; returns what `latest` names."""
+    latest = (folder / "latest").read_text().strip() if (folder / "latest").is_file() else None
+    if latest != tag:
+        shutil.rmtree(folder / tag, ignore_errors=True)
+    return latest
+
+
 def run_main(config_class, train, description: str, argv: list[str] | None = None) -> None:
     """The entry point of a trainer module under the DeepSpeed launcher: `--config RUN/config.json` (plus the
     launcher's `--local_rank`); any exception marks the run failed with a one-line reason before it propagates."""
     import argparse
 
-    from training.runs import RunFiles
+    from training.runs import RunFiles, read_status
 
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--config", required=True)
@@ -124,5 +156,7 @@ def run_main(config_class, train, description: str, argv: list[str] | None = Non
         train(cfg)
     except BaseException as e:
         reason = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
-        RunFiles(cfg.output_dir).status("failed", error=reason)
+        last = read_status(cfg.output_dir)  # keep the step it got to, so `rlhf runs` says where it stopped
+        kept = {k: last[k] for k in ("step", "total_steps") if k in last}
+        RunFiles(cfg.output_dir).status("failed", error=reason, **kept)
         raise

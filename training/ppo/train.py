@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from training.engine import ds_config, lr_lambda, run_main, save_hf, setup_distributed
+from training.engine import save_checkpoint as save_engine_checkpoint
 from training.ppo.config import PPOConfig
 from training.ppo.data import encode_prompts, prompt_batches, read_prompts
 from training.ppo.experience import Experience, add_advantages, rollout, score
@@ -188,10 +189,10 @@ def log_samples(run: RunFiles, step: int, exp: Experience, tokenizer, n: int = 2
 
 def save_checkpoint(m: Models, folder: Path, step: int, state: dict) -> None:
     tag = f"step{step}"
-    m.critic.save_checkpoint(str(folder / "critic"), tag=tag)
+    save_engine_checkpoint(m.critic, folder / "critic", tag)
     if m.ema is not None and torch.distributed.get_rank() == 0:
         torch.save(m.ema, folder / f"ema-{tag}.pt")
-    m.actor.save_checkpoint(str(folder / "actor"), tag=tag, client_state=state)  # last: its 'latest' marks done
+    save_engine_checkpoint(m.actor, folder / "actor", tag, client_state=state)  # last: its 'latest' marks done
 
 
 def load_checkpoint(m: Models, folder: Path) -> dict | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, lr_lambda, run_main, save_hf, setup_distributed
+from training.engine import ds_config, lr_lambda, run_main, save_checkpoint, save_hf, setup_distributed
 from training.models import resolve_model
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
@@ -156,12 +156,12 @@ def train(cfg: RewardConfig) -> None:
                 ev.pop("_scores")
                 run.metrics({"step": step, **ev})
             if step < total and stop_requested(cfg.output_dir, device):  # Stop: checkpoint, end resumable
-                engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state={"micro_step": micro})
+                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
                 run.metrics({"event": "stopped", "step": step})
                 run.status("stopped", step=step, total_steps=total)
                 return
             if cfg.save_every and step % cfg.save_every == 0:
-                engine.save_checkpoint(str(ckpt), tag=f"step{step}", client_state={"micro_step": micro})
+                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
         if engine.global_steps >= total:
             break
     final = {"step": engine.global_steps}
@@ -176,7 +176,7 @@ def train(cfg: RewardConfig) -> None:
             (Path(cfg.output_dir) / "eval_scores.json").write_text(json.dumps(hist) + "\n")
     final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
     run.metrics({**final, "event": "final"})
-    engine.save_checkpoint(str(ckpt), tag=f"step{engine.global_steps}", client_state={"micro_step": micro})
+    save_checkpoint(engine, ckpt, f"step{engine.global_steps}", client_state={"micro_step": micro})
     out = Path(cfg.output_dir) / "model"
     save_hf(engine, engine.module, tokenizer, out, rank, cfg.zero_stage == 3, bool(cfg.lora_rank))
     if rank == 0:

@@ -1,0 +1,265 @@
+"""Faults: kill -9 of the app in the middle of a batch import and of sampling, a second app on the same store, a full
+disk under a snapshot and under a checkpoint, a training process killed between two checkpoint files. After each,
+the store opens with every acknowledged row and no half-written one, and runs show what really happened."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gradio_client import Client, handle_file
+
+from app.cli import main
+from tests.app_server import ROOT, AppServer
+from tests.conftest import query, store_rows, write_jsonl
+from tests.test_reward_training import separable_pairs
+from tests.test_session import seed_store
+
+
+def ls_export(path: Path, n: int, first: int = 0) -> Path:
+    """A Label Studio JSON export of n Ranker annotations (tasks first, first+1, ...), 4 items each (6 pairs each)."""
+    tasks = []
+    for t in range(first, first + n):
+        items = [{"id": f"i{j}", "body": f"answer {j} to question {t}"} for j in range(4)]
+        ranker = {"from_name": "rank", "to_name": "items", "type": "ranker", "value": {"ranker": {"ranked": []}}}
+        ranker["value"]["ranker"]["ranked"] = ["i2", "i0", "i3", "i1"]
+        ann = {"id": 10_000 + t, "completed_by": 1, "lead_time": 9.0, "result": [ranker]}
+        tasks.append({"id": t + 1, "data": {"prompt": f"Question {t}?", "items": items}, "annotations": [ann]})
+    path.write_text(json.dumps(tasks))
+    return path
+
+
+@pytest.mark.parametrize("delay_s", [1.0, 2.5])
+def test_kill_9_during_a_batch_import_leaves_all_of_it_or_none(db, tmp_path, delay_s):
+    """1,000 rankings take seconds to write in their one transaction; the app is killed partway through. The store
+    then has the rows acknowledged before (a native import) and either the whole batch or none of it."""
+    acked = ls_export(tmp_path / "acked.json", 1, first=5000)
+    big = ls_export(tmp_path / "big.json", 1000)
+    app = AppServer(db)
+    try:
+        client = Client(app.url, verbose=False)
+        assert "rankings added 1" in client.predict(handle_file(str(acked)), "", api_name="/import_ls")
+        job = client.submit(handle_file(str(big)), "", api_name="/import_ls")
+        time.sleep(delay_s)
+        assert not job.done()  # still importing: the kill lands inside it
+        app.kill(signal.SIGKILL)
+    finally:
+        app.stop()
+    rankings, items = query(db, "SELECT count(*) FROM rankings")[0][0], query(db, "SELECT count(*) FROM ranking_items")
+    print(f"killed {delay_s} s into the import: {rankings - 1} of its 1000 rankings in the store")
+    assert rankings in (1, 1001), rankings
+    assert items == [(4 * rankings,)]
+    assert query(db, "SELECT count(*) FROM imports") == [(1 if rankings == 1 else 2,)]
+    # the same file imports whole afterwards (or adds nothing if it had landed)
+    assert main(["--db", db, "import-ls", str(big)]) == 0
+    assert query(db, "SELECT count(*), count(DISTINCT external_key) FROM rankings") == [(1001, 1001)]
+
+
+def test_kill_9_during_sampling_keeps_whole_prompts_and_the_next_run_finishes(db, tmp_path, tiny_model_dir):
+    """Sampling writes each batch of prompts in one transaction. Killed after the first batch landed, the store
+    has K responses for every sampled prompt and none for the rest; sampling again does only the rest."""
+    (tmp_path / "p.txt").write_text("".join(f"Write a line about the number {i}.\n" for i in range(48)))
+    assert main(["--db", db, "prompts", "add", str(tmp_path / "p.txt")]) == 0
+    app = AppServer(db, "--model", str(tiny_model_dir))
+    try:
+        job = Client(app.url, verbose=False).submit(2, 0, api_name="/sample")
+        deadline = time.monotonic() + 240
+        while query(db, "SELECT count(*) FROM responses") == [(0,)]:
+            assert time.monotonic() < deadline and not job.done()
+            time.sleep(0.2)
+        app.kill(signal.SIGKILL)
+    finally:
+        app.stop()
+    per_prompt = dict(
+        query(
+            db,
+            "SELECT p.prompt_id, count(r.response_id) FROM prompts p LEFT JOIN responses r "
+            "USING (prompt_id) GROUP BY ALL",
+        )
+    )
+    assert set(per_prompt.values()) == {0, 2}  # whole prompts only: K responses or none
+    first = query(db, "SELECT response_id, text FROM responses ORDER BY response_id")
+    assert 0 < len(first) < 96
+    again = AppServer(db, "--model", str(tiny_model_dir))
+    try:
+        line = Client(again.url, verbose=False).predict(2, 0, api_name="/sample")
+    finally:
+        again.stop()
+    assert line.startswith(f"sampled {96 - len(first)} responses for {48 - len(first) // 2} prompts")
+    assert query(db, "SELECT count(*), count(DISTINCT prompt_id) FROM responses") == [(96, 48)]
+    assert query(db, f"SELECT response_id, text FROM responses ORDER BY response_id LIMIT {len(first)}") == first
+
+
+def test_a_second_app_on_the_same_store_is_refused_and_the_first_keeps_working(db, tmp_path):
+    seed_store(db, 2)
+    first = AppServer(db)
+    try:
+        client = Client(first.url, verbose=False)
+        env = {**os.environ, "RLHF_LOCK_TIMEOUT": "3"}
+        second = subprocess.run(
+            [sys.executable, "-m", "app.cli", "--db", db, "ui", "--port", "1"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 1
+        assert second.stderr.strip().startswith(f"error: store {db} is in use by another process (process ")
+        assert len(second.stderr.strip().splitlines()) == 1
+        acked = ls_export(tmp_path / "acked.json", 1)
+        assert "rankings added 1" in client.predict(handle_file(str(acked)), "", api_name="/import_ls")
+        first.kill(signal.SIGKILL)
+    finally:
+        first.stop()
+    assert query(db, "SELECT count(*) FROM rankings WHERE source = 'labelstudio'") == [(1,)]
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str):
+    """A tmpfs of `size` at `path`: a disk that fills up (needs root, as CI and this machine have)."""
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Fill the disk up to `leave` bytes free."""
+    free = shutil.disk_usage(disk).free
+    filler = disk / "filler"
+    with filler.open("wb") as f:
+        f.write(b"\0" * max(free - leave, 0))
+    return filler
+
+
+def test_a_full_disk_under_a_snapshot_is_one_line_and_changes_nothing(cli, db, tmp_path, tiny_model_dir):
+    rows = [
+        {
+            "prompt": f"Prompt {i} " + "word " * 30,
+            "responses": [f"{c} {i} " * 20 for c in "abcd"],
+            "ranks": [1, 2, 3, 4],
+        }
+        for i in range(300)
+    ]
+    assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", rows)))[0] == 0
+    before = store_rows(db)
+    with small_disk(tmp_path / "disk", "32k") as disk:
+        code, out, err = cli("train-rm", "--model", str(tiny_model_dir), "--runs-dir", str(disk / "runs"))
+        assert code == 1 and len(err.strip().splitlines()) == 1
+        assert err.startswith(f"error: cannot write snapshot under {disk / 'snapshots'}: ")
+        assert "No space left on device" in err
+        assert list((disk / "snapshots").iterdir()) == []  # the half-written folder went with the error
+        assert not (disk / "runs").exists() or list((disk / "runs").iterdir()) == []
+    assert store_rows(db) == before  # no snapshot row, no run row
+
+
+def _train(tmp: Path, model: Path, runs: Path, *flags: str) -> tuple[Path, subprocess.Popen]:
+    from app.training import prepare_reward_run
+    from training.launcher import launch
+    from training.reward.config import RewardConfig
+
+    pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(160))
+    cfg = RewardConfig(model=str(model), max_steps=16, lr=1e-3, eval_fraction=0.25, save_every=4, zero_stage=2)
+    run = prepare_reward_run(str(tmp / "s.duckdb"), cfg, runs, str(pairs))
+    return run, launch("reward", run)
+
+
+def _wait_for(cond, proc, timeout: float = 300):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        if proc.poll() is not None:
+            return
+        time.sleep(0.1)
+
+
+def test_a_full_disk_under_a_checkpoint_fails_honestly_and_resumes(tmp_path, tiny_model_dir):
+    """The disk fills up after the first checkpoint: the next save fails, the run says why, the first checkpoint
+    is intact, and with space freed the run resumes from it and finishes."""
+    from app.training import resume_run
+    from training.runs import effective_status, read_metrics
+
+    with small_disk(tmp_path / "disk", "400m") as disk:
+        run, proc = _train(tmp_path, tiny_model_dir, disk / "runs")
+        ckpt = run / "checkpoints"
+        _wait_for(lambda: (ckpt / "latest").is_file(), proc)
+        assert (ckpt / "latest").read_text() == "step4"
+        os.killpg(proc.pid, signal.SIGSTOP)  # hold every rank still while the disk fills up
+        filler = fill(disk, leave=256 * 1024)
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=300) != 0
+        status = effective_status(run)
+        assert status["state"] == "failed", status
+        assert "No space left on device: checkpoint step8 did not fit" in status["error"], status
+        assert "resume continues from step4" in status["error"]
+        assert (ckpt / "latest").read_text() == "step4" and not (ckpt / "step8").exists()  # no half checkpoint
+        assert len(list((ckpt / "step4").iterdir())) == 2
+        filler.unlink()
+        final = resume_run(run)
+        assert final["state"] == "finished" and final["step"] == 16
+        resumed = [r for r in read_metrics(run) if r.get("event") == "resumed"]
+        assert resumed and resumed[0]["step"] == 4
+
+
+HOOK = """
+import os, signal, torch
+_save = torch.save
+_seen = []
+def save(obj, f, *args, **kwargs):
+    _save(obj, f, *args, **kwargs)
+    if "/step8/" in str(f):
+        _seen.append(str(f))
+        with open(os.environ["RLHF_TEST_SAVED"], "a") as log:
+            log.write(str(f) + "\\n")
+        os.kill(os.getpid(), signal.SIGKILL)  # right after the first file of the step-8 checkpoint
+torch.save = save
+"""
+
+
+def test_killed_between_two_checkpoint_files_resumes_from_the_last_whole_checkpoint(tmp_path, tiny_model_dir):
+    """ZeRO-2 writes a checkpoint as two files (model states, optimizer states) and then `latest`. The process is
+    killed after the first file of step 8: `latest` still names step 4, which is whole, and the resume starts there
+    and finishes."""
+    from app.training import resume_run
+    from training.runs import effective_status, read_metrics
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    saved = tmp_path / "saved.txt"
+    env = {"PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]), "RLHF_TEST_SAVED": str(saved)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        run, proc = _train(tmp_path, tiny_model_dir, tmp_path / "runs")
+        proc.wait(timeout=300)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    (written,) = saved.read_text().splitlines()  # one file of step 8 was written, then the kill
+    ckpt = run / "checkpoints"
+    assert sorted(p.name for p in (ckpt / "step8").iterdir()) == [Path(written).name]
+    assert len(list((ckpt / "step4").iterdir())) == 2 and (ckpt / "latest").read_text() == "step4"
+    deadline = time.monotonic() + 30
+    while effective_status(run)["state"] != "failed":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    final = resume_run(run)
+    assert final["state"] == "finished" and final["step"] == 16
+    resumed = [r for r in read_metrics(run) if r.get("event") == "resumed"]
+    assert resumed and resumed[0]["step"] == 4
+    assert len(list((ckpt / "step8").iterdir())) == 2  # written whole the second time
