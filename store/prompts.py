@@ -5,16 +5,31 @@ from __future__ import annotations
 import duckdb
 
 
+def next_ids(con: duckdb.DuckDBPyConnection, sequence: str, n: int) -> list[int]:
+    """n fresh ids from one of our sequences (a name from store/schema.sql), in order: batch inserts give their
+    rows explicit ids, so ids follow the input order and nothing is inserted row by row."""
+    if n == 0:
+        return []
+    return sorted(i for (i,) in con.execute(f"SELECT nextval('{sequence}') FROM range(?)", [n]).fetchall())
+
+
 def add_prompts(con: duckdb.DuckDBPyConnection, texts: list[str], source: str) -> tuple[int, int]:
-    """Insert the texts not yet stored; returns (added, already there). Runs inside the caller's transaction."""
+    """Insert the texts not yet stored, ids in file order; returns (added, already there). Runs inside the caller's
+    transaction: two statements, whatever the number of texts."""
     unique = list(dict.fromkeys(texts))
-    before = con.execute("SELECT count(*) FROM prompts").fetchone()[0]
-    con.executemany(
-        "INSERT INTO prompts (text, source) VALUES (?, ?) ON CONFLICT (text) DO NOTHING",
-        [[t, source] for t in unique],
-    )
-    added = con.execute("SELECT count(*) FROM prompts").fetchone()[0] - before
-    return added, len(texts) - added
+    have = {
+        t
+        for (t,) in con.execute(
+            "SELECT text FROM prompts WHERE text IN (SELECT unnest(?::VARCHAR[]))", [unique]
+        ).fetchall()
+    }
+    new = [t for t in unique if t not in have]
+    if new:
+        con.execute(
+            "INSERT INTO prompts (prompt_id, text, source) SELECT unnest(?::BIGINT[]), unnest(?::VARCHAR[]), ?",
+            [next_ids(con, "prompt_ids", len(new)), new, source],
+        )
+    return len(new), len(texts) - len(new)
 
 
 def prompt_ids(con: duckdb.DuckDBPyConnection, texts: list[str], source: str) -> dict[str, int]:

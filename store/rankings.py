@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from store.prompts import prompt_ids
+from store.prompts import next_ids, prompt_ids
 
 
 @dataclass
@@ -69,44 +69,31 @@ class InsertResult:
     flagged: int = 0
 
 
-def _response_ids(con: duckdb.DuckDBPyConnection, prompt_id: int, items: list[RankedItem], model_id: str) -> list[int]:
-    """Match each item to a stored response of this prompt (by id when given, else by text), creating the rest."""
-    ids = []
-    stored = dict(
-        con.execute(
-            "SELECT text, min(response_id) FROM responses WHERE prompt_id = ? GROUP BY text", [prompt_id]
-        ).fetchall()
-    )
-    known = {}
-    if any(it.response_id is not None for it in items):
-        rows = con.execute(
-            "SELECT response_id, text FROM responses WHERE prompt_id = ? AND response_id IN "
-            "(SELECT unnest(?::BIGINT[]))",
-            [prompt_id, [it.response_id for it in items if it.response_id is not None]],
-        ).fetchall()
-        known = dict(rows)
-    next_pos = con.execute("SELECT coalesce(max(position) + 1, 0) FROM responses WHERE prompt_id = ?", [prompt_id])
-    next_pos = next_pos.fetchone()[0]
-    for it in items:
-        if it.response_id is not None and known.get(it.response_id) == it.text:
-            ids.append(it.response_id)
-        elif it.text in stored:
-            ids.append(stored[it.text])
-        else:
-            rid = con.execute(
-                "INSERT INTO responses (prompt_id, text, model_id, position) VALUES (?, ?, ?, ?) RETURNING response_id",
-                [prompt_id, it.text, model_id, next_pos],
-            ).fetchone()[0]
-            stored[it.text] = rid
-            next_pos += 1
-            ids.append(rid)
-    return ids
+def _stored_responses(con: duckdb.DuckDBPyConnection, pids: list[int]) -> tuple[dict, dict, dict]:
+    """For these prompts: (prompt, text) -> first response id, response id -> (prompt, text), and
+    prompt -> its next free position."""
+    rows = con.execute(
+        "SELECT prompt_id, text, response_id, position FROM responses WHERE prompt_id IN (SELECT unnest(?::BIGINT[])) "
+        "ORDER BY response_id",
+        [pids],
+    ).fetchall()
+    by_text, by_id, next_pos = {}, {}, {}
+    for pid, text, rid, pos in rows:
+        by_text.setdefault((pid, text), rid)
+        by_id[rid] = (pid, text)
+        next_pos[pid] = max(next_pos.get(pid, 0), pos + 1)
+    return by_text, by_id, next_pos
 
 
 def insert_rankings(
     con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], import_id: int | None = None
 ) -> InsertResult:
-    """Write rankings whose external key is new; re-imported ones are counted in `already` and left alone."""
+    """Write rankings whose external key is new; re-imported ones are counted in `already` and left alone.
+
+    Each item is matched to a stored response of its prompt (by id when given and the text agrees, else by text),
+    and the rest become new responses. Everything is planned in Python first and written in four statements
+    (prompts, responses, rankings, items), whatever the number of rankings: a 1,000-ranking import is one short
+    write inside the caller's transaction."""
     result = InsertResult()
     keys = [r.external_key for r in rankings if r.external_key]
     seen = set()
@@ -117,36 +104,73 @@ def insert_rankings(
                 "SELECT external_key FROM rankings WHERE external_key IN (SELECT unnest(?::VARCHAR[]))", [keys]
             ).fetchall()
         }
-    ids = prompt_ids(con, [r.prompt for r in rankings], source=f"import:{rankings[0].source}") if rankings else {}
+    todo = []
     for r in rankings:
         if r.external_key and r.external_key in seen:
             result.already += 1
             continue
         if r.external_key:
             seen.add(r.external_key)
-        prompt_id = ids[r.prompt]
-        response_ids = _response_ids(con, prompt_id, r.items, model_id=f"import:{r.source}")
-        ranking_id = con.execute(
-            """INSERT INTO rankings (prompt_id, annotator, source, external_key, import_id, lead_time_s,
-                                     skipped, skip_reason, flags)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
-            [
-                prompt_id,
-                r.annotator,
-                r.source,
-                r.external_key,
-                import_id,
-                r.lead_time_s,
-                r.skipped,
-                r.skip_reason,
-                r.flags,
-            ],
-        ).fetchone()[0]
-        con.executemany(
-            "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) VALUES (?, ?, ?, ?)",
-            [[ranking_id, rid, it.rank, it.shown_position] for rid, it in zip(response_ids, r.items, strict=True)],
-        )
+        todo.append(r)
+    if not todo:
+        return result
+    ids = prompt_ids(con, [r.prompt for r in todo], source=f"import:{todo[0].source}")
+    by_text, by_id, next_pos = _stored_responses(con, sorted({ids[r.prompt] for r in todo}))
+    new_responses = []  # (prompt_id, text, model_id, position); their ids are -1, -2, ... until allocated
+    items = []  # (ranking index, response id or placeholder, rank, shown position)
+    for n, r in enumerate(todo):
+        pid = ids[r.prompt]
+        for it in r.items:
+            if it.response_id is not None and by_id.get(it.response_id) == (pid, it.text):
+                rid = it.response_id
+            elif (pid, it.text) in by_text:
+                rid = by_text[(pid, it.text)]
+            else:
+                position = next_pos.get(pid, 0)
+                next_pos[pid] = position + 1
+                new_responses.append((pid, it.text, f"import:{r.source}", position))
+                rid = by_text[(pid, it.text)] = -len(new_responses)
+            items.append((n, rid, it.rank, it.shown_position))
         result.added += 1
         result.pairs += r.n_pairs
         result.flagged += bool(r.flags)
+    response_ids = next_ids(con, "response_ids", len(new_responses))
+    if new_responses:
+        con.execute(
+            "INSERT INTO responses (response_id, prompt_id, text, model_id, position) "
+            "SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+            "unnest(?::INTEGER[])",
+            [response_ids, *map(list, zip(*new_responses, strict=True))],
+        )
+    ranking_ids = next_ids(con, "ranking_ids", len(todo))
+    con.execute(
+        """INSERT INTO rankings (ranking_id, prompt_id, annotator, source, external_key, import_id, lead_time_s,
+                                 skipped, skip_reason, flags)
+           SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
+                  unnest(?::VARCHAR[]), ?, unnest(?::DOUBLE[]), unnest(?::BOOLEAN[]), unnest(?::VARCHAR[]),
+                  unnest(?::VARCHAR[][])""",
+        [
+            ranking_ids,
+            [ids[r.prompt] for r in todo],
+            [r.annotator for r in todo],
+            [r.source for r in todo],
+            [r.external_key for r in todo],
+            import_id,
+            [r.lead_time_s for r in todo],
+            [r.skipped for r in todo],
+            [r.skip_reason for r in todo],
+            [list(r.flags) for r in todo],
+        ],
+    )
+    if items:
+        con.execute(
+            "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) "
+            "SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
+            [
+                [ranking_ids[n] for n, _, _, _ in items],
+                [response_ids[-rid - 1] if rid < 0 else rid for _, rid, _, _ in items],
+                [rank for _, _, rank, _ in items],
+                [pos for _, _, _, pos in items],
+            ],
+        )
     return result

@@ -26,6 +26,7 @@ REVIEWED = {
     "table": "a table name parsed from our own schema files",
     "name": "a sequence name parsed from our own schema files",
     "int(start)": "an integer",
+    "sequence": "a sequence name, a constant at every call of store.prompts.next_ids",
     "sql_string(tmp)": "a path, quoted by store.db.sql_string: COPY ... TO takes no parameter",
     "sql_string(path)": "a path, quoted by store.db.sql_string: COPY ... TO takes no parameter",
     "sql_string(partial.resolve())": "a path, quoted by store.db.sql_string: EXPORT DATABASE takes no parameter",
