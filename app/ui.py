@@ -108,17 +108,20 @@ def build_app(ctx: AppContext):
         with gr.Tabs():
             with gr.Tab("Annotate", id="annotate"):
                 build_annotate_tab(ctx, demo)
-            with gr.Tab("Data", id="data") as data_tab:
+            # under --auth these two start hidden and are shown to admins on page load (Gradio 6 shows a hidden tab
+            # on an update, but does not hide a shown one)
+            with gr.Tab("Data", id="data", visible=not ctx.auth) as data_tab:
                 build_data_tab(ctx, demo)
-            with gr.Tab("Train", id="train") as train_tab:
+            with gr.Tab("Train", id="train", visible=not ctx.auth) as train_tab:
                 build_train_tab(ctx, demo)
             with gr.Tab("Compare", id="compare") as compare:
                 build_compare_tab(ctx, demo, compare)
         if ctx.auth:  # an annotator sees Annotate and Compare; the endpoints behind the others refuse them too
 
-            def tabs_for(request: gr.Request):
+            def tabs_for(request):
                 return gr.Tab(visible=ctx.is_admin(request)), gr.Tab(visible=ctx.is_admin(request))
 
+            tabs_for.__annotations__ = {"request": gr.Request}  # a real class: this module's annotations are strings
             demo.load(tabs_for, None, [data_tab, train_tab], api_visibility="private")
     return demo
 

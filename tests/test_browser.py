@@ -54,6 +54,9 @@ def test_log_in_rank_by_drag_and_keyboard_and_submit(browser, db, tmp_path):
         shown = [text for _, text in _cards(page)]
         assert [r for r, _ in _cards(page)] == [1, 2, 3, 4]
         assert "you: 0 ranked" in page.inner_text("#annotate-progress")
+        # an annotator (no --admins) sees Annotate and Compare; Data and Train are not shown to them
+        tabs = [t.inner_text().strip() for t in page.query_selector_all("button[role=tab]") if t.is_visible()]
+        assert "Annotate" in tabs and "Compare" in tabs and "Data" not in tabs and "Train" not in tabs, tabs
         # drag the third response to the top: ranks 1..4 follow the new order
         page.drag_and_drop("#ranker .card:nth-child(3)", "#ranker .card:nth-child(1)")
         page.wait_for_function("document.querySelector('#ranker .card .text').innerText === " + repr(shown[2]))
@@ -80,3 +83,23 @@ def test_log_in_rank_by_drag_and_keyboard_and_submit(browser, db, tmp_path):
     assert [(t, rank, pos) for t, rank, pos, _, _ in rows] == [(t, final[t], pos) for pos, t in enumerate(shown)]
     assert {a for *_, a, _ in rows} == {"ann"} and all(lead > 0 for *_, lead in rows)
     assert query(db, "SELECT count(*) FROM pairs") == [(5,)]  # ranks 1,1,2,3: 6 pairs less the tie
+
+
+@pytest.mark.browser
+def test_an_admin_login_shows_the_data_and_train_tabs(browser, db, tmp_path):
+    seed_store(db, 1)
+    users = tmp_path / "users.txt"
+    users.write_text("ann:pw-ann\nboss:pw-boss\n")
+    app = AppServer(db, "--auth", str(users), "--admins", "boss")
+    page = browser.new_page()
+    try:
+        page.goto(app.url)
+        page.fill("input[type=text]", "boss")
+        page.fill("input[type=password]", "pw-boss")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("button[role=tab]:has-text('Train')", timeout=30_000)
+        tabs = [t.inner_text().strip() for t in page.query_selector_all("button[role=tab]") if t.is_visible()]
+        assert tabs == ["Annotate", "Data", "Train", "Compare"]
+    finally:
+        page.close()
+        app.stop()
