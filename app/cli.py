@@ -11,7 +11,7 @@ import os
 import sys
 
 from app.config_args import add_dataclass_args, dataclass_from_args
-from app.demo import DemoConfig
+from app.demo_config import QUICK, DemoConfig
 from store.errors import StoreError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
@@ -184,7 +184,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.demo import QUICK, check, headline, new_demo_dir, run_demo
+    from app.demo import check, headline, new_demo_dir, run_demo
 
     cfg = dataclass_from_args(DemoConfig, args)
     if args.quick:  # the quick preset fills in what the command line left at its default

@@ -23,13 +23,13 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from annotation.winrate import bootstrap_ci
+from app.demo_config import DemoConfig
 from app.sampling import run_sampling
 from app.training import prepare_ppo_run, prepare_reward_run, run_training
 from store.db import connect, write
@@ -43,40 +43,6 @@ from training.runs import read_metrics, read_status
 
 DEMO_PROMPTS = "demo_prompts.txt"
 
-
-@dataclass
-class DemoConfig:
-    model: str = field(default="default", metadata={"help": "SFT model: 'default', 'tiny' or a local HF folder"})
-    reward_base: str = field(default="", metadata={"help": "reward-model base (default: the SFT model)"})
-    n_prompts: int = field(default=0, metadata={"help": "use the first N bundled prompts (0 = all 500)"})
-    heldout: int = field(default=64, metadata={"help": "prompts kept out of training, for the evaluation"})
-    k: int = field(default=4, metadata={"help": "responses per prompt"})
-    max_new_tokens: int = field(default=64, metadata={"help": "longest response (sampling, PPO, evaluation)"})
-    min_new_tokens: int = field(default=8, metadata={"help": "shortest response in tokens (EOS held back until then)"})
-    dtype: str = field(default="bf16", metadata={"help": "fp32 or bf16"})
-    rm_epochs: int = field(default=2, metadata={"help": "reward-model epochs"})
-    rm_lr: float = field(default=1e-5, metadata={"help": "reward-model learning rate"})
-    ppo_epochs: int = field(default=2, metadata={"help": "PPO passes over the training prompts"})
-    ppo_steps: int = field(default=0, metadata={"help": "stop PPO after this many steps (0 = all epochs)"})
-    actor_lr: float = field(default=1e-5, metadata={"help": "actor learning rate"})
-    critic_lr: float = field(default=5e-6, metadata={"help": "critic learning rate"})
-    kl_ctl: float = field(default=0.1, metadata={"help": "KL penalty coefficient"})
-    seed: int = field(default=0, metadata={"help": "seed of sampling, training and evaluation"})
-
-
-# Quick mode: tiny models, a few dozen prompts; a couple of minutes on two CPU cores.
-QUICK = dict(
-    model="tiny",
-    n_prompts=120,
-    heldout=24,
-    max_new_tokens=32,
-    dtype="fp32",
-    rm_epochs=4,
-    rm_lr=2e-3,
-    ppo_epochs=3,
-    actor_lr=5e-3,
-    critic_lr=1e-3,
-)
 
 # What "it worked" means: the thresholds for the full demo, the right direction for --quick.
 FULL_BARS = {"rm_accuracy": 0.85, "win_rate": 0.65}
