@@ -52,14 +52,20 @@ rankings.insert_rankings = insert_rankings
 """
 
 
+def hooked(tmp_path: Path, code: str) -> str:
+    """A PYTHONPATH under which every Python process starts by running `code` (as its sitecustomize), then finds
+    this repository."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(code)
+    return os.pathsep.join([str(hook), str(ROOT)])
+
+
 def test_kill_9_inside_a_batch_import_leaves_all_of_it_or_none(db, tmp_path):
     """1,000 rankings are written in one transaction; the app is killed after every row is written and before the
     commit. The store then has the ranking acknowledged before, and none of the 1,000."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(IMPORT_HOOK)
     inside = tmp_path / "inside"
-    env = {"PYTHONPATH": os.pathsep.join([str(hook), str(ROOT)]), "RLHF_TEST_INSIDE": str(inside)}
+    env = {"PYTHONPATH": hooked(tmp_path, IMPORT_HOOK), "RLHF_TEST_INSIDE": str(inside)}
     acked = ls_export(tmp_path / "acked.json", 1, first=5000)
     big = ls_export(tmp_path / "big.json", 1000)
     app = AppServer(db, env=env)
@@ -254,29 +260,19 @@ torch.save = save
 """
 
 
-def test_killed_between_two_checkpoint_files_resumes_from_the_last_whole_checkpoint(tmp_path, tiny_model_dir):
+def test_killed_between_two_checkpoint_files_resumes_from_the_last_whole_one(tmp_path, tiny_model_dir, monkeypatch):
     """ZeRO-2 writes a checkpoint as two files (model states, optimizer states) and then `latest`. The process is
     killed after the first file of step 8: `latest` still names step 4, which is whole, and the resume starts there
     and finishes."""
     from app.training import resume_run
     from training.runs import effective_status, read_metrics
 
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HOOK)
     saved = tmp_path / "saved.txt"
-    env = {"PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]), "RLHF_TEST_SAVED": str(saved)}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        run, proc = _train(tmp_path, tiny_model_dir, tmp_path / "runs")
-        proc.wait(timeout=300)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    monkeypatch.setenv("PYTHONPATH", hooked(tmp_path, HOOK))  # the launcher passes it on to the ranks
+    monkeypatch.setenv("RLHF_TEST_SAVED", str(saved))
+    run, proc = _train(tmp_path, tiny_model_dir, tmp_path / "runs")
+    proc.wait(timeout=300)
+    monkeypatch.undo()  # the resume runs without the hook
     (written,) = saved.read_text().splitlines()  # one file of step 8 was written, then the kill
     ckpt = run / "checkpoints"
     assert sorted(p.name for p in (ckpt / "step8").iterdir()) == [Path(written).name]

