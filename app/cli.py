@@ -372,7 +372,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="with --stats: print JSON")
     s.add_argument("--drop-flagged", action="store_true", help="leave out rankings flagged as suspicious")
     s.set_defaults(func=cmd_pairs)
+    _db_after_the_command(p)
     return p
+
+
+def _db_after_the_command(parser: argparse.ArgumentParser) -> None:
+    """Every command also takes --db after its name (`rlhf pairs --stats --db my.duckdb`). Its default is
+    SUPPRESS, so a command that is not given one keeps the value from before the command (or the default)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument(
+                    "--db", default=argparse.SUPPRESS, help="store file (also accepted before the command)"
+                )
+                _db_after_the_command(sub)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

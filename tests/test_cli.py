@@ -71,3 +71,45 @@ def test_pairs_into_a_missing_folder_or_unknown_format(cli, tmp_path):
     assert code == 1 and "folder" in err and "does not exist" in err
     code, _, err = cli("pairs", "--out", str(tmp_path / "p.xlsx"))
     assert code == 1 and "must end in .jsonl, .parquet or .csv" in err
+
+
+# One argv per command, each with --db after the command's name (the README says every command takes it).
+DB_AFTER = {
+    "ui": ["ui"],
+    "init": ["init"],
+    "prompts": ["prompts", "add", "p.txt"],
+    "sample": ["sample", "--k", "2"],
+    "import": ["import", "r.jsonl"],
+    "import-ls": ["import-ls", "e.json"],
+    "export-ls": ["export-ls", "out"],
+    "train-rm": ["train-rm"],
+    "train-ppo": ["train-ppo"],
+    "backup": ["backup", "out"],
+    "restore": ["restore", "b"],
+    "demo": ["demo", "--quick"],
+    "stop": ["stop", "runs/x"],
+    "runs": ["runs"],
+    "pairs": ["pairs", "--stats"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(DB_AFTER))
+def test_db_is_accepted_after_every_command(command, tmp_path):
+    from app.cli import build_parser, parse
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert set(commands) == set(DB_AFTER)  # a new command gets a case here
+    after = str(tmp_path / "after.duckdb")
+    assert parse([*DB_AFTER[command], "--db", after]).db == after
+    assert parse(["--db", "before.duckdb", *DB_AFTER[command]]).db == "before.duckdb"  # before still works
+
+
+def test_db_after_the_command_runs_on_that_store(db, tmp_path, capsys):
+    from app.cli import main
+
+    assert main(["import", str(DATA / "native_example.jsonl"), "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["pairs", "--stats", "--json", "--db", db]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert main(["--db", db, "pairs", "--stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == after and after["rankings"] > 0
