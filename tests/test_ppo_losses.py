@@ -36,6 +36,9 @@ T = torch.tensor
         (-2.0, [1, 1, 0, 0], [-0.01, 0.03, -2.02, 0.0]),
         # clipped from below: -9 -> -5 at index 3
         (-9.0, [0, 1, 1, 0], [-0.01, 0.03, -0.02, -5.0]),
+        # the mask fills the last position (a response cut at the limit, DeepSpeed-Chat's mask): mask[1:] sums to 3
+        # -> ends = 1 + 3 + 1 = 5 > L = 4; DeepSpeed-Chat's rewards[start:5][-1] is index 3: 0 + 2 = 2
+        (2.0, [1, 1, 1, 1], [-0.01, 0.03, -0.02, 2.0]),
     ],
 )
 def test_compute_rewards_by_hand(score, mask, expected):
@@ -124,14 +127,13 @@ def loop_rewards(log_probs, ref_log_probs, score, action_mask, start, kl_ctl, cl
     return rewards
 
 
-def loop_gae(values, rewards, start, gamma, lam):
-    last, out = 0.0, []
-    for t in reversed(range(start, rewards.shape[1])):
-        nv = values[:, t + 1] if t < rewards.shape[1] - 1 else 0.0
-        delta = rewards[:, t] + gamma * nv - values[:, t]
-        last = delta + gamma * lam * last
-        out.append(last)
-    adv = torch.stack(out[::-1], 1)
+def closed_form_gae(values, rewards, start, gamma, lam):
+    """GAE written out per position, not as the backward recursion the code uses:
+    A_t = sum_{u >= t} (gamma * lam)^(u - t) * delta_u, delta_u = r_u + gamma * V_{u+1} - V_u, V_L = 0."""
+    L = rewards.shape[1]
+    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
+    deltas = rewards + gamma * next_values - values
+    adv = torch.stack([sum((gamma * lam) ** (u - t) * deltas[:, u] for u in range(t, L)) for t in range(start, L)], 1)
     return adv, adv + values[:, start:]
 
 
@@ -161,7 +163,8 @@ def loop_critic(values, old, returns, mask, c):
 def test_vectorised_functions_match_plain_loops_with_padding(seed):
     g = torch.Generator().manual_seed(seed)
     B, L, start = 6, 12, 4
-    lengths = torch.randint(1, L - start, (B,), generator=g)  # response tokens before the padding
+    # response tokens before the padding, up to the whole length (the mask then fills the last position)
+    lengths = torch.randint(1, L - start + 1, (B,), generator=g)
     mask = torch.zeros(B, L, dtype=torch.long)
     for i, n in enumerate(lengths):
         mask[i, : start + n] = 1
@@ -173,7 +176,7 @@ def test_vectorised_functions_match_plain_loops_with_padding(seed):
 
     rewards, values = zero_after_end(rewards, mask, start), zero_after_end(values, mask, start)
     a, r = get_advantages_and_returns(values, rewards, start, 0.99, 0.9)
-    a2, r2 = loop_gae(values, rewards, start, 0.99, 0.9)
+    a2, r2 = closed_form_gae(values, rewards, start, 0.99, 0.9)
     assert torch.allclose(a, a2, atol=1e-5) and torch.allclose(r, r2, atol=1e-5)
 
     m = mask[:, start:].float()

@@ -53,13 +53,16 @@ def compute_rewards(
     kl_estimator: str = "k1",
 ) -> torch.Tensor:
     """Per-token rewards (B, L): r_t = -kl_ctl * KL_t, plus clip(score, +-clip_reward_value) at position
-    ends - 1 with ends = start + action_mask[:, start:].sum(1) + 1.
+    min(ends, L) - 1 with ends = start + action_mask[:, start:].sum(1) + 1.
 
     The score lands on the last position the mask counts, plus one. The trainer passes a mask without the last
     response token, so the score lands on the token that emits EOS (or the last token of a response cut at the
-    length limit), while the EOS itself stays inside the loss mask (DeepSpeed-Chat masks it, since pad = eos)."""
+    length limit), while the EOS itself stays inside the loss mask (DeepSpeed-Chat masks it, since pad = eos).
+    A mask that counts every position up to L (DeepSpeed-Chat's own convention for a response cut at the limit)
+    gives ends = L + 1; DeepSpeed-Chat's slice `rewards[j, start:ends[j]][-1]` then takes position L - 1, and so
+    does the clamp here."""
     rewards = -kl_ctl * kl_estimate(log_probs, ref_log_probs, kl_estimator)
-    ends = start + action_mask[:, start:].sum(1).long() + 1  # (B,)
+    ends = (start + action_mask[:, start:].sum(1).long() + 1).clamp(max=rewards.shape[1])  # (B,)
     score = reward_score.clamp(-clip_reward_value, clip_reward_value).to(rewards.dtype)
     return rewards.scatter_add(1, (ends - 1).unsqueeze(1), score.unsqueeze(1))
 
