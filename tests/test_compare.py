@@ -2,7 +2,7 @@
 
 import pytest
 
-from annotation.winrate import bootstrap_ci, win_rate, win_table
+from annotation.winrate import bootstrap_ci, wilson_interval, win_rate, win_table
 from tests.conftest import query
 
 
@@ -27,8 +27,25 @@ def test_win_rate_and_table_by_hand():
         5,
     )
     assert row["win_rate"] == pytest.approx(2.5 / 4)  # (2 + 0.5) / 4
-    lo, hi = row["ci"]
-    assert 0.0 <= lo <= row["win_rate"] <= hi <= 1.0
+    # Wilson, p = .625, n = 4, z^2 = 3.8416: center = (.625 + .4802) / 1.9604 = .56376,
+    # half = 1.96 * sqrt(.234375 / 4 + 3.8416 / 64) / 1.9604 = 1.96 * .34437 / 1.9604 = .34430
+    assert row["ci"] == pytest.approx((0.21946, 0.90806), abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "outcomes, expected",
+    [
+        # one win: p = 1, z^2 = 3.8416: center = 2.9208 / 4.8416 = .60327, half = 1.96 * .98 / 4.8416 = .39673
+        ([1.0], (0.20654, 1.0)),
+        # one loss: the mirror image
+        ([0.0], (0.0, 0.79346)),
+        # 7 of 10: center = (.7 + .19208) / 1.38416 = .64449, half = 1.96 * sqrt(.021 + .009604) / 1.38416 = .24772
+        ([1.0] * 7 + [0.0] * 3, (0.39677, 0.89221)),
+    ],
+)
+def test_wilson_interval_by_hand_is_an_interval_at_one_vote(outcomes, expected):
+    assert wilson_interval(outcomes) == pytest.approx(expected, abs=1e-4)
+    assert bootstrap_ci([1.0]) == (1.0, 1.0)  # what the table showed before: no interval at all
 
 
 def test_bootstrap_interval_narrows_with_more_votes_and_is_degenerate_when_unanimous():
