@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from app.config_args import add_dataclass_args, dataclass_from_args
+from app.config_args import add_dataclass_args, dataclass_from_args, given_args
 from app.demo_config import QUICK, DemoConfig
 from store.errors import StoreError
 from training.generation import SamplingConfig
@@ -186,10 +186,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
     from app.demo import check, headline, new_demo_dir, run_demo
 
-    cfg = dataclass_from_args(DemoConfig, args)
-    if args.quick:  # the quick preset fills in what the command line left at its default
-        defaults = DemoConfig()
-        cfg = dataclasses.replace(cfg, **{k: v for k, v in QUICK.items() if getattr(cfg, k) == getattr(defaults, k)})
+    cfg = demo_config(args)
     check(cfg)  # a bad setting is one line, before the demo folder exists
     folder = new_demo_dir(Path(args.runs_dir))
     print(f"demo {folder.name}: {folder}", flush=True)
@@ -198,6 +195,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
     failed = [name for name, ok in results["checks"].items() if not ok]
     if failed:
         raise StoreError(f"the demo finished but {len(failed)} check(s) failed: {'; '.join(failed)}")
+
+
+def demo_config(args: argparse.Namespace) -> DemoConfig:
+    """The flags given on the command line win over the quick preset, which wins over the defaults
+    (`--quick --dtype bf16` runs in bf16, `--quick --model default` on the default model)."""
+    base = DemoConfig(**QUICK) if args.quick else DemoConfig()
+    return dataclasses.replace(base, **given_args(DemoConfig, args))
 
 
 def cmd_backup(args: argparse.Namespace) -> None:
@@ -356,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="the whole loop with a scripted annotator on the bundled prompts, and a report")
     s.add_argument("--quick", action="store_true", help="tiny models and a few dozen prompts (minutes; for CI)")
     s.add_argument("--runs-dir", default="runs", help="where the demo folder goes (default ./runs)")
-    add_dataclass_args(s, DemoConfig)
+    add_dataclass_args(s, DemoConfig, given_only=True)
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("stop", help="stop a running training run after its current step (checkpointed, resumable)")
