@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -44,9 +45,11 @@ from training.runs import read_metrics, read_status
 DEMO_PROMPTS = "demo_prompts.txt"
 
 
-# What "it worked" means: the issue's thresholds for the full demo, the right direction for --quick.
+# What "it worked" means: the issue's thresholds for the full demo, the right direction for --quick. A bar at
+# chance (0.5) must be beaten, not met: a win rate of exactly 0.5 is no evidence that PPO did anything.
 FULL_BARS = {"rm_accuracy": 0.85, "win_rate": 0.65}
 QUICK_BARS = {"rm_accuracy": 0.5, "win_rate": 0.5}
+CHANCE = 0.5
 
 
 def demo_prompts_path() -> Path:
@@ -288,7 +291,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     lo, hi = bootstrap_ci(per_prompt, seed=cfg.seed)
     t = lap("evaluation", t)
 
-    steps = [r for r in read_metrics(ppo_run) if "loss/actor" in r]
+    curve = ppo_curve(ppo_run)
     bars = QUICK_BARS if quick else FULL_BARS
     results = {
         "quick": quick,
@@ -310,9 +313,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "words_actor": mean_words(actor),
         "win_rate": win,
         "win_rate_ci95": [lo, hi],
-        "kl_per_step": [r["reward/kl"] for r in steps],
-        "score_per_step": [r["reward/score_mean"] for r in steps],
-        "ppo_steps": len(steps),
+        **curve,
         "timings_s": timings,
         "total_s": round(time.time() - t0, 1),
     }
@@ -330,17 +331,51 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     return results
 
 
+def ppo_curve(run: Path) -> dict:
+    """The run's own count of steps (its status.json) and, for each step 1..N, the KL and score its metrics row
+    reports, None where no row or no value is there: a step that logged no KL is a gap the checks can see, not a
+    step that is missing from both sides of the comparison."""
+    by_step = {r["step"]: r for r in read_metrics(run) if "loss/actor" in r}  # a resumed step: its last row
+    n = int(read_status(run).get("step") or 0)
+    rows = [by_step.get(step, {}) for step in range(1, n + 1)]
+    return {
+        "ppo_steps": n,
+        "kl_per_step": [r.get("reward/kl") for r in rows],
+        "score_per_step": [r.get("reward/score_mean") for r in rows],
+    }
+
+
+def _passes(value: float, bar: float) -> bool:
+    return value > bar if bar == CHANCE else value >= bar
+
+
+def _bar(bar: float) -> str:
+    return f"above {bar:.0%} (chance)" if bar == CHANCE else f">= {bar:.0%}"
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
 def checks(r: dict, bars: dict) -> dict[str, bool]:
     """The demo's claims, each true or false."""
     kl = r["kl_per_step"]
     return {
-        f"reward-model accuracy on held-out prompts >= {bars['rm_accuracy']:.0%}": r["rm_accuracy_heldout_prompts"]
-        >= bars["rm_accuracy"],
+        f"reward-model accuracy on held-out prompts {_bar(bars['rm_accuracy'])}": _passes(
+            r["rm_accuracy_heldout_prompts"], bars["rm_accuracy"]
+        ),
         "the actor's mean reward-model score rose": r["score_actor"] > r["score_reference"],
-        "KL to the reference reported at every PPO step": bool(kl) and all(x == x for x in kl),
-        f"win rate over the reference by the scripted annotator >= {bars['win_rate']:.0%}": r["win_rate"]
-        >= bars["win_rate"],
+        "KL to the reference reported at every PPO step": r["ppo_steps"] > 0
+        and len(kl) == r["ppo_steps"]
+        and all(_finite(x) for x in kl),
+        f"win rate over the reference by the scripted annotator {_bar(bars['win_rate'])}": _passes(
+            r["win_rate"], bars["win_rate"]
+        ),
     }
+
+
+def _nats(x: object) -> str:
+    return f"{x:.3f}" if _finite(x) else "missing"
 
 
 def headline(r: dict) -> list[str]:
@@ -349,8 +384,8 @@ def headline(r: dict) -> list[str]:
         f"{r['heldout_prompts']} held-out prompts ({r['rm_accuracy_eval_split']:.1%} on its own eval split)",
         f"mean reward-model score on held-out prompts: reference {r['score_reference']:.3f} -> actor "
         f"{r['score_actor']:.3f}; mean words {r['words_reference']:.1f} -> {r['words_actor']:.1f}",
-        f"KL to the reference per PPO step: first {r['kl_per_step'][0]:.3f}, last {r['kl_per_step'][-1]:.3f} nats "
-        f"({r['ppo_steps']} steps)",
+        f"KL to the reference per PPO step: first {_nats((r['kl_per_step'] or [None])[0])}, last "
+        f"{_nats((r['kl_per_step'] or [None])[-1])} nats ({r['ppo_steps']} steps)",
         f"win rate of the actor over the reference (scripted annotator): {r['win_rate']:.1%} "
         f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
     ]

@@ -89,3 +89,65 @@ def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--quick"], {"model": "tiny", "dtype": "fp32", "n_prompts": 120}),  # the preset
+        (["--quick", "--dtype", "bf16"], {"model": "tiny", "dtype": "bf16"}),  # bf16 is also the default
+        (["--quick", "--model", "default"], {"model": "default", "dtype": "fp32"}),
+        (["--dtype", "fp32"], {"model": "default", "dtype": "fp32", "n_prompts": 0}),
+        ([], {"model": "default", "dtype": "bf16", "n_prompts": 0}),  # the defaults
+    ],
+)
+def test_flags_on_the_command_line_win_over_the_quick_preset(flags, expected):
+    from app.cli import demo_config, parse
+
+    cfg = demo_config(parse(["demo", *flags]))
+    assert {k: getattr(cfg, k) for k in expected} == expected
+
+
+def _fake_ppo_run(folder, status_step: int, rows: list[dict]):
+    folder.mkdir()
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "step": status_step}))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"loss/actor": 0.1, **r}) + "\n" for r in rows))
+    return folder
+
+
+GOOD = {"rm_accuracy_heldout_prompts": 0.7, "score_actor": 1.0, "score_reference": 0.0, "win_rate": 0.6}
+KL = "KL to the reference reported at every PPO step"
+
+
+@pytest.mark.parametrize(
+    "status_step, rows, kl_ok",
+    [
+        (2, [{"step": 1, "reward/kl": 0.1}, {"step": 2, "reward/kl": 0.2}], True),
+        (3, [{"step": 1, "reward/kl": 0.1}, {"step": 2}, {"step": 3, "reward/kl": 0.3}], False),  # no KL at step 2
+        (3, [{"step": 1, "reward/kl": 0.1}, {"step": 2, "reward/kl": 0.2}], False),  # step 3 logged nothing
+        (2, [{"step": 1, "reward/kl": 0.1}, {"step": 2, "reward/kl": float("nan")}], False),
+        (0, [], False),  # no PPO step at all
+    ],
+)
+def test_the_kl_check_fails_on_a_run_where_kl_is_missing(tmp_path, status_step, rows, kl_ok):
+    from app.demo import QUICK_BARS, checks, headline, ppo_curve
+
+    curve = ppo_curve(_fake_ppo_run(tmp_path / "ppo", status_step, rows))
+    assert curve["ppo_steps"] == status_step and len(curve["kl_per_step"]) == status_step
+    r = {**GOOD, **curve}
+    assert checks(r, QUICK_BARS)[KL] is kl_ok
+    r.update(checks=checks(r, QUICK_BARS), rm_accuracy_pairs=1, heldout_prompts=1, rm_accuracy_eval_split=1.0)
+    r.update(words_reference=1.0, words_actor=1.0, win_rate_ci95=[0.0, 1.0], folder=str(tmp_path), total_s=1.0)
+    assert any(line.startswith("KL to the reference") for line in headline(r))  # the headline survives a gap
+
+
+@pytest.mark.parametrize(
+    "win_rate, quick_ok, full_ok", [(0.5, False, False), (0.51, True, False), (0.65, True, True), (0.4, False, False)]
+)
+def test_the_win_rate_check_fails_at_chance(win_rate, quick_ok, full_ok):
+    from app.demo import FULL_BARS, QUICK_BARS, checks
+
+    r = {**GOOD, "win_rate": win_rate, "ppo_steps": 1, "kl_per_step": [0.1]}
+    (quick,) = [ok for name, ok in checks(r, QUICK_BARS).items() if name.startswith("win rate")]
+    (full,) = [ok for name, ok in checks(r, FULL_BARS).items() if name.startswith("win rate")]
+    assert (quick, full) == (quick_ok, full_ok)
