@@ -23,11 +23,13 @@ class SampleReport:
     responses: int = 0
     duplicates: int = 0
     empty: int = 0
+    dtype: str = ""  # the dtype the sampler picked, and why
 
     def line(self) -> str:
         prompts = f"{self.prompts} prompt{'' if self.prompts == 1 else 's'}"
+        dtype = f" in {self.dtype}" if self.dtype else ""
         return (
-            f"sampled {self.responses} responses for {prompts} "
+            f"sampled {self.responses} responses for {prompts}{dtype} "
             f"({self.duplicates} identical to another sample, {self.empty} empty)"
         )
 

@@ -16,6 +16,7 @@ from store.errors import StoreError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
 from training.ppo.config import PPOConfig
+from training.precision import with_resolved_dtype
 from training.reward.config import RewardConfig
 
 
@@ -110,10 +111,10 @@ def cmd_pairs(args: argparse.Namespace) -> None:
 def cmd_train_rm(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.training import resume_run, run_reward
+    from app.training import prepare_reward_run, resume_run, run_training
     from training.reward.config import RewardConfig
 
-    cfg = dataclass_from_args(RewardConfig, args)
+    cfg, dtype_line = with_resolved_dtype(dataclass_from_args(RewardConfig, args))
 
     def show(row: dict) -> None:
         if "loss/rm" in row:
@@ -133,15 +134,9 @@ def cmd_train_rm(args: argparse.Namespace) -> None:
         run = Path(args.resume)
         status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
-        run, status = run_reward(
-            args.db,
-            cfg,
-            Path(args.runs_dir),
-            pairs=args.pairs,
-            num_accelerators=args.num_accelerators,
-            hostfile=args.hostfile,
-            on_metrics=show,
-        )
+        run = prepare_reward_run(args.db, cfg, Path(args.runs_dir), args.pairs)
+        print(f"run {run.name}: {run}, {dtype_line}", flush=True)
+        status = run_training("reward", run, args.num_accelerators, args.hostfile, on_metrics=show)
     if status.get("state") == "stopped":
         print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
         return
@@ -167,8 +162,9 @@ def cmd_train_ppo(args: argparse.Namespace) -> None:
     if args.resume:
         run = Path(args.resume)
     else:
-        run = prepare_ppo_run(args.db, dataclass_from_args(PPOConfig, args), Path(args.runs_dir), args.prompts)
-        print(f"run {run.name}: {run}", flush=True)
+        cfg, dtype_line = with_resolved_dtype(dataclass_from_args(PPOConfig, args))
+        run = prepare_ppo_run(args.db, cfg, Path(args.runs_dir), args.prompts)
+        print(f"run {run.name}: {run}, {dtype_line}", flush=True)
     if args.resume:
         status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
@@ -342,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_train_rm)
 
     s = sub.add_parser("train-ppo", help="PPO on DeepSpeed: actor, reference, critic and reward models")
-    s.add_argument("--prompts", help="prompts .txt/.jsonl or a snapshot folder (default: the store's prompts)")
+    s.add_argument(
+        "--prompts", help="prompts .txt/.jsonl/.csv (read as `prompts add` reads them) or a snapshot folder"
+    )
     add_launch_args(s)
     add_dataclass_args(s, PPOConfig, skip=("prompts", "output_dir"))
     s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")

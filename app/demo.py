@@ -73,8 +73,8 @@ def check(cfg: DemoConfig) -> None:
 
     if cfg.k < 2:
         raise StoreError(f"--k must be at least 2 to rank responses, got {cfg.k}")
-    if cfg.dtype not in ("fp32", "bf16"):
-        raise StoreError(f"--dtype must be fp32 or bf16, got {cfg.dtype}")
+    if cfg.dtype not in ("auto", "fp32", "bf16"):
+        raise StoreError(f"--dtype must be auto, fp32 or bf16, got {cfg.dtype}")
     if not 1 <= cfg.min_new_tokens < cfg.max_new_tokens:
         raise StoreError("--min-new-tokens must be at least 1 and below --max-new-tokens")
     split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
@@ -211,10 +211,13 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
     from training.models import resolve_model
+    from training.precision import with_resolved_dtype
     from training.tiny import build_plain_model, build_talking_model
 
     t0 = time.time()
     timings: dict[str, float] = {}
+    cfg, dtype_line = with_resolved_dtype(cfg)  # every step, and results.json, name the dtype it ran in
+    log(dtype_line)
 
     def lap(name: str, since: float) -> float:
         timings[name] = round(time.time() - since, 1)

@@ -14,7 +14,7 @@ class DemoConfig:
     k: int = field(default=4, metadata={"help": "responses per prompt"})
     max_new_tokens: int = field(default=64, metadata={"help": "longest response (sampling, PPO, evaluation)"})
     min_new_tokens: int = field(default=8, metadata={"help": "shortest response in tokens (EOS held back until then)"})
-    dtype: str = field(default="bf16", metadata={"help": "fp32 or bf16"})
+    dtype: str = field(default="auto", metadata={"help": "auto (bf16 where the CPU or GPU computes it), fp32 or bf16"})
     rm_epochs: int = field(default=2, metadata={"help": "reward-model epochs"})
     rm_lr: float = field(default=1e-5, metadata={"help": "reward-model learning rate"})
     ppo_epochs: int = field(default=2, metadata={"help": "PPO passes over the training prompts"})

@@ -12,14 +12,16 @@ def run_sampling(
     db: str, sampler: Sampler, k: int, limit: int | None = None, progress: Callable[[int, int], None] | None = None
 ) -> SampleReport:
     config = sampler.config
-    return sample_pending(
+    report = sample_pending(
         db,
         sampler,
         k=k,
         model_id=sampler.model_id,
-        params=config.params(k),
+        params=sampler.params(k),
         batch_prompts=config.batch_prompts,
         seed=config.seed,
         limit=limit,
         progress=progress,
     )
+    report.dtype = sampler.dtype_line
+    return report

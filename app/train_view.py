@@ -8,15 +8,17 @@ is rebuilt from the store and the run folders."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from pathlib import Path
 
-from app.training import launch, prepare_ppo_run, prepare_reward_run, run_kind
+from app.training import frozen_prompts, launch, prepare_ppo_run, prepare_reward_run, run_kind
 from store.db import connect
 from store.errors import StoreError
 from store.runs import list_runs
 from training.ppo.config import PPOConfig
+from training.precision import with_resolved_dtype
 from training.reward.config import RewardConfig
 from training.runs import STOP_FILE, effective_status, read_metrics, read_status, request_stop, write_json_atomic
 
@@ -53,9 +55,11 @@ class Runs:
         return run
 
     def start_reward(self, cfg: RewardConfig, data: str | None = None) -> Path:
+        cfg, _ = with_resolved_dtype(cfg)  # the run's config.json, and its status line, name the dtype picked
         return self._launch("reward", prepare_reward_run(self.db, cfg, self.runs_dir, data))
 
     def start_ppo(self, cfg: PPOConfig, prompts: str | None = None) -> Path:
+        cfg, _ = with_resolved_dtype(cfg)
         return self._launch("ppo", prepare_ppo_run(self.db, cfg, self.runs_dir, prompts))
 
     def start_chain(
@@ -67,6 +71,8 @@ class Runs:
             ppo_check.check()  # refuse a bad PPO setting now, not after the reward model has trained
         except ValueError as e:
             raise StoreError(str(e)) from None
+        if prompts:  # a bad prompts file is refused now, not after the reward model has trained
+            prompts = frozen_prompts(prompts, self.runs_dir.parent / "snapshots")
         rm_run = self.start_reward(rm, data)
 
         def then_ppo():
@@ -150,8 +156,6 @@ def plot_frames(run: Path) -> dict[str, list[tuple[int, float]]]:
 
 def samples_rows(run: Path, n: int = 6) -> list[list]:
     """The latest logged completions: [step, score, response, prompt (its end: the template's start repeats)]."""
-    import json
-
     path = run / "samples.jsonl"
     if not path.exists():
         return []
@@ -159,9 +163,19 @@ def samples_rows(run: Path, n: int = 6) -> list[list]:
     return [[r["step"], r["score"], r["response"], r["prompt"].strip()[-160:]] for r in reversed(rows)]
 
 
+def _config_dtype(run: Path) -> str:
+    try:
+        return str(json.loads((run / "config.json").read_text()).get("dtype", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
 def status_line(run: Path) -> str:
     s = effective_status(run)
     parts = [f"**{run.name}**: {s.get('state', 'unknown')}, step {s.get('step', 0)}/{s.get('total_steps', '?')}"]
+    dtype = _config_dtype(run)
+    if dtype:
+        parts.append(dtype)
     if s.get("error"):
         parts.append(f"error: {s['error']}")
     if s.get("state") == "finished":

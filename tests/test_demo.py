@@ -78,7 +78,7 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         (["--model", "/no/such/model"], "/no/such/model"),
         (["--k", "1"], "--k must be at least 2"),
         (["--heldout", "490"], "cannot give 490 held-out"),
-        (["--dtype", "fp16"], "--dtype must be fp32 or bf16"),
+        (["--dtype", "fp16"], "--dtype must be auto, fp32 or bf16"),
         (["--min-new-tokens", "64"], "--min-new-tokens must be"),
     ],
 )
@@ -95,10 +95,10 @@ def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsy
     "flags, expected",
     [
         (["--quick"], {"model": "tiny", "dtype": "fp32", "n_prompts": 120}),  # the preset
-        (["--quick", "--dtype", "bf16"], {"model": "tiny", "dtype": "bf16"}),  # bf16 is also the default
+        (["--quick", "--dtype", "bf16"], {"model": "tiny", "dtype": "bf16"}),  # was the default, lost to the preset
         (["--quick", "--model", "default"], {"model": "default", "dtype": "fp32"}),
         (["--dtype", "fp32"], {"model": "default", "dtype": "fp32", "n_prompts": 0}),
-        ([], {"model": "default", "dtype": "bf16", "n_prompts": 0}),  # the defaults
+        ([], {"model": "default", "dtype": "auto", "n_prompts": 0}),  # the defaults
     ],
 )
 def test_flags_on_the_command_line_win_over_the_quick_preset(flags, expected):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from training.precision import with_resolved_dtype
+
 
 def use_local_extensions_dir() -> Path:
     """DeepSpeed JIT-builds its CPU communication op through torch's extension builder, which keeps the build
@@ -152,6 +154,8 @@ def run_main(config_class, train, description: str, argv: list[str] | None = Non
     args = p.parse_args(argv)
     cfg = config_class.load(args.config)
     cfg.check()
+    cfg, dtype_line = with_resolved_dtype(cfg)  # a hand-written `auto` is decided where the ranks run
+    print(dtype_line, flush=True)
     try:
         train(cfg)
     except BaseException as e:

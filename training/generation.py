@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, model_id, resolve_model
+from training.precision import check_dtype, resolve_dtype
 
 
 @dataclass
@@ -20,7 +21,8 @@ class SamplingConfig:
     min_new_tokens: int = field(default=1, metadata={"help": "shortest response, in tokens (EOS is held back)"})
     batch_prompts: int = field(default=16, metadata={"help": "prompts per generate call (x K sequences)"})
     dtype: str = field(
-        default="fp32", metadata={"help": "fp32 or bf16 (bf16 is about 2x faster on CPUs with AVX-512 bf16)"}
+        default="auto",
+        metadata={"help": "auto (bf16 where the CPU or GPU computes it natively, else fp32), fp32 or bf16"},
     )
     seed: int = field(default=0, metadata={"help": "base seed; each generate call uses seed + its first prompt id"})
 
@@ -50,12 +52,16 @@ class Sampler:
         hf_logging.disable_progress_bar()  # our own progress bar is the one users watch
         if config.temperature <= 0:
             raise ModelError("temperature must be > 0: rlhf-studio samples, it never decodes greedily")
-        if config.dtype not in ("fp32", "bf16"):
-            raise ModelError(f"dtype must be fp32 or bf16, got {config.dtype}")
+        try:
+            check_dtype(config.dtype, ("fp32", "bf16"))
+            self.dtype, why = resolve_dtype(config.dtype)
+        except ValueError as e:
+            raise ModelError(str(e)) from None
+        self.dtype_line = f"{self.dtype} ({why})"  # said with every sampling report: which dtype was picked
         self.config = config
         folder = resolve_model(config.model)
         self.model_id = model_id(config.model)
-        dtype = torch.bfloat16 if config.dtype == "bf16" else torch.float32
+        dtype = torch.bfloat16 if self.dtype == "bf16" else torch.float32
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
             self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **SAFE_WEIGHTS)
@@ -67,6 +73,10 @@ class Sampler:
         self.eos_ids = set([eos] if isinstance(eos, int) else eos)
         self.eos_ids |= set(_as_list(self.model.generation_config.eos_token_id))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+
+    def params(self, k: int) -> dict:
+        """What is stored with each response: the config, with the dtype it actually sampled in."""
+        return {**self.config.params(k), "dtype": self.dtype}
 
     def chat_prompt(self, prompt: str) -> str:
         if self.tokenizer.chat_template:

@@ -8,6 +8,7 @@ import importlib.util
 from dataclasses import dataclass, field
 
 from training.config_file import ConfigFile
+from training.precision import check_dtype
 
 
 @dataclass
@@ -62,7 +63,10 @@ class PPOConfig(ConfigFile):
     )
     # engine and bookkeeping
     zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0-3 (actor and critic)"})
-    dtype: str = field(default="fp32", metadata={"help": "fp32 or bf16 (fp16 on GPU)"})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "auto (bf16 where the CPU or GPU computes it natively, else fp32), fp32, bf16, fp16 (GPU)"},
+    )
     save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
     sample_every: int = field(default=1, metadata={"help": "log sample completions every N steps (0 = never)"})
     tensorboard: bool = field(default=False, metadata={"help": "also write TensorBoard events to RUN/tensorboard"})
@@ -80,8 +84,7 @@ class PPOConfig(ConfigFile):
     def check(self) -> None:
         if not self.reward:
             raise ValueError("a reward model is required: --reward RUN|PATH")
-        if self.dtype not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"dtype must be fp32, bf16 or fp16, got {self.dtype}")
+        check_dtype(self.dtype)
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"zero_stage must be 0..3, got {self.zero_stage}")
         if self.lr_schedule not in ("cosine", "linear", "constant"):

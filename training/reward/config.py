@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from training.config_file import ConfigFile
+from training.precision import check_dtype
 
 
 @dataclass
@@ -30,7 +31,10 @@ class RewardConfig(ConfigFile):
         default=True, metadata={"help": "keep all pairs of a ranking in one batch; each response is scored once"}
     )
     zero_stage: int = field(default=0, metadata={"help": "DeepSpeed ZeRO stage 0, 1, 2 or 3"})
-    dtype: str = field(default="fp32", metadata={"help": "fp32 or bf16 (fp16 on GPU)"})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "auto (bf16 where the CPU or GPU computes it natively, else fp32), fp32, bf16, fp16 (GPU)"},
+    )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
     lora_rank: int = field(default=0, metadata={"help": "train LoRA adapters of this rank (0 = full fine-tuning)"})
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / rank)"})
@@ -40,8 +44,7 @@ class RewardConfig(ConfigFile):
     seed: int = field(default=0, metadata={"help": "seed for the head, the data order and the split"})
 
     def check(self) -> None:
-        if self.dtype not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"dtype must be fp32, bf16 or fp16, got {self.dtype}")
+        check_dtype(self.dtype)
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"zero_stage must be 0..3, got {self.zero_stage}")
         if self.lr_schedule not in ("cosine", "linear", "constant"):
