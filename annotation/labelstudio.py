@@ -3,7 +3,8 @@
 Accepts the JSON export (a list of tasks or one task; pre-1.0 files say `completions`), JSON_MIN and CSV/TSV, for
 the Ranker template (rank mode `{"ranker": {"<name>": [ids]}}`, the older flat list `{"ranker": [ids]}`, and
 buckets `{"ranker": {"_": [...], "<bucket>": [...]}}` with a user-given bucket order) and the Pairwise template
-(`{"selected": "left" | "right"}`, left = the first `toName` field). Cancelled or empty annotations are skipped.
+(`{"selected": "left" | "right"}`, left = the first `toName` field). Cancelled or empty annotations are skipped, and
+so are tasks nobody has annotated yet (an export of all tasks holds them: no annotations, or empty CSV cells).
 A ranking equal to the order shown, or made in under `FAST_LEAD_TIME_S`, is stored with a flag.
 """
 
@@ -68,6 +69,7 @@ class Annotation:
     annotator: str
     lead_time: float | None = None
     cancelled: bool = False
+    annotated: bool = True  # False: a task without annotations, which an export of all tasks also lists
 
 
 @dataclass
@@ -99,6 +101,8 @@ def _from_json_tasks(tasks: list) -> list[Annotation]:
         anns = task.get("annotations", task.get("completions"))
         if not isinstance(anns, list) or not isinstance(task.get("data"), dict):
             raise StoreError(f"task {task.get('id', n)}: needs 'data' and an 'annotations' list")
+        if not anns:
+            out.append(Annotation(task.get("id", n), None, task["data"], [], _annotator(None), annotated=False))
         for a in anns:
             if not isinstance(a, dict):
                 raise StoreError(f"task {task.get('id', n)}: an annotation is not a JSON object")
@@ -131,14 +135,17 @@ def _from_min_records(records: list[dict]) -> list[Annotation]:
             raise StoreError(f"record {n}: expected a JSON object, got {type(rec).__name__}")
         results = [{"from_name": k, "value": x} for k, v in rec.items() if _is_control_value(v) for x in v]
         data = {k: v for k, v in rec.items() if k not in _META_KEYS and not _is_control_value(v)}
+        annotation_id = rec.get("annotation_id")
+        annotation_id = None if annotation_id == "" else annotation_id  # CSV writes a missing id as an empty cell
         out.append(
             Annotation(
                 task_id=rec.get("id", n),
-                annotation_id=rec.get("annotation_id"),
+                annotation_id=annotation_id,
                 data=data,
                 results=results,
                 annotator=_annotator(rec.get("annotator")),
                 lead_time=_float(rec.get("lead_time")),
+                annotated=bool(results) or annotation_id is not None,  # an unannotated task has neither
             )
         )
     return out
@@ -155,7 +162,7 @@ def _csv_records(text: str, sep: str) -> list[dict]:
             if k is None:
                 raise StoreError(f"CSV row {reader.line_num}: more values than columns")
             v = v or ""
-            rec[k] = loads_json(v, f"CSV row {reader.line_num} column {k}") if v[:1] in "[{" else v
+            rec[k] = loads_json(v, f"CSV row {reader.line_num} column {k}") if v[:1] in ("[", "{") else v
         records.append(rec)
     return records
 
@@ -296,6 +303,8 @@ def _flags(items: list[RankedItem], lead_time: float | None, pairwise: bool) -> 
 def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None) -> RankingIn | str:
     """The ranking this annotation makes, or the reason it is skipped."""
     where = f"task {ann.task_id} annotation {ann.annotation_id}"
+    if not ann.annotated:
+        return "not annotated"
     if ann.cancelled:
         return "cancelled"
     if not ann.results:
@@ -369,4 +378,4 @@ def parse_export(text: str, name: str, config_xml: str | None = None, bucket_ord
             "rlhf-studio imports Ranker and Pairwise results"
         )
     tasks = len({a.task_id for a in annotations})
-    return Parsed(rankings=rankings, tasks=tasks, annotations=len(annotations), skipped=skipped)
+    return Parsed(rankings=rankings, tasks=tasks, annotations=sum(a.annotated for a in annotations), skipped=skipped)

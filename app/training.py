@@ -1,18 +1,22 @@
 """`rlhf train-rm` / `rlhf train-ppo` (and the app's Train tab): freeze the data (a store snapshot, a pairs file,
 the store's prompts or a prompts file), write the run folder and its config, launch through the DeepSpeed launcher,
-and follow the run until it ends."""
+and follow the run until it ends. A prompts file is read here, by the reader `rlhf prompts add` uses, and handed to
+the ranks as a frozen .jsonl copy: training never parses a user's prompt file itself."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
+import os
 import secrets
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from annotation.prompt_files import read_prompts as read_prompt_file
 from store.db import connect, write
 from store.errors import StoreError
 from store.runs import latest_snapshot_id, record_run
@@ -106,13 +110,47 @@ def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0)
     kept = [t for t in texts if split_of(t, eval_fraction, seed) == "train"]
     if not kept:
         raise StoreError("the store has no prompts for PPO: add some with `rlhf prompts add` or pass --prompts")
-    out.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in kept))
+    out.write_text(_prompts_jsonl(kept))
     return out
+
+
+def _prompts_jsonl(texts: list[str]) -> str:
+    """The form the ranks read (training.ppo.data.read_prompts): one {"prompt": text} per line, ASCII-escaped."""
+    return "".join(json.dumps({"prompt": t}) + "\n" for t in texts)
+
+
+def frozen_prompts(prompts: str, snapshots: Path) -> str:
+    """What a run given `--prompts PATH` trains on. A snapshot folder is taken as it is. A prompts file is read by
+    `rlhf prompts add`'s reader (.txt, .jsonl or .csv; the same size and length limits, the same error lines) and
+    frozen as SNAPSHOTS/prompts-<sha256>.jsonl: named by its content, so runs on the same prompts name the same
+    file, and editing the source later changes no run."""
+    path = Path(prompts)
+    if path.is_dir():
+        try:
+            read_prompts(str(path))
+        except DataError as e:
+            raise StoreError(str(e)) from None
+        return str(path.resolve())
+    if not path.exists():
+        raise StoreError(f"{prompts}: no such prompts file or snapshot folder")
+    body = _prompts_jsonl(read_prompt_file(path))
+    out = snapshots / f"prompts-{hashlib.sha256(body.encode()).hexdigest()[:16]}.jsonl"
+    if not out.is_file():
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        try:
+            snapshots.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(body)
+            tmp.chmod(0o444)  # read-only, as the store's snapshots are
+            os.replace(tmp, out)  # whole or not at all
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot write the prompts under {snapshots}: {e.strerror}") from None
+    return str(out.resolve())
 
 
 def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None = None) -> Path:
     """Check the models and prompts, write RUN/config.json (and RUN/prompts.jsonl from the store when no prompts
-    file is given) and record the run; returns the run folder."""
+    file is given; a prompts file is frozen by `frozen_prompts`) and record the run; returns the run folder."""
     try:
         cfg.check()
         reward = str(reward_folder(cfg.reward).resolve())
@@ -120,12 +158,7 @@ def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None
     except (ValueError, ModelError) as e:
         raise StoreError(str(e)) from None
     resolve_model(cfg.actor)
-    source = str(Path(prompts).resolve()) if prompts else None
-    if source:
-        try:
-            read_prompts(source)
-        except DataError as e:
-            raise StoreError(str(e)) from None
+    source = frozen_prompts(prompts, runs_dir.parent / "snapshots") if prompts else None
     run = new_run_dir(runs_dir, "ppo")
     try:
         if not source:
@@ -152,19 +185,6 @@ def run_training(
 ) -> dict:
     proc = launch(kind, run, num_accelerators, hostfile)
     return follow(run, proc, on_metrics)
-
-
-def run_reward(
-    db: str,
-    cfg: RewardConfig,
-    runs_dir: Path,
-    pairs: str | None = None,
-    num_accelerators: int = 1,
-    hostfile: str | None = None,
-    on_metrics: Callable[[dict], None] | None = None,
-) -> tuple[Path, dict]:
-    run = prepare_reward_run(db, cfg, runs_dir, pairs)
-    return run, run_training("reward", run, num_accelerators, hostfile, on_metrics)
 
 
 def resume_run(

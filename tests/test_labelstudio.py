@@ -103,6 +103,56 @@ def test_pairwise(cli, db, tmp_path, fmt):
     assert pairs(db) == PAIRWISE_PAIRS
 
 
+def _unannotated(task_id, prompt):
+    """A task nobody has annotated yet, as Label Studio exports it with "all tasks"."""
+    items = [
+        {"id": "r0", "title": "Response 1", "body": "Apple."},
+        {"id": "r1", "title": "Response 2", "body": "Pear."},
+    ]
+    return {"id": task_id, "data": {"prompt": prompt, "items": items}, "annotations": [], "predictions": []}
+
+
+# Two unannotated tasks around the ranker fixture. JSON keeps cancelled annotation 102 (4 annotations: 3 rankings,
+# 1 cancelled); the SDK's converter drops cancelled annotations from JSON_MIN/CSV/TSV (3 annotations). Every format:
+# 4 tasks, the 2 unannotated ones skipped, the same 3 rankings and 15 pairs (6 + 6 + 3).
+ALL_TASKS = [_unannotated(16, "Name a fruit."), *RANKER, _unannotated(19, "Name a vegetable.")]
+ALL_TASKS_SUMMARY = {
+    None: "tasks 4, annotations 4, rankings added 3, pairs added 15, already imported 0, "
+    "skipped 3 (cancelled 1, not annotated 2), flagged 1",
+    Format.JSON_MIN: "tasks 4, annotations 3, rankings added 3, pairs added 15, already imported 0, "
+    "skipped 2 (not annotated 2), flagged 1",
+}
+
+
+@pytest.mark.parametrize("fmt", [None, Format.JSON_MIN, Format.CSV, Format.TSV], ids=lambda f: f.name if f else "JSON")
+def test_an_export_with_unannotated_tasks_imports_the_annotated_ones(cli, db, tmp_path, fmt):
+    if fmt is None:
+        f = tmp_path / "all.json"
+        f.write_text(json.dumps(ALL_TASKS))
+    else:
+        f = convert(tmp_path, ALL_TASKS, LS / "ranker_config.xml", fmt)
+    code, out, err = cli("import-ls", str(f))
+    assert code == 0, err
+    assert out.strip() == ALL_TASKS_SUMMARY.get(fmt, ALL_TASKS_SUMMARY[Format.JSON_MIN])
+    assert query(db, "SELECT count(*) FROM rankings") == [(3,)]
+    assert pairs(db) == RANKER_PAIRS
+    assert query(db, "SELECT count(*) FROM prompts WHERE text LIKE 'Name a %'") == [(0,)]
+
+
+@pytest.mark.parametrize("fmt", [None, Format.JSON_MIN, Format.CSV], ids=lambda f: f.name if f else "JSON")
+def test_a_pairwise_export_with_an_unannotated_task(cli, db, tmp_path, fmt):
+    tasks = [*PAIRWISE, {"id": 99, "data": {"prompt": "p?", "answer1": "a", "answer2": "b"}, "annotations": []}]
+    if fmt is None:
+        f = tmp_path / "all.json"
+        f.write_text(json.dumps(tasks))
+    else:
+        f = convert(tmp_path, tasks, LS / "pairwise_config.xml", fmt)
+    code, out, err = cli("import-ls", str(f))
+    assert code == 0, err
+    assert "tasks 3, annotations 2, rankings added 2, pairs added 2" in out and "skipped 1 (not annotated 1)" in out
+    assert pairs(db) == PAIRWISE_PAIRS
+
+
 def _with_value(value, task=0):
     tasks = copy.deepcopy(RANKER[task : task + 1])
     tasks[0]["annotations"] = tasks[0]["annotations"][:1]
@@ -218,6 +268,11 @@ BAD = [
     ("unknown-item.json", json.dumps(_with_value({"ranker": {"rank": ["r2", "r9"]}})), "ranked item 'r9' is not"),
     ("nocol.csv", '"id","text"\n1,"hello"\n', "the CSV has no 'prompt' column (columns: id, text)"),
     ("badcell.csv", '"id","prompt","rank"\n1,"p","[{""ranker"": "\n', "not valid JSON"),
+    (
+        "badcell_after_unannotated.csv",
+        '"annotation_id","id","prompt","rank"\n"",1,"p",""\n7,2,"q","[{""ranker"": "\n',
+        "CSV row 3 column rank: not valid JSON",
+    ),
 ]
 
 

@@ -102,3 +102,21 @@ def test_one_config_file_launches_identically_from_the_cli_and_the_app(cli, db, 
 
     args = parse(["--db", db, "train-ppo", "--config", str(config), "--top-k", "3"])
     assert dataclass_from_args(PPOConfig, args).top_k == 3 and dataclass_from_args(PPOConfig, args).kl_ctl == 0.05
+
+
+def test_the_chain_refuses_a_bad_prompts_file_before_the_reward_model_trains(db, tmp_path, tiny_model_dir):
+    import pytest
+
+    from app.train_view import Runs
+    from store.errors import StoreError
+    from training.ppo.config import PPOConfig
+    from training.reward.config import RewardConfig
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(16))
+    bad = tmp_path / "prompts.xlsx"
+    bad.write_text("prompt\nhi\n")
+    runs = Runs(db, tmp_path / "runs")
+    rm, ppo = RewardConfig(model=str(tiny_model_dir), max_steps=1), PPOConfig(actor=str(tiny_model_dir))
+    with pytest.raises(StoreError, match="xlsx"):
+        runs.start_chain(rm, ppo, str(pairs), str(bad))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no reward run started

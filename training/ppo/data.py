@@ -1,5 +1,6 @@
-"""PPO prompts: read from a prompts file (.txt, one per line; .jsonl with a "prompt" field) or a store snapshot
-(the distinct prompts of its train split), wrapped in the actor's chat template and tokenised once.
+"""PPO prompts: read from a prompts file (.jsonl with a "prompt" field, as `rlhf train-ppo` freezes a user's file
+after reading it with `rlhf prompts add`'s reader; .txt, one per line, as older runs name) or a store snapshot (the
+distinct prompts of its train split), wrapped in the actor's chat template and tokenised once.
 
 Prompts longer than max_prompt_length tokens are skipped and counted (DeepSpeed-Chat filters them too): cutting
 a chat-templated prompt from the left would drop its template's start."""
@@ -30,8 +31,10 @@ def read_prompts(source: str) -> list[str]:
             if not all(isinstance(r, dict) and isinstance(r.get("prompt"), str) for r in rows):
                 raise DataError(f"{path}: every line needs a text 'prompt' field")
             texts = [r["prompt"] for r in rows]
-        elif path.is_file():
+        elif path.suffix == ".txt" and path.is_file():
             texts = path.read_text(encoding="utf-8").splitlines()
+        elif path.exists():  # never a CSV read line by line, header and all
+            raise DataError(f"{source}: prompts for training come from a .jsonl or .txt file or a snapshot folder")
         else:
             raise DataError(f"{source}: no such prompts file or snapshot folder")
     except (OSError, ValueError) as e:
