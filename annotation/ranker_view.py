@@ -1,11 +1,13 @@
 """The ranking widget's value <-> ranks, as pure functions (the widget itself is app/ranker_widget.py).
 
-The widget's value is {"items": [{"id": response id, "text": str, "pos": shown position, "rank": int}, ...]}.
+The widget's value is {"items": [{"id": response id, "text": str, "html": str, "pos": shown position, "rank": int},
+...]}: `html` is the text as Markdown rendered on the server (annotation/response_html.py), what the card shows.
 A fresh task starts ranked in the order shown (1..K), as Label Studio's Ranker does; submitting it unchanged is
 flagged and asks for a confirmation first."""
 
 from __future__ import annotations
 
+from annotation.response_html import response_html
 from store.errors import StoreError
 
 
@@ -13,7 +15,7 @@ def widget_value(response_ids: list[int], texts: list[str], ranks: list[int] | N
     ranks = ranks or list(range(1, len(response_ids) + 1))
     return {
         "items": [
-            {"id": rid, "text": text, "pos": pos, "rank": rank}
+            {"id": rid, "text": text, "html": response_html(text), "pos": pos, "rank": rank}
             for pos, (rid, text, rank) in enumerate(zip(response_ids, texts, ranks, strict=True))
         ]
     }

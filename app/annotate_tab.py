@@ -7,6 +7,7 @@ No `from __future__ import annotations` here: Gradio finds the `gr.Request` para
 
 from dataclasses import dataclass
 
+from annotation.actions import store_stats
 from annotation.ranker_view import is_shown_order, ranks_from_value, widget_value
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
 from store.errors import StoreError
@@ -15,6 +16,7 @@ SHOWN_ORDER_WARNING = (
     "You kept the order exactly as shown. If that is your ranking, press Submit again; otherwise drag the "
     "responses (or focus one and press its rank number)."
 )
+ASK_AN_ADMIN = "Nothing to annotate yet: an admin loads prompts and samples responses in the Data tab."
 
 
 @dataclass
@@ -29,10 +31,33 @@ class View:
     confirm: bool = False  # the next Submit confirms a ranking left in the shown order
 
 
-def _view(ctx, annotator: str, task: Task | None, status: str, counts: Progress | None = None) -> View:
+def empty_store_line(db: str, admin: bool) -> str | None:
+    """What has to happen first when the store has nothing to rank yet (no prompts, or none sampled); None once it
+    has. An annotator (under --auth) has no Data tab: the line says who acts."""
+    s = store_stats(db)
+    if s["responses"]:
+        return None
+    if not admin:
+        return ASK_AN_ADMIN
+    if s["prompts"]:
+        loaded = f"{s['prompts']} loaded prompt{'s' if s['prompts'] != 1 else ''}"
+        return f"Nothing to annotate yet: press Sample pending prompts on the Data tab to sample the {loaded}."
+    return (
+        "Nothing to annotate yet: load the example prompts or add a prompt file on the Data tab, then sample responses."
+    )
+
+
+def _nothing_to_rank(ctx, admin: bool) -> str:
+    more = "Sample more prompts on the Data tab." if admin else "An admin samples more in the Data tab."
+    return empty_store_line(ctx.db, admin) or f"**Nothing left to rank.** {more}"
+
+
+def _view(
+    ctx, annotator: str, task: Task | None, status: str, counts: Progress | None = None, admin: bool = True
+) -> View:
     p = (counts or progress(ctx.db, annotator, ctx.overlap)).line()
     if task is None:
-        return View(None, "**Nothing left to rank.** Sample more prompts on the Data tab.", {"items": []}, p, status)
+        return View(None, _nothing_to_rank(ctx, admin), {"items": []}, p, status)
     return View(
         {"assignment_id": task.assignment_id, "response_ids": task.response_ids},
         task.prompt,
@@ -42,20 +67,20 @@ def _view(ctx, annotator: str, task: Task | None, status: str, counts: Progress 
     )
 
 
-def on_load(ctx, annotator: str) -> View:
-    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), "")
+def on_load(ctx, annotator: str, admin: bool = True) -> View:
+    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), "", admin=admin)
 
 
-def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bool) -> View:
+def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bool, admin: bool = True) -> View:
     if not task:
-        return on_load(ctx, annotator)
+        return on_load(ctx, annotator, admin)
     ranks = ranks_from_value(value, task["response_ids"])
     if is_shown_order(ranks) and not confirmed:
         view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
         view.confirm = True
         return view
     nxt, counts = submit_and_next(ctx.db, annotator, task["assignment_id"], ranks, ctx.overlap)
-    return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts)
+    return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts, admin)
 
 
 def _view_same(ctx, annotator: str, task: dict, value: dict, status: str) -> View:
@@ -63,16 +88,17 @@ def _view_same(ctx, annotator: str, task: dict, value: dict, status: str) -> Vie
     return View(task, "", value, p, status)
 
 
-def on_skip(ctx, annotator: str, task: dict | None, reason: str) -> View:
+def on_skip(ctx, annotator: str, task: dict | None, reason: str, admin: bool = True) -> View:
     if not task:
-        return on_load(ctx, annotator)
+        return on_load(ctx, annotator, admin)
     skip(ctx.db, annotator, task["assignment_id"], reason)
-    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), f"Skipped ({reason.strip()}).")
+    nxt = next_task(ctx.db, annotator, ctx.overlap)
+    return _view(ctx, annotator, nxt, f"Skipped ({reason.strip()}).", admin=admin)
 
 
-def on_undo(ctx, annotator: str) -> View:
+def on_undo(ctx, annotator: str, admin: bool = True) -> View:
     task = undo_last(ctx.db, annotator)
-    return _view(ctx, annotator, task, "Your last answer is back: change it and submit again.")
+    return _view(ctx, annotator, task, "Your last answer is back: change it and submit again.", admin=admin)
 
 
 def annotator_name(name: str | None, request=None) -> str:
@@ -117,12 +143,15 @@ def build_annotate_tab(ctx, demo) -> None:
     outputs = [task_state, prompt_md, widget, progress_md, status_md, confirm_state]
 
     def show(view: View):
-        prompt = gr.update() if view.prompt == "" else f"### Prompt\n\n{view.prompt}"
+        if view.task is None:  # what to do next, not a prompt
+            prompt = view.prompt
+        else:
+            prompt = gr.update() if view.prompt == "" else f"### Prompt\n\n{view.prompt}"
         return view.task, prompt, view.ranker, view.progress, view.status, view.confirm
 
     def guarded(fn, request, *args):
         try:
-            return show(fn(ctx, annotator_name(args[0], request), *args[1:]))
+            return show(fn(ctx, annotator_name(args[0], request), *args[1:], admin=ctx.is_admin(request)))
         except StoreError as e:
             raise gr.Error(str(e)) from None
 
@@ -142,6 +171,8 @@ def build_annotate_tab(ctx, demo) -> None:
     start.click(load, [name], outputs, api_name="annotate_next")
     if ctx.auth:  # the login is the annotator: the first prompt is there when the page opens
         demo.load(load, [name], outputs)
+    else:  # no name typed yet: an empty store still says what to do first
+        demo.load(lambda: empty_store_line(ctx.db, True) or "", None, prompt_md, api_name="annotate_hint")
     submit_btn.click(
         sub, [name, task_state, widget, confirm_state], outputs, api_name="annotate_submit", trigger_mode="once"
     )

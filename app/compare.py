@@ -1,6 +1,6 @@
 """The Compare tab's plain functions: a conversation with the tuned actor and the reference side by side, blind
-or not, streamed in lockstep; reward-model scores under each reply; votes stored as 'compare' rankings; the
-win-rate table. The conversation lives in a per-session state dict."""
+or not, streamed in lockstep; reward-model scores under each reply (blind: after the vote, with the names); votes
+stored as 'compare' rankings; the win-rate table. The conversation lives in a per-session state dict."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+from annotation.response_html import response_html
 from annotation.winrate import win_table
 from store.compare import compare_votes, record_vote
 from store.db import connect, write
@@ -17,6 +18,8 @@ from training.chat import ChatParams, Models, model_folder, score_reply, stream_
 from training.models import DEFAULT_MODEL, model_id
 
 VOTES = {"left": "left", "right": "right", "tie": "tie", "both_bad": "both_bad"}
+BLIND_LINE = "Blind: the reward model's scores are shown with the names after your vote."
+BLIND_NAMES_LINE = "Blind: the names are shown after your vote."
 
 
 def model_name(ref: str) -> str:
@@ -55,6 +58,7 @@ def new_conversation(actor: str, reference: str, blind: bool, seed: int | None =
         "replies": None,
         "prompt": None,
         "voted": False,
+        "scores": None,  # the reward model's (left, right) scores of the last replies, once computed
     }
 
 
@@ -64,7 +68,9 @@ def respond(models: Models, state: dict, message: str, params: ChatParams) -> It
         raise StoreError("type a message first")
     left, right = (models.causal(ref) for ref in state["sides"])
     histories = [h + [{"role": "user", "content": message}] for h in state["history"]]
-    state = {**state, "replies": None, "prompt": message, "voted": False, "multi_turn": bool(state["history"][0])}
+    # the last replies' scores go with them: they must never show under the new ones
+    state = {**state, "replies": None, "scores": None, "prompt": message, "voted": False}
+    state["multi_turn"] = bool(state["history"][0])
     a = b = ""
     for a, b, _, _ in stream_pair(left, right, histories[0], histories[1], params):
         yield _chat(histories[0], a), _chat(histories[1], b), state
@@ -80,6 +86,12 @@ def _reply(text: str) -> dict:
 
 def _chat(history: list[dict], partial: str) -> list[dict]:
     return history + [_reply(partial)]
+
+
+def chat_html(history: list[dict]) -> list[dict]:
+    """The messages as the chat panes show them: Markdown rendered here, every tag of the text itself escaped
+    (annotation/response_html.py). The models keep seeing the raw text in the state's history."""
+    return [{**m, "content": response_html(m["content"])} for m in history]
 
 
 def scores_of(models: Models, state: dict, reward: str) -> tuple[float, float] | None:
@@ -114,8 +126,38 @@ def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
             flags,
         )
     state = {**state, "voted": True}
-    left, right = (f"**{role}** ({side})" for role, side in zip(state["roles"], state["sides"], strict=True))
-    return state, f"Left was {left}, right was {right}."
+    return state, reveal_line(state)
+
+
+def reveal_line(state: dict) -> str:
+    """After the vote: which side was which, with the reward model's score of each reply when there is one."""
+    scores = state.get("scores") or (None, None)
+    left, right = (
+        f"**{role}** ({side})" + ("" if score is None else f", reward model score {score:.3f}")
+        for role, side, score in zip(state["roles"], state["sides"], scores, strict=True)
+    )
+    return f"Left was {left}; right was {right}."
+
+
+def scores_hidden(state: dict) -> bool:
+    """Blind, the scores wait for the vote: a reviewer who sees 6.4 against -4.5 first votes on the reward model,
+    and the vote goes back into the store as a human preference."""
+    return state["blind"] and not state.get("voted")
+
+
+def score_lines(state: dict | None) -> tuple[str, str]:
+    """What shows under each reply: its reward-model score, unless there is none or it waits for the vote."""
+    if not state or not state.get("scores") or scores_hidden(state):
+        return "", ""
+    left, right = (f"reward model score: **{x:.3f}**" for x in state["scores"])
+    return left, right
+
+
+def blind_line(state: dict | None) -> str:
+    """The line under the chats while a blind pair waits for its vote: what the vote will reveal."""
+    if not state or not state.get("replies") or not scores_hidden(state):
+        return ""
+    return BLIND_LINE if state.get("scores") else BLIND_NAMES_LINE
 
 
 def win_rows(db: str, actor: str) -> list[list]:

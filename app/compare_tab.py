@@ -1,10 +1,22 @@
 """Compare tab: the tuned actor and the reference answer the same message side by side (streaming, same sampling
-parameters and seed), each reply with its reward-model score; blind mode hides which is which until the vote;
-votes become 'compare' rankings and feed a win-rate table. Handlers are the plain functions of app/compare.py.
+parameters and seed), each reply with its reward-model score; blind mode hides which is which, and the scores, until
+the vote; votes become 'compare' rankings and feed a win-rate table. Messages show as Markdown rendered on the server
+(their own HTML escaped). Handlers are the plain functions of app/compare.py.
 
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 
-from app.compare import new_conversation, ppo_runs, respond, run_defaults, scores_of, vote, win_rows
+from app.compare import (
+    blind_line,
+    chat_html,
+    new_conversation,
+    ppo_runs,
+    respond,
+    run_defaults,
+    score_lines,
+    scores_of,
+    vote,
+    win_rows,
+)
 from app.handlers import safe
 from store.errors import StoreError
 from training.chat import ChatParams
@@ -19,15 +31,20 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         actor = gr.Dropdown(label="Actor (a PPO run, or a model folder)", allow_custom_value=True, elem_id="cmp-actor")
         reference = gr.Textbox(label="Reference (the SFT model)", value="default", elem_id="cmp-reference")
         reward = gr.Textbox(label="Reward model for scores (a run or folder; empty = none)", elem_id="cmp-reward")
-        blind = gr.Checkbox(label="Blind (sides shuffled, names after the vote)", value=True, elem_id="cmp-blind")
+        blind = gr.Checkbox(
+            label="Blind (sides shuffled; names and scores after the vote)", value=True, elem_id="cmp-blind"
+        )
     with gr.Row():
         temperature = gr.Number(label="temperature", value=0.8, minimum=0.01)
         top_p = gr.Number(label="top_p", value=0.95, minimum=0.01, maximum=1.0)
         max_new = gr.Number(label="max new tokens", value=128, precision=0, minimum=1)
         seed = gr.Number(label="seed", value=0, precision=0)
+    # messages arrive as HTML from chat_html (Markdown rendered, the text's own tags escaped) and Gradio's sanitizer
+    # stays on behind it; no copy buttons, which would copy that HTML
+    chat = dict(height=360, render_markdown=False, sanitize_html=True, buttons=[])
     with gr.Row():
-        left = gr.Chatbot(label="A", height=360, elem_id="cmp-left")
-        right = gr.Chatbot(label="B", height=360, elem_id="cmp-right")
+        left = gr.Chatbot(label="A", elem_id="cmp-left", **chat)
+        right = gr.Chatbot(label="B", elem_id="cmp-right", **chat)
     with gr.Row():
         left_score = gr.Markdown(elem_id="cmp-left-score")
         right_score = gr.Markdown(elem_id="cmp-right-score")
@@ -77,18 +94,19 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=int(n), seed=int(s))
         names = ("A", "B") if st["blind"] else tuple(st["roles"])
         for a, b, new in respond(ctx.chat_models, st, msg, params):
-            yield gr.Chatbot(a, label=names[0]), gr.Chatbot(b, label=names[1]), new, "", "", *voting(False), msg
+            left_chat, right_chat = gr.Chatbot(chat_html(a), label=names[0]), gr.Chatbot(chat_html(b), label=names[1])
+            yield left_chat, right_chat, new, "", "", "", "", *voting(False), msg
 
     def after_send(st, rm, request: gr.Request):
         check_models(request, rm)
-        sc = scores_of(ctx.chat_models, st, rm) if st else None
-        texts = ("", "") if sc is None else tuple(f"reward model score: **{x:.3f}**" for x in sc)
-        return *texts, *voting(bool(st and st.get("replies")))
+        if st:
+            st = {**st, "scores": scores_of(ctx.chat_models, st, rm)}
+        return st, *score_lines(st), blind_line(st), *voting(bool(st and st.get("replies")))
 
     def on_vote(choice):
         def handler(st, actor_v, request: gr.Request):
             st, line = vote(ctx.db, st, choice, getattr(request, "username", None) or "anonymous")
-            return st, line, *voting(False), win_rows(ctx.db, actor_v)
+            return st, line, *score_lines(st), *voting(False), win_rows(ctx.db, actor_v)
 
         return handler
 
@@ -101,9 +119,10 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         return None, [], [], "", "", "", *voting(False)
 
     send_inputs = [message, state, actor, reference, blind, temperature, top_p, max_new, seed]
-    send_outputs = [left, right, state, message, reveal, *vote_buttons, last_message]
+    # a new message clears the scores and the line under the chats with the vote's reveal
+    send_outputs = [left, right, state, message, reveal, left_score, right_score, *vote_buttons, last_message]
     # every event here is named compare_* (or vote_*): the annotator's part of the app, next to annotate_*
-    scores_out = [left_score, right_score, *vote_buttons]
+    scores_out = [state, left_score, right_score, reveal, *vote_buttons]
     event = send.click(safe(on_send), send_inputs, send_outputs, api_name="compare_send")
     event.then(safe(after_send), [state, reward], scores_out, api_name="compare_scores")
     submit = message.submit(safe(on_send), send_inputs, send_outputs, api_name="compare_send_enter")
@@ -121,7 +140,7 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         btn.click(
             safe(on_vote(choice)),
             [state, actor],
-            [state, reveal, *vote_buttons, wins],
+            [state, reveal, left_score, right_score, *vote_buttons, wins],
             api_name=f"vote_{choice}",
         )
     actor.change(safe(on_actor), [actor], [reference, reward, wins], api_name="compare_actor")

@@ -1,8 +1,10 @@
 """A drag-and-drop ranking widget built on Gradio 6's gr.HTML (no front-end build).
 
 Drag a card to reorder (ranks become 1..K top to bottom), or focus a card (Tab or click) and press a number key to
-give it that rank: two cards with the same number are a tie. Arrow Up/Down move the focused card. Response text
-is inserted with textContent, never as HTML."""
+give it that rank: two cards with the same number are a tie. Arrow Up/Down move the focused card.
+
+A card shows the item's `html`: the response as Markdown, rendered on the server with the response's own HTML
+escaped and only http(s)/mailto links (annotation/response_html.py). Without it the text goes in as textContent."""
 
 from __future__ import annotations
 
@@ -18,7 +20,10 @@ CSS = """
 .rank { min-width: 2em; height: 2em; border-radius: 1em; background: #f97316; color: #fff; font-weight: 700;
         display: flex; align-items: center; justify-content: center; flex-shrink: 0; }
 .tie .rank { background: #7c3aed; }
-.text { white-space: pre-wrap; line-height: 1.45; }
+.text { line-height: 1.45; min-width: 0; overflow-wrap: anywhere; }
+.text > :first-child { margin-top: 0; }
+.text > :last-child { margin-bottom: 0; }
+.text pre { white-space: pre-wrap; padding: 8px; border-radius: 6px; background: var(--code-background-fill, #f3f4f6); }
 """
 
 JS = """
@@ -47,7 +52,8 @@ function render() {
     card.className = 'card' + (counts[it.rank] > 1 ? ' tie' : '');
     card.tabIndex = 0; card.draggable = true; card.dataset.id = it.id; card.setAttribute('role', 'listitem');
     const badge = document.createElement('span'); badge.className = 'rank'; badge.textContent = it.rank;
-    const text = document.createElement('div'); text.className = 'text'; text.textContent = it.text;
+    const text = document.createElement('div'); text.className = 'text';
+    if (typeof it.html === 'string') text.innerHTML = it.html; else text.textContent = it.text;
     card.append(badge, text);
     card.addEventListener('dragstart', e => { e.dataTransfer.setData('text/plain', String(it.id));
                                               card.classList.add('dragging'); });

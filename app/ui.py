@@ -95,6 +95,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def first_tab(db: str, admin: bool) -> str:
+    """The tab a page opens on: Data for an admin while the store has nothing to rank (prompts and sampling are
+    there), else Annotate (where an annotator reads what has to happen first)."""
+    from app.annotate_tab import empty_store_line
+
+    return "data" if admin and empty_store_line(db, admin) else "annotate"
+
+
 def build_app(ctx: AppContext):
     import gradio as gr
 
@@ -105,7 +113,7 @@ def build_app(ctx: AppContext):
 
     with gr.Blocks(title="rlhf-studio", analytics_enabled=False) as demo:
         gr.Markdown("# rlhf-studio\nRank sampled responses, train a reward model, run PPO, compare.")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Annotate", id="annotate"):
                 build_annotate_tab(ctx, demo)
             # under --auth these two start hidden and are shown to admins on page load (Gradio 6 shows a hidden tab
@@ -116,13 +124,17 @@ def build_app(ctx: AppContext):
                 build_train_tab(ctx, demo)
             with gr.Tab("Compare", id="compare") as compare:
                 build_compare_tab(ctx, demo, compare)
-        if ctx.auth:  # an annotator sees Annotate and Compare; the endpoints behind the others refuse them too
 
-            def tabs_for(request):
-                return gr.Tab(visible=ctx.is_admin(request)), gr.Tab(visible=ctx.is_admin(request))
+        def tabs_for(request):
+            """The tab to open on; under --auth also which tabs show (an annotator sees Annotate and Compare; the
+            endpoints behind the others refuse them too)."""
+            admin = ctx.is_admin(request)
+            opened = gr.Tabs(selected=first_tab(ctx.db, admin))
+            return (opened, gr.Tab(visible=admin), gr.Tab(visible=admin)) if ctx.auth else opened
 
-            tabs_for.__annotations__ = {"request": gr.Request}  # a real class: this module's annotations are strings
-            demo.load(tabs_for, None, [data_tab, train_tab], api_visibility="private")
+        tabs_for.__annotations__ = {"request": gr.Request}  # a real class: this module's annotations are strings
+        outputs = [tabs, data_tab, train_tab] if ctx.auth else [tabs]
+        demo.load(tabs_for, None, outputs, api_visibility="private")
     return demo
 
 

@@ -3,8 +3,8 @@
 import pytest
 from gradio_client import Client
 
-from app.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, on_load, on_submit, on_undo
-from app.ui import AppContext
+from app.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, empty_store_line, on_load, on_submit, on_undo
+from app.ui import AppContext, first_tab
 from store.errors import StoreError
 from tests.app_server import AppServer
 from tests.conftest import query, store_rows
@@ -101,6 +101,41 @@ def test_handlers_without_a_browser(db):
         on_submit(ctx, "ann", view.task, {"items": shown["items"][:2]}, True)
     with pytest.raises(StoreError, match="enter your name"):
         annotator_name("  ")
+
+
+ADMIN_EMPTY = (
+    "Nothing to annotate yet: load the example prompts or add a prompt file on the Data tab, then sample responses."
+)
+ADMIN_PENDING = "Nothing to annotate yet: press Sample pending prompts on the Data tab to sample the 2 loaded prompts."
+ANNOTATOR = "Nothing to annotate yet: an admin loads prompts and samples responses in the Data tab."
+
+
+@pytest.mark.parametrize(
+    "prompts, sampled, admin, line, tab",
+    [
+        (0, False, True, ADMIN_EMPTY, "data"),  # an empty store opens on the Data tab, where the work starts
+        (0, False, False, ANNOTATOR, "annotate"),  # an annotator has no Data tab: one line says who acts
+        (2, False, True, ADMIN_PENDING, "data"),  # prompts, but nothing sampled yet: still nothing to rank
+        (2, False, False, ANNOTATOR, "annotate"),
+        (2, True, True, None, "annotate"),
+        (2, True, False, None, "annotate"),
+    ],
+)
+def test_an_empty_store_says_what_to_do_first(db, prompts, sampled, admin, line, tab):
+    from store.db import write
+    from store.prompts import prompt_ids
+
+    if sampled:
+        seed_store(db, prompts)
+    elif prompts:
+        with write(db) as con:
+            prompt_ids(con, [f"prompt {i}" for i in range(prompts)], "test")
+    assert empty_store_line(db, admin) == line
+    assert first_tab(db, admin) == tab
+    view = on_load(AppContext(db), "ann", admin=admin)
+    assert (view.task is None) == (line is not None)
+    if line:
+        assert view.prompt == line and view.ranker == {"items": []}
 
 
 # What an annotator may call: their own queue (and its page load), and the Compare tab (chat + their own votes).

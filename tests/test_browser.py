@@ -103,3 +103,134 @@ def test_an_admin_login_shows_the_data_and_train_tabs(browser, db, tmp_path):
     finally:
         page.close()
         app.stop()
+
+
+def _log_in(page, url: str, user: str) -> None:
+    page.goto(url)
+    page.fill("input[type=text]", user)
+    page.fill("input[type=password]", f"pw-{user}")
+    page.keyboard.press("Enter")
+
+
+def _selected_tab(page) -> str:
+    return page.inner_text("button[role=tab][aria-selected=true]").strip()
+
+
+@pytest.mark.browser
+def test_an_empty_store_opens_on_the_data_tab_and_tells_an_annotator_why(browser, db, tmp_path):
+    """The first screen on an empty store: an admin lands on the Data tab (load prompts, sample); an annotator, who
+    has no Data tab, reads one line on the Annotate tab saying what has to happen first."""
+    users = tmp_path / "users.txt"
+    users.write_text("ann:pw-ann\nboss:pw-boss\n")
+    app = AppServer(db, "--auth", str(users), "--admins", "boss")
+    page = browser.new_page()
+    try:
+        _log_in(page, app.url, "ann")
+        page.wait_for_selector("#annotate-prompt:has-text('Nothing to annotate yet')", timeout=30_000)
+        assert page.inner_text("#annotate-prompt").strip() == (
+            "Nothing to annotate yet: an admin loads prompts and samples responses in the Data tab."
+        )
+        assert _selected_tab(page) == "Annotate"
+        page.context.clear_cookies()
+        _log_in(page, app.url, "boss")
+        page.wait_for_selector("#store-counts:has-text('The store is empty')", timeout=30_000)
+        page.wait_for_selector("button[role=tab][aria-selected=true]:has-text('Data')", timeout=10_000)
+        assert page.is_visible("#load-examples")
+    finally:
+        page.close()
+        app.stop()
+    solo = AppServer(db)  # no --auth: the one local user is the admin
+    page = browser.new_page()
+    try:
+        page.goto(solo.url)
+        page.wait_for_selector("#store-counts:has-text('The store is empty')", timeout=30_000)
+        page.wait_for_selector("button[role=tab][aria-selected=true]:has-text('Data')", timeout=10_000)
+    finally:
+        page.close()
+        solo.stop()
+
+
+HOSTILE = (
+    "## Steps\n\n- first step\n- second step\n\n```python\nprint('hi')\n```\n\n"
+    '<img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> [link](javascript:window.__pwned=3)'
+)
+HOSTILE_TEXT = ('<img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2</script>", "[link](javascript:")
+
+
+def _seed_hostile(db) -> None:
+    """One prompt whose first sample is Markdown with hostile HTML in it, and three plain samples."""
+    from store.db import write
+    from store.prompts import prompt_ids
+    from store.responses import Sample, add_samples
+
+    texts = [HOSTILE, "plain one", "plain two", "plain three"]
+    with write(db) as con:
+        (pid,) = prompt_ids(con, ["Show me"], "test").values()
+        add_samples(con, [Sample(pid, t, j, 3, "eos", 0) for j, t in enumerate(texts)], model_id="test")
+
+
+def _check_rendered(page, where: str) -> None:
+    """Markdown shaped (heading, list, code block) and the response's HTML shown as text, not as elements."""
+    box = page.locator(where)
+    assert box.locator("pre code").count() >= 1 and box.locator("li").count() >= 2, where
+    assert box.locator("h2").count() >= 1, where
+    text = box.inner_text()
+    assert all(h in text for h in HOSTILE_TEXT), (where, text)
+    assert box.locator("img[src=x], script, a[href^='javascript' i]").count() == 0, where
+
+
+@pytest.mark.browser
+def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_model_dir, tmp_path):
+    """Markdown in the ranker and the Compare chat, the response's own HTML shown as text and never run; and, on
+    the way, blind Compare keeps the reward model's scores for after the vote."""
+    from app.compare import BLIND_LINE
+    from tests.test_ppo_training import build_liked_token_rm
+
+    _seed_hostile(db)
+    rm = build_liked_token_rm(tiny_model_dir, tmp_path / "rm")
+    app = AppServer(db)
+    page = browser.new_page(viewport={"width": 1200, "height": 1400})
+    try:
+        page.goto(app.url)
+        page.fill("#annotator-name textarea", "ann")
+        page.click("#annotate-start")
+        page.wait_for_selector("#ranker .card", timeout=30_000)
+        card = "#ranker .card:has(h2)"
+        _check_rendered(page, card)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ranker-markdown.png"), full_page=True)
+        page.click(f"{card} .text")  # interact: click the text, move the card by its rank key, submit
+        rank = "1" if page.inner_text(f"{card} .rank") != "1" else "4"
+        page.focus(card)
+        page.keyboard.press(rank)
+        page.wait_for_selector(f"{card} .rank:text-is('{rank}')")
+        page.click("#annotate-submit")
+        page.wait_for_selector("#annotate-progress:has-text('you: 1 ranked')", timeout=30_000)
+        # the Compare chat: the same message in both panes (the user's turn is rendered like a reply)
+        page.get_by_role("tab", name="Compare").click()
+        page.fill("#cmp-reward textarea", "pending")  # picking the actor fills in its defaults: reward '' for a folder
+        page.fill("#cmp-actor input", str(tiny_model_dir))
+        page.keyboard.press("Enter")
+        page.locator("#cmp-actor input").blur()
+        page.wait_for_function("document.querySelector('#cmp-reward textarea').value === ''")
+        page.fill("#cmp-reference textarea", str(tiny_model_dir))
+        page.fill("#cmp-reward textarea", str(rm))
+        page.get_by_label("max new tokens").fill("4")
+        page.fill("#cmp-message textarea", HOSTILE)
+        page.click("#cmp-send")
+        page.wait_for_selector("#vote-left:not([disabled])", timeout=120_000)
+        for side in ("#cmp-left", "#cmp-right"):
+            _check_rendered(page, side)
+        page.screenshot(path=str(ARTIFACTS / "compare-markdown.png"), full_page=True)
+        assert page.inner_text("#cmp-reveal") == BLIND_LINE and page.inner_text("#cmp-left-score") == ""
+        page.locator("#cmp-left").get_by_text("[link](javascript:").first.click()
+        page.click("#vote-left")
+        page.wait_for_selector("#cmp-reveal:has-text('Left was')", timeout=30_000)
+        assert page.inner_text("#cmp-reveal").count("reward model score") == 2
+        assert page.inner_text("#cmp-left-score").startswith("reward model score: ")
+        assert page.evaluate("window.__pwned") is None
+    finally:
+        page.close()
+        app.stop()
+    stored = "SELECT i.rank FROM ranking_items i JOIN responses r USING (response_id) WHERE r.text = ?"
+    assert query(db, stored, [HOSTILE]) == [(int(rank),)]  # the response's own text, ranked as the page showed it

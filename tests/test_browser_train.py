@@ -83,10 +83,14 @@ def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path,
         page.wait_for_selector("#vote-left:not([disabled])", timeout=180_000)  # enabled once both replies end
         for side in ("#cmp-left", "#cmp-right"):
             assert "Tell me about the sea" in page.inner_text(side)
-        page.wait_for_function("document.querySelector('#cmp-left-score').innerText.includes('reward model score')")
+        # blind: the scores wait for the vote and come with the names
+        page.wait_for_function("document.querySelector('#cmp-reveal').innerText.includes('after your vote')")
+        assert "reward model score" not in page.inner_text("#cmp-left-score")
         page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
         page.click("#vote-left")
         page.wait_for_function("document.querySelector('#cmp-reveal').innerText.includes('Left was')")
+        page.wait_for_function("document.querySelector('#cmp-left-score').innerText.includes('reward model score')")
+        assert page.inner_text("#cmp-reveal").count("reward model score") == 2
         page.wait_for_function(
             "document.querySelector('#cmp-wins').innerText.includes('1.00') "
             "|| document.querySelector('#cmp-wins').innerText.includes('0.00')"

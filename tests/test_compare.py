@@ -148,3 +148,65 @@ def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_d
         (["blind", "multi_turn"], True, "identical replies")  # stored, but it makes no pair
     ]
     assert query(db, "SELECT text FROM prompts") == [("second question",)]
+
+
+def test_the_chat_shows_markdown_and_never_a_messages_own_html():
+    """The panes get HTML rendered on the server with every tag of the text escaped; the conversation the models
+    see keeps the raw text."""
+    from app.compare import chat_html
+
+    history = [
+        {"role": "user", "content": "hi <img src=x onerror=alert(1)>"},
+        {"role": "assistant", "content": "```\nx < 1\n```\n- a"},
+    ]
+    assert chat_html(history) == [
+        {"role": "user", "content": "<p>hi &lt;img src=x onerror=alert(1)&gt;</p>\n"},
+        {"role": "assistant", "content": "<pre><code>x &lt; 1\n</code></pre>\n<ul>\n<li>a</li>\n</ul>\n"},
+    ]
+    assert history[0]["content"] == "hi <img src=x onerror=alert(1)>"
+
+
+def _replied(actor: str, blind: bool) -> dict:
+    """A conversation with both replies in and the reward model's scores kept: what after_send leaves."""
+    from app.compare import new_conversation
+
+    state = new_conversation(actor, "default", blind=blind, seed=0)
+    history = [{"role": "user", "content": "hi"}]
+    return {
+        **state,
+        "prompt": "hi",
+        "replies": ["left reply", "right reply"],
+        "history": [history + [{"role": "assistant", "content": r}] for r in ("left reply", "right reply")],
+        "params": {"seed": 0},
+        "scores": (6.4, -4.5),
+    }
+
+
+@pytest.mark.parametrize("blind", [True, False])
+def test_blind_scores_wait_for_the_vote_and_come_with_the_names(db, tiny_model_dir, blind):
+    """Blind, a reviewer who saw 6.4 against -4.5 would vote on the reward model, and the vote goes back into the
+    store as a preference: the scores show with the names, after the vote. Not blind, they show at once."""
+    from app.compare import BLIND_LINE, blind_line, score_lines, vote
+
+    state = _replied(str(tiny_model_dir), blind)
+    shown = ("reward model score: **6.400**", "reward model score: **-4.500**")
+    assert score_lines(state) == (("", "") if blind else shown)
+    assert blind_line(state) == (BLIND_LINE if blind else "")
+    assert "scores are shown with the names after your vote" in BLIND_LINE
+    state, reveal = vote(db, state, "left", "rev")
+    assert score_lines(state) == shown and blind_line(state) == ""
+    left, right = (f"**{r}** ({s})" for r, s in zip(state["roles"], state["sides"], strict=True))
+    assert reveal == f"Left was {left}, reward model score 6.400; right was {right}, reward model score -4.500."
+    assert score_lines({**state, "scores": None}) == ("", "")  # no reward model: nothing to show
+
+
+def test_a_new_message_hides_the_last_scores_again(tiny_model_dir):
+    from app.compare import respond, score_lines
+    from training.chat import ChatParams, Models
+
+    state = {**_replied(str(tiny_model_dir), True), "voted": True}
+    assert score_lines(state) != ("", "")
+    params = ChatParams(max_new_tokens=2, min_new_tokens=2, seed=0)
+    state = {**state, "sides": [str(tiny_model_dir)] * 2}
+    *_, (_, _, fresh) = respond(Models(), state, "again", params)
+    assert fresh["scores"] is None and not fresh["voted"] and score_lines(fresh) == ("", "")

@@ -162,3 +162,22 @@ def test_who_is_an_admin():
     assert team.is_admin(Req("ann")) and not team.is_admin(Req("bob")) and not team.is_admin(Req(None))
     with pytest.raises(StoreError, match="bob is an annotator: the Data and Train tabs are for admins"):
         team.check_admin(Req("bob"))
+
+
+def test_blind_compare_shows_the_scores_with_the_names_after_the_vote(app, db, tiny_model_dir, tmp_path):
+    """Through the app's endpoints (one client, one session): blind, the scores endpoint answers the line saying
+    when the scores come, not the scores; the vote answers the names with the scores."""
+    import shutil
+
+    from tests.test_ppo_training import build_liked_token_rm
+
+    reference = shutil.copytree(tiny_model_dir, tmp_path / "reference")
+    rm = build_liked_token_rm(tiny_model_dir, tmp_path / "rm")
+    app.predict("hi", str(tiny_model_dir), str(reference), True, 0.8, 0.95, 4, 0, api_name="/compare_send")
+    left, right, line, *_ = app.predict(str(rm), api_name="/compare_scores")
+    assert (left, right) == ("", "")
+    assert line == "Blind: the reward model's scores are shown with the names after your vote."
+    reveal, left, right, *_ = app.predict(str(tiny_model_dir), api_name="/vote_left")
+    assert left.startswith("reward model score: **") and right.startswith("reward model score: **")
+    assert reveal.startswith("Left was **") and reveal.count("reward model score") == 2
+    assert query(db, "SELECT count(*), min(source) FROM rankings") == [(1, "compare")]
