@@ -129,7 +129,9 @@ def build_app(ctx: AppContext):
             """The tab to open on; under --auth also which tabs show (an annotator sees Annotate and Compare; the
             endpoints behind the others refuse them too)."""
             admin = ctx.is_admin(request)
-            opened = gr.Tabs(selected=first_tab(ctx.db, admin))
+            # only an empty store moves the page (to Data): a page already open on Annotate stays where it is, and
+            # a tab the user clicked before this answer came back is not taken away from them
+            opened = gr.Tabs(selected="data") if first_tab(ctx.db, admin) == "data" else gr.skip()
             return (opened, gr.Tab(visible=admin), gr.Tab(visible=admin)) if ctx.auth else opened
 
         tabs_for.__annotations__ = {"request": gr.Request}  # a real class: this module's annotations are strings
@@ -149,6 +151,9 @@ def launch(
     admins: str | None = None,
 ):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    # After every event Gradio's queue rebuilds a pandas summary of up to 10,000 past events for its monitoring page
+    # (unused here): 1-5 ms of CPU per submit, growing with uptime. Once every 1,000 events is plenty.
+    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
     users = read_auth_file(auth) if auth else None
     if not is_loopback(host) and not users:
         raise StoreError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
