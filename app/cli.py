@@ -17,7 +17,7 @@ from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
 from training.ppo.config import PPOConfig
 from training.precision import with_resolved_dtype
-from training.reward.config import RewardConfig
+from training.registry import TRAINERS
 
 
 def cmd_init(args: argparse.Namespace) -> None:
@@ -108,41 +108,43 @@ def cmd_pairs(args: argparse.Namespace) -> None:
         print(json.dumps(s, indent=2) if args.json else "\n".join(stats_lines(s)))
 
 
-def cmd_train_rm(args: argparse.Namespace) -> None:
-    from pathlib import Path
+def _progress(kind: str):
+    """Print the trainer's progress line (training/registry.py) for each metrics row that has one."""
+    from training.registry import trainer
 
-    from app.training import prepare_reward_run, resume_run, run_training
-    from training.reward.config import RewardConfig
-
-    cfg, dtype_line = with_resolved_dtype(dataclass_from_args(RewardConfig, args))
+    line = trainer(kind).progress
 
     def show(row: dict) -> None:
-        if "loss/rm" in row:
-            print(
-                f"step {row['step']}: loss {row['loss/rm']:.4f}, train accuracy {row['rm/train_accuracy']:.3f}, "
-                f"{row['perf/pairs_per_s']:.1f} pairs/s",
-                flush=True,
-            )
-        elif "eval/rm_accuracy" in row:
-            print(
-                f"step {row['step']}: eval accuracy {row['eval/rm_accuracy']:.3f} on {row['eval/pairs']} pairs, "
-                f"margin {row['eval/margin_mean']:.3f}",
-                flush=True,
-            )
+        text = line(row)
+        if text:
+            print(text, flush=True)
 
+    return show
+
+
+def cmd_train_pairs(args: argparse.Namespace) -> None:
+    """`rlhf train-rm` and `rlhf train-dpo`: a trainer on preference pairs (a snapshot of the store, or --pairs)."""
+    from pathlib import Path
+
+    from app.training import prepare_pairs_run, resume_run, run_training
+    from training.registry import trainer
+
+    spec = trainer(args.config_class.KIND)
+    show = _progress(spec.kind)
     if args.resume:
         run = Path(args.resume)
         status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
-        run = prepare_reward_run(args.db, cfg, Path(args.runs_dir), args.pairs)
+        cfg, dtype_line = with_resolved_dtype(dataclass_from_args(spec.config, args))
+        run = prepare_pairs_run(args.db, cfg, Path(args.runs_dir), args.pairs)
         print(f"run {run.name}: {run}, {dtype_line}", flush=True)
-        status = run_training("reward", run, args.num_accelerators, args.hostfile, on_metrics=show)
+        status = run_training(spec.kind, run, args.num_accelerators, args.hostfile, on_metrics=show)
     if status.get("state") == "stopped":
         print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
         return
     if status.get("state") != "finished":
         raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
-    print(f"run {run.name} finished; reward model in {run / 'model'}")
+    print(f"run {run.name} finished; {'policy' if spec.policy else 'model'} in {run / spec.output}")
 
 
 def cmd_train_ppo(args: argparse.Namespace) -> None:
@@ -150,15 +152,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> None:
 
     from app.training import prepare_ppo_run, resume_run, run_training
 
-    def show(row: dict) -> None:
-        if "loss/actor" in row:
-            print(
-                f"step {row['step']}: score {row['reward/score_mean']:.3f}, KL {row['reward/kl']:.3f}, "
-                f"length {row['response/length_mean']:.1f}, {row['perf/step_s']:.1f} s "
-                f"({row['perf/tokens_per_s']:.0f} tokens/s)",
-                flush=True,
-            )
-
+    show = _progress("ppo")
     if args.resume:
         run = Path(args.resume)
     else:
@@ -232,6 +226,7 @@ def cmd_stop(args: argparse.Namespace) -> None:
 def cmd_runs(args: argparse.Namespace) -> None:
     from store.db import connect
     from store.runs import list_runs
+    from training.registry import TRAINERS
     from training.runs import effective_status
 
     with connect(args.db, create=False) as con:
@@ -241,9 +236,8 @@ def cmd_runs(args: argparse.Namespace) -> None:
     for run_id, kind, path, created in runs:
         status = effective_status(path)
         final = status.get("final") or {}
-        headline = f", eval accuracy {final['eval/rm_accuracy']:.3f}" if "eval/rm_accuracy" in final else ""
-        if "reward/score_mean" in final:
-            headline = f", score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
+        headline = TRAINERS[kind].headline(final) if kind in TRAINERS else ""
+        headline = f", {headline}" if headline else ""
         step = f"step {status.get('step', 0)}/{status.get('total_steps', '?')}"
         error = f" ({status['error']})" if status.get("error") else ""
         print(f"{run_id}  {kind}  {created[:19]}  {status.get('state')}{error}  {step}{headline}  {path}")
@@ -329,18 +323,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the per-task item shuffle")
     s.set_defaults(func=cmd_export_ls)
 
-    s = sub.add_parser("train-rm", help="train a reward model on DeepSpeed (snapshot of the store, or --pairs)")
-    s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
-    add_launch_args(s)
-    add_dataclass_args(s, RewardConfig, skip=("data", "output_dir"))
-    s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
-    s.set_defaults(config_class=RewardConfig)
-    s.set_defaults(func=cmd_train_rm)
+    for spec in TRAINERS.values():  # every trainer on preference pairs: `rlhf train-rm`, `rlhf train-dpo`
+        if spec.data != "pairs":
+            continue
+        s = sub.add_parser(
+            spec.command, help=f"{spec.title} on DeepSpeed, from preference pairs (a snapshot of the store, or --pairs)"
+        )
+        s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
+        add_launch_args(s)
+        add_dataclass_args(s, spec.config, skip=spec.form_skip)
+        s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
+        s.set_defaults(config_class=spec.config, func=cmd_train_pairs)
 
     s = sub.add_parser("train-ppo", help="PPO on DeepSpeed: actor, reference, critic and reward models")
-    s.add_argument(
-        "--prompts", help="prompts .txt/.jsonl/.csv (read as `prompts add` reads them) or a snapshot folder"
-    )
+    s.add_argument("--prompts", help="prompts .txt/.jsonl/.csv (read as `prompts add` reads them) or a snapshot folder")
     add_launch_args(s)
     add_dataclass_args(s, PPOConfig, skip=("prompts", "output_dir"))
     s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")

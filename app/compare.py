@@ -16,6 +16,7 @@ from store.db import connect, write
 from store.errors import StoreError
 from training.chat import ChatParams, Models, model_folder, score_reply, stream_pair
 from training.models import DEFAULT_MODEL, model_id
+from training.registry import TRAINERS, policy_folder
 
 VOTES = {"left": "left", "right": "right", "tie": "tie", "both_bad": "both_bad"}
 BLIND_LINE = "Blind: the reward model's scores are shown with the names after your vote."
@@ -27,20 +28,30 @@ def model_name(ref: str) -> str:
     return model_id(ref) if ref == DEFAULT_MODEL else str(model_folder(ref).resolve())
 
 
-def ppo_runs(db: str) -> list[tuple[str, str]]:
-    """(label, run folder) of PPO runs that saved an actor, newest first."""
+def tuned_runs(db: str) -> list[tuple[str, str]]:
+    """(label, run folder) of the runs that saved a policy (PPO, DPO: training/registry.py), newest first."""
+    kinds = [t.kind for t in TRAINERS.values() if t.policy]
     with connect(db, create=False) as con:
-        rows = con.execute("SELECT run_id, path FROM runs WHERE kind = 'ppo' ORDER BY created_at DESC").fetchall()
-    return [(run_id, path) for run_id, path in rows if (Path(path) / "actor" / "config.json").is_file()]
+        rows = con.execute(
+            "SELECT run_id, path FROM runs WHERE kind IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at DESC",
+            [kinds],
+        ).fetchall()
+    return [(run_id, path) for run_id, path in rows if policy_folder(path) is not None]
+
+
+ppo_runs = tuned_runs  # its name before DPO runs were listed too
 
 
 def run_defaults(run: str) -> tuple[str, str]:
-    """(reference, reward model) a PPO run was trained with: its actor's starting model and its reward model."""
+    """(reference, reward model) a tuned run was trained with: PPO's starting actor and reward model; a pairs
+    trainer's (DPO's) reference, its SFT model unless it named another, and no reward model."""
     try:
         cfg = json.loads((Path(run) / "config.json").read_text())
     except (OSError, ValueError):
         return DEFAULT_MODEL, ""
-    return cfg.get("actor", DEFAULT_MODEL), cfg.get("reward", "")
+    if "actor" in cfg:
+        return cfg.get("actor", DEFAULT_MODEL), cfg.get("reward", "")
+    return cfg.get("reference") or cfg.get("model", DEFAULT_MODEL), ""
 
 
 def new_conversation(actor: str, reference: str, blind: bool, seed: int | None = None) -> dict:

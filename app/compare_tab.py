@@ -28,8 +28,12 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
     import gradio as gr
 
     with gr.Row(equal_height=True):
-        actor = gr.Dropdown(label="Actor (a PPO run, or a model folder)", allow_custom_value=True, elem_id="cmp-actor")
-        reference = gr.Textbox(label="Reference (the SFT model)", value="default", elem_id="cmp-reference")
+        actor = gr.Dropdown(
+            label="Actor (a tuned run, or a model folder)", allow_custom_value=True, elem_id="cmp-actor"
+        )
+        reference = gr.Textbox(
+            label="Reference (the SFT model, or another tuned run)", value="default", elem_id="cmp-reference"
+        )
         reward = gr.Textbox(label="Reward model for scores (a run or folder; empty = none)", elem_id="cmp-reward")
         blind = gr.Checkbox(
             label="Blind (sides shuffled; names and scores after the vote)", value=True, elem_id="cmp-blind"

@@ -39,6 +39,7 @@ from store.prompts import add_prompts
 from store.rankings import RankedItem, RankingIn
 from training.generation import Sampler, SamplingConfig
 from training.ppo.config import PPOConfig
+from training.registry import step_rows, trainer
 from training.reward.config import RewardConfig
 from training.runs import read_metrics, read_status
 
@@ -145,8 +146,8 @@ def score_texts(
     response + EOS, cut as in training) and read at EOS."""
     import torch
 
+    from training.pairs import PairEncoder
     from training.ppo.models import load_scalar_model, load_tokenizer, reward_scores
-    from training.reward.data import PairEncoder
 
     model, tok = load_scalar_model(str(reward_model), dtype), load_tokenizer(reward_model)
     encoder = PairEncoder(tok, max_length)
@@ -274,11 +275,9 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     ppo_run = prepare_ppo_run(db, ppo_cfg, runs)
 
     def show(row: dict) -> None:
-        if "loss/actor" in row:
-            log(
-                f"PPO step {row['step']}: score {row['reward/score_mean']:.3f}, KL {row['reward/kl']:.3f}, "
-                f"length {row['response/length_mean']:.1f}"
-            )
+        line = trainer("ppo").progress(row)
+        if line:
+            log(f"PPO {line}")
 
     _finished("PPO", ppo_run, run_training("ppo", ppo_run, on_metrics=show))
     t = lap("PPO", t)
@@ -338,7 +337,7 @@ def ppo_curve(run: Path) -> dict:
     """The run's own count of steps (its status.json) and, for each step 1..N, the KL and score its metrics row
     reports, None where no row or no value is there: a step that logged no KL is a gap the checks can see, not a
     step that is missing from both sides of the comparison."""
-    by_step = {r["step"]: r for r in read_metrics(run) if "loss/actor" in r}  # a resumed step: its last row
+    by_step = {r["step"]: r for r in step_rows("ppo", read_metrics(run))}
     n = int(read_status(run).get("step") or 0)
     rows = [by_step.get(step, {}) for step in range(1, n + 1)]
     return {

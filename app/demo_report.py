@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from annotation import scripted
+from training.registry import step_rows
 from training.runs import read_metrics
 
 
@@ -17,7 +18,7 @@ def _plots(folder: Path, rm_rows: list[dict], ppo_rows: list[dict], samples: lis
     import matplotlib.pyplot as plt
 
     names = []
-    train = [r for r in rm_rows if "loss/rm" in r]
+    train = step_rows("reward", rm_rows)
     evals = [r for r in rm_rows if "eval/rm_accuracy" in r and "step" in r]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
     a.plot([r["step"] for r in train], [r["loss/rm"] for r in train], lw=1)
@@ -61,7 +62,7 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
     from app.demo import headline
 
     samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
-    ppo_rows = [row for row in read_metrics(ppo_run) if "loss/actor" in row]
+    ppo_rows = step_rows("ppo", read_metrics(ppo_run))
     _plots(folder, read_metrics(rm_run), ppo_rows, samples)
     c = r["config"]
     kl_rows = "\n".join(

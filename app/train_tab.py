@@ -1,6 +1,7 @@
-"""Train tab: forms generated from RewardConfig and PPOConfig, buttons that start runs through the same functions
-as the CLI, and a live view (runs table, status, plots, log tail, samples) polled every 2 s from the run folders.
-Every handler is a plain function over app/train_view.py.
+"""Train tab: one form per trainer of the registry (training/registry.py: reward model, PPO, DPO), generated from its
+config dataclass, buttons that start runs through the same functions as the CLI, and a live view (runs table,
+status, plots, log tail, samples) polled every 2 s from the run folders. Every handler is a plain function over
+app/train_view.py.
 
 No `from __future__ import annotations` here: Gradio finds the `gr.SelectData` parameter by its evaluated
 annotation."""
@@ -10,14 +11,12 @@ from pathlib import Path
 
 from app.config_form import build_form, config_from_form, form_values_from_file
 from app.handlers import admin_only
-from app.train_view import PPO_PLOTS, RM_PLOTS, log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
+from app.train_view import log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
 from app.train_view import status_line as run_status_line
-from training.ppo.config import PPOConfig
-from training.reward.config import RewardConfig
+from training.registry import TRAINERS
 
-RM_SKIP = ("data", "output_dir")
-PPO_SKIP = ("prompts", "output_dir")
-PLOTS = max(len(PPO_PLOTS), len(RM_PLOTS))
+RM_SKIP, PPO_SKIP = TRAINERS["reward"].form_skip, TRAINERS["ppo"].form_skip
+PLOTS = max(len(t.plots) for t in TRAINERS.values())
 RUN_HEADERS = ["run", "kind", "started", "state", "step", "headline", "folder"]
 
 
@@ -43,19 +42,18 @@ def build_train_tab(ctx, demo) -> None:
 
     runs = ctx.runs
     with gr.Row(equal_height=True):
-        data = gr.Dropdown(label="Data for the reward model", choices=[("current store", "")], value="")
+        data = gr.Dropdown(label="Data for the reward model and DPO", choices=[("current store", "")], value="")
         prompts = gr.Textbox(label="PPO prompts file (empty: the store's prompts, train split)", value="")
-    with gr.Accordion("Reward model settings", open=False):
-        rm_config_file = gr.File(label="Load a config.json", file_types=[".json"], height=80, elem_id="rm-config-file")
-        rm_form = build_form(RewardConfig, RM_SKIP, prefix="rm-")
-    with gr.Accordion("PPO settings (reward: a reward run folder; empty with 'Reward model then PPO')", open=False):
-        ppo_config_file = gr.File(
-            label="Load a config.json", file_types=[".json"], height=80, elem_id="ppo-config-file"
-        )
-        ppo_form = build_form(PPOConfig, PPO_SKIP, prefix="ppo-")
+    forms, config_files, buttons = {}, {}, {}
+    for kind, spec in TRAINERS.items():
+        with gr.Accordion(spec.form_title, open=False):
+            config_files[kind] = gr.File(
+                label="Load a config.json", file_types=[".json"], height=80, elem_id=f"{spec.form_prefix}config-file"
+            )
+            forms[kind] = build_form(spec.config, spec.form_skip, prefix=spec.form_prefix)
     with gr.Row():
-        rm_btn = gr.Button("Train reward model", elem_id="train-rm")
-        ppo_btn = gr.Button("Run PPO", elem_id="run-ppo")
+        for kind, spec in TRAINERS.items():
+            buttons[kind] = gr.Button(spec.button[0], elem_id=spec.button[1])
         chain_btn = gr.Button("Reward model then PPO", variant="primary", elem_id="rm-then-ppo")
     action = gr.Markdown(elem_id="train-action")
     gr.Markdown("### Runs")
@@ -73,15 +71,18 @@ def build_train_tab(ctx, demo) -> None:
     log = gr.Textbox(label="Log (tail)", lines=12, max_lines=12, interactive=False, elem_id="run-log")
 
     def start(which: str, data_value, prompts_value, *values):
-        rm = config_from_form(RewardConfig, RM_SKIP, list(values[: len(rm_form)]))
-        ppo = config_from_form(PPOConfig, PPO_SKIP, list(values[len(rm_form) :]))
+        cfg, at = {}, 0
+        for kind, comps in forms.items():  # the values arrive in the forms' order
+            spec = TRAINERS[kind]
+            cfg[kind] = config_from_form(spec.config, spec.form_skip, list(values[at : at + len(comps)]))
+            at += len(comps)
         data_value, prompts_value = data_value or None, prompts_value or None
-        if which == "rm":
-            run = runs.start_reward(rm, data_value)
-        elif which == "ppo":
-            run = runs.start_ppo(ppo, prompts_value)
+        if which == "chain":
+            run = runs.start_chain(cfg["reward"], cfg["ppo"], data_value, prompts_value)
+        elif TRAINERS[which].data == "pairs":
+            run = runs.start_pairs(cfg[which], data_value)
         else:
-            run = runs.start_chain(rm, ppo, data_value, prompts_value)
+            run = runs.start_ppo(cfg[which], prompts_value)
         return f"started {run.name}", str(run)
 
     def refresh(run_path: str):
@@ -102,22 +103,22 @@ def build_train_tab(ctx, demo) -> None:
     def choices():
         return gr.Dropdown(choices=snapshot_choices(ctx.db))
 
-    inputs = [data, prompts, *rm_form, *ppo_form]
+    inputs = [data, prompts, *(c for comps in forms.values() for c in comps)]
     views = [table, status, samples, log, *plots]
-    buttons = ((rm_btn, "rm", "train_rm"), (ppo_btn, "ppo", "run_ppo"), (chain_btn, "chain", "rm_then_ppo"))
+    clicks = [(buttons[kind], kind, spec.button[2]) for kind, spec in TRAINERS.items()]
+    clicks.append((chain_btn, "chain", "rm_then_ppo"))
     # every event answers admins only (app/handlers.py::admin_only): a run can be started, and a run's log read
     view = admin_only(ctx, refresh, quiet=len(views))
-    for btn, which, name in buttons:
+    for btn, which, name in clicks:
         btn.click(admin_only(ctx, functools.partial(start, which)), inputs, [action, selected], api_name=name).then(
             view, [selected], views
         )
     stop_btn.click(admin_only(ctx, lambda p: runs.stop(Path(p))), [selected], [action], api_name="stop_run")
     resume = admin_only(ctx, lambda p: f"resumed {runs.resume(Path(p)).name}")
     resume_btn.click(resume, [selected], [action], api_name="resume_run")
-    rm_values = admin_only(ctx, lambda f: form_values_from_file(RewardConfig, RM_SKIP, f))
-    rm_config_file.upload(rm_values, [rm_config_file], rm_form)
-    ppo_values = admin_only(ctx, lambda f: form_values_from_file(PPOConfig, PPO_SKIP, f))
-    ppo_config_file.upload(ppo_values, [ppo_config_file], ppo_form)
+    for kind, comps in forms.items():
+        values = functools.partial(form_values_from_file, TRAINERS[kind].config, TRAINERS[kind].form_skip)
+        config_files[kind].upload(admin_only(ctx, values), [config_files[kind]], comps)
     table.select(admin_only(ctx, on_select, quiet=1), [table], [selected], api_visibility="private")  # a click only
     selected.change(view, [selected], views, show_progress="hidden")
     gr.Timer(2.0).tick(view, [selected], views, show_progress="hidden")

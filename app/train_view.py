@@ -13,25 +13,19 @@ import threading
 import time
 from pathlib import Path
 
-from app.training import frozen_prompts, launch, prepare_ppo_run, prepare_reward_run, run_kind
+from app.training import frozen_prompts, launch, prepare_pairs_run, prepare_ppo_run, run_kind
 from store.db import connect
 from store.errors import StoreError
 from store.runs import list_runs
+from training.config_file import ConfigFile
 from training.ppo.config import PPOConfig
 from training.precision import with_resolved_dtype
+from training.registry import TRAINERS, kind_of, step_rows, trainer
 from training.reward.config import RewardConfig
 from training.runs import STOP_FILE, effective_status, read_metrics, read_status, request_stop, write_json_atomic
 
-RM_PLOTS = ("loss/rm", "rm/train_accuracy", "eval/rm_accuracy")
-PPO_PLOTS = (
-    "reward/score_mean",
-    "reward/kl",
-    "loss/actor",
-    "loss/critic",
-    "policy/clipfrac",
-    "response/length_mean",
-    "perf/tokens_per_s",
-)
+RM_PLOTS = trainer("reward").plots
+PPO_PLOTS = trainer("ppo").plots
 
 
 class Runs:
@@ -54,36 +48,49 @@ class Runs:
             self.procs[run] = launch(kind, run, self.num_accelerators)
         return run
 
-    def start_reward(self, cfg: RewardConfig, data: str | None = None) -> Path:
+    def start_pairs(self, cfg: ConfigFile, data: str | None = None) -> Path:
+        """A trainer on preference pairs (the reward model, DPO) on `data` (a snapshot or pairs file; None: a new
+        snapshot of the store)."""
         cfg, _ = with_resolved_dtype(cfg)  # the run's config.json, and its status line, name the dtype picked
-        return self._launch("reward", prepare_reward_run(self.db, cfg, self.runs_dir, data))
+        return self._launch(cfg.KIND, prepare_pairs_run(self.db, cfg, self.runs_dir, data))
+
+    def start_reward(self, cfg: RewardConfig, data: str | None = None) -> Path:
+        return self.start_pairs(cfg, data)
 
     def start_ppo(self, cfg: PPOConfig, prompts: str | None = None) -> Path:
         cfg, _ = with_resolved_dtype(cfg)
         return self._launch("ppo", prepare_ppo_run(self.db, cfg, self.runs_dir, prompts))
 
     def start_chain(
-        self, rm: RewardConfig, ppo: PPOConfig, data: str | None = None, prompts: str | None = None
+        self,
+        rm: RewardConfig,
+        ppo: PPOConfig,
+        data: str | None = None,
+        prompts: str | None = None,
     ) -> Path:
         """The reward model now; PPO on it once it finishes (a thread waits). Returns the reward run."""
-        ppo_check = dataclasses.replace(ppo, reward="(the reward run)")
-        try:
-            ppo_check.check()  # refuse a bad PPO setting now, not after the reward model has trained
+        try:  # refuse a bad PPO setting now, not after the reward model has trained
+            dataclasses.replace(ppo, reward="(the reward run)").check()
         except ValueError as e:
             raise StoreError(str(e)) from None
         if prompts:  # a bad prompts file is refused now, not after the reward model has trained
             prompts = frozen_prompts(prompts, self.runs_dir.parent / "snapshots")
         rm_run = self.start_reward(rm, data)
 
-        def then_ppo():
-            while effective_status(rm_run).get("state") in ("starting", "running") or self._alive(rm_run):
-                time.sleep(1.0)
-                self.poll()
-            if read_status(rm_run).get("state") == "finished":
-                self.start_ppo(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
+        def then_the_rest():
+            if not self._wait(rm_run):
+                return
+            self.start_ppo(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
 
-        threading.Thread(target=then_ppo, daemon=True, name=f"chain-{rm_run.name}").start()
+        threading.Thread(target=then_the_rest, daemon=True, name=f"chain-{rm_run.name}").start()
         return rm_run
+
+    def _wait(self, run: Path) -> bool:
+        """Block until the run ends; True if it finished."""
+        while effective_status(run).get("state") in ("starting", "running") or self._alive(run):
+            time.sleep(1.0)
+            self.poll()
+        return read_status(run).get("state") == "finished"
 
     def _alive(self, run: Path) -> bool:
         proc = self.procs.get(run)
@@ -122,12 +129,7 @@ def runs_rows(db: str) -> list[list]:
     for run_id, kind, path, created in runs:
         status = effective_status(path)
         final = status.get("final") or {}
-        if "eval/rm_accuracy" in final:
-            headline = f"eval accuracy {final['eval/rm_accuracy']:.3f}"
-        elif "reward/score_mean" in final:
-            headline = f"score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
-        else:
-            headline = status.get("error", "")
+        headline = (TRAINERS[kind].headline(final) if kind in TRAINERS else "") or status.get("error", "")
         step = f"{status.get('step', 0)}/{status.get('total_steps', '?')}"
         rows.append([run_id, kind, created[:19], status.get("state", "unknown"), step, headline, path])
     return rows
@@ -146,12 +148,19 @@ def log_tail(run: Path, lines: int = 40) -> str:
 
 
 def plot_frames(run: Path) -> dict[str, list[tuple[int, float]]]:
-    """{metric: [(step, value), ...]} for the metrics the tab plots (reward model or PPO)."""
+    """{metric: [(step, value), ...]} for the metrics the run's trainer plots (training/registry.py). A metric that
+    a training step logs is read from the step rows (one per step: the final line repeats the last); one that only
+    evaluations log (eval/...) from every row that has it."""
+    try:
+        kind = kind_of(run)
+    except ValueError:
+        return {}
     rows = [r for r in read_metrics(run) if "step" in r]
-    if any("loss/actor" in r for r in rows):
-        steps = [r for r in rows if "loss/actor" in r]  # one row per PPO step (the final line repeats the last)
-        return {k: [(r["step"], r[k]) for r in steps if k in r] for k in PPO_PLOTS}
-    return {k: [(r["step"], r[k]) for r in rows if k in r] for k in RM_PLOTS}
+    steps = step_rows(kind, rows)
+    return {
+        k: [(r["step"], r[k]) for r in (steps if any(k in r for r in steps) else rows) if k in r]
+        for k in trainer(kind).plots
+    }
 
 
 def samples_rows(run: Path, n: int = 6) -> list[list]:

@@ -21,24 +21,25 @@ from store.db import connect, write
 from store.errors import StoreError
 from store.runs import latest_snapshot_id, record_run
 from store.snapshot import split_of, write_snapshot
+from training.config_file import ConfigFile
 from training.launcher import launch
-from training.models import ModelError, resolve_model
+from training.models import DataError, ModelError, resolve_model
+from training.pairs import load_pairs
 from training.ppo.config import PPOConfig
 from training.ppo.data import read_prompts
 from training.ppo.models import reward_folder
-from training.reward.config import RewardConfig
-from training.reward.data import DataError, load_pairs
+from training.registry import kind_of, trainer
 from training.runs import STOP_FILE, read_metrics, read_status, write_json_atomic
 
 
 def new_run_dir(runs_dir: Path, kind: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = runs_dir / f"{kind}-{stamp}-{secrets.token_hex(2)}"
+    folder = runs_dir / f"{trainer(kind).prefix}-{stamp}-{secrets.token_hex(2)}"
     folder.mkdir(parents=True)
     return folder
 
 
-def _check_pairs(data: str, cfg: RewardConfig) -> None:
+def _check_pairs(data: str, cfg: ConfigFile) -> None:
     try:
         train, _ = load_pairs(data, cfg.eval_fraction, cfg.seed)
     except DataError as e:
@@ -47,13 +48,20 @@ def _check_pairs(data: str, cfg: RewardConfig) -> None:
         raise StoreError("no training pairs: every prompt landed in the eval split; add more prompts")
 
 
-def prepare_reward_run(db: str, cfg: RewardConfig, runs_dir: Path, pairs: str | None = None) -> Path:
-    """Check the inputs, freeze the data, write RUN/config.json and record the run; returns the run folder."""
+def _local(ref: str) -> str:
+    return ref if ref in ("", "default") else str(Path(ref).resolve())
+
+
+def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | None = None) -> Path:
+    """A run that trains on preference pairs (the reward model, DPO): check the inputs, freeze the data (a snapshot
+    of the store, or the pairs file given), write RUN/config.json and record the run; returns the run folder."""
     try:
         cfg.check()
     except ValueError as e:
         raise StoreError(str(e)) from None
-    resolve_model(cfg.model)  # a bad --model fails here, in one line, before anything starts
+    for ref in (cfg.model, getattr(cfg, "reference", "")):
+        if ref:
+            resolve_model(ref)  # a bad --model fails here, in one line, before anything starts
     snapshot_id = None
     data = str(Path(pairs).resolve()) if pairs else None
     if data:  # a pairs file is read before the store is opened, so the store is held only for the record
@@ -63,12 +71,16 @@ def prepare_reward_run(db: str, cfg: RewardConfig, runs_dir: Path, pairs: str | 
             folder = write_snapshot(con, runs_dir.parent / "snapshots", eval_fraction=cfg.eval_fraction, seed=cfg.seed)
             data, snapshot_id = str(folder.resolve()), latest_snapshot_id(con)  # the ranks run in the run folder
             _check_pairs(data, cfg)
-        run = new_run_dir(runs_dir, "rm")
-        model = cfg.model if cfg.model == "default" else str(Path(cfg.model).resolve())
-        cfg = dataclasses.replace(cfg, data=data, model=model, output_dir=str(run.resolve()))
+        run = new_run_dir(runs_dir, cfg.KIND)
+        cfg = dataclasses.replace(cfg, data=data, model=_local(cfg.model), output_dir=str(run.resolve()))
+        if hasattr(cfg, "reference"):  # a trainer with a frozen reference model (DPO)
+            cfg = dataclasses.replace(cfg, reference=_local(cfg.reference))
         cfg.save(run / "config.json")
-        record_run(con, run.name, "reward", str(run.resolve()), dataclasses.asdict(cfg), snapshot_id)
+        record_run(con, run.name, cfg.KIND, str(run.resolve()), cfg.as_json(), snapshot_id)
     return run
+
+
+prepare_reward_run = prepare_pairs_run  # the reward model's name for it
 
 
 def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, poll_s: float = 1.0) -> dict:
@@ -94,12 +106,11 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
 
 
 def run_kind(run: Path) -> str:
-    """'ppo' or 'reward', from the run's saved config."""
+    """The trainer kind the run's config.json records (training/registry.py)."""
     try:
-        config = json.loads((run / "config.json").read_text())
-    except (OSError, ValueError):
-        raise StoreError(f"{run} is not a run folder: no readable config.json") from None
-    return "ppo" if "actor" in config else "reward"
+        return kind_of(run)
+    except ValueError as e:
+        raise StoreError(str(e)) from None
 
 
 def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0) -> Path:
@@ -169,7 +180,7 @@ def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None
         )
         cfg.save(run / "config.json")
         with write(db) as con:
-            record_run(con, run.name, "ppo", str(run.resolve()), dataclasses.asdict(cfg), None)
+            record_run(con, run.name, "ppo", str(run.resolve()), cfg.as_json(), None)
     except BaseException:
         shutil.rmtree(run, ignore_errors=True)  # nothing half-made stays behind
         raise

@@ -32,7 +32,7 @@ FILLER = "please explain it simply with one clear example and a short summary at
 
 def fixed_length_prompts(tokenizer, n: int = 64, length: int = PROMPT_TOKENS) -> list[str]:
     """Everyday prompts whose chat-templated form is exactly `length` tokens (filler words added one by one)."""
-    from training.reward.data import chat_prompt
+    from training.models import chat_prompt
 
     out = []
     for i in range(n * 4):
@@ -86,6 +86,7 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0) -> dict:
     from app.training import follow, prepare_ppo_run
     from training.launcher import launch
     from training.ppo.config import PPOConfig
+    from training.registry import step_rows
     from training.runs import read_metrics
 
     cfg = PPOConfig(
@@ -106,7 +107,7 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0) -> dict:
     status = follow(run, launch("ppo", run), poll_s=2.0)
     if status.get("state") != "finished":
         raise RuntimeError(f"rlhf-studio PPO run failed: {status.get('error')} (see {run / 'train.log'})")
-    rows = [r for r in read_metrics(run) if "loss/actor" in r]
+    rows = step_rows("ppo", read_metrics(run))
     final = next(r for r in read_metrics(run) if r.get("event") == "final")
     out = summarize([r["perf/step_s"] for r in rows], [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"])
     if "perf/peak_gpu_mb" in final:

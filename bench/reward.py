@@ -38,6 +38,7 @@ def make_pairs(n_rankings: int, seed: int = 0) -> list[dict]:
 def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
     from app.training import follow, prepare_reward_run
     from training.launcher import launch
+    from training.registry import step_rows
     from training.reward.config import RewardConfig
     from training.runs import read_metrics
 
@@ -55,7 +56,7 @@ def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
     status = follow(run, launch("reward", run))
     assert status["state"] == "finished", status
     rows = read_metrics(run)
-    steps = [r for r in rows if "loss/rm" in r]
+    steps = step_rows("reward", rows)
     final = next(r for r in rows if r.get("event") == "final")
     timed = steps[5:]
     return {
@@ -91,9 +92,8 @@ def _trl(tmp: Path, ids: list[tuple[list[int], list[int]]], pad_token: str, dtyp
 def run(n_rankings: int = 64, dtypes: tuple[str, ...] = ("bf16", "fp32")) -> list[dict]:
     from transformers import AutoTokenizer
 
-    from training.models import resolve_model
-    from training.reward.data import PairEncoder
-    from training.reward.model import pick_pad_token
+    from training.models import pick_pad_token, resolve_model
+    from training.pairs import PairEncoder
 
     rows = make_pairs(n_rankings)
     n_pairs = len(rows)

@@ -51,3 +51,34 @@ def test_store_and_annotation_import_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
+
+
+def _full_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_no_trainer_imports_another_trainers_package():
+    """Shared helpers live in training/models.py and training/engine.py; a trainer package (one with a train.py)
+    imports none of the others, so adding or removing a trainer touches no other trainer."""
+    trainers = sorted(p.parent.name for p in (ROOT / "training").glob("*/train.py"))
+    assert {"reward", "ppo"} <= set(trainers)
+    for name in trainers:
+        others = {f"training.{t}" for t in trainers if t != name}
+        for path in (ROOT / "training" / name).rglob("*.py"):
+            bad = {m for m in _full_imports(path) if any(m == o or m.startswith(o + ".") for o in others)}
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_every_trainer_is_in_the_registry():
+    from training.registry import TRAINERS
+
+    packages = {p.parent.name for p in (ROOT / "training").glob("*/train.py")}
+    assert {t.module for t in TRAINERS.values()} == {f"training.{p}.train" for p in packages}
+    assert all(t.config.KIND == kind for kind, t in TRAINERS.items())

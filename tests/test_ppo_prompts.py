@@ -128,8 +128,8 @@ def test_a_missing_prompts_file_is_one_line(cli, db, tmp_path, models, no_launch
 def test_the_trainer_never_reads_another_kind_of_file_as_lines(tmp_path, name):
     """A config written by hand and launched directly names its prompts file too: a CSV there is refused, not read
     line by line with its header (`rlhf train-ppo` hands the ranks a frozen .jsonl)."""
+    from training.models import DataError
     from training.ppo.data import read_prompts
-    from training.reward.data import DataError
 
     f = tmp_path / name
     f.write_text("id,prompt\n1,What is a river?\n")

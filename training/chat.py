@@ -15,6 +15,7 @@ import torch
 from training.models import SAFE_WEIGHTS, ModelError, resolve_model
 from training.ppo.decode import decode_steps
 from training.ppo.models import load_scalar_model, load_tokenizer, reward_folder, reward_scores
+from training.registry import policy_folder
 
 
 @dataclass
@@ -28,11 +29,8 @@ class ChatParams:
 
 
 def model_folder(ref: str) -> Path:
-    """'default', an HF folder, or a PPO run folder (its actor/)."""
-    path = Path(ref).expanduser()
-    if (path / "actor" / "config.json").is_file():
-        return path / "actor"
-    return resolve_model(ref)
+    """'default', an HF folder, or a run folder of a trainer that makes a policy (PPO's actor/, DPO's policy/)."""
+    return policy_folder(Path(ref).expanduser()) or resolve_model(ref)
 
 
 class Models:

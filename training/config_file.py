@@ -16,18 +16,30 @@ C = TypeVar("C", bound="ConfigFile")
 
 
 class ConfigFile:
+    KIND: typing.ClassVar[str] = ""  # the trainer's kind (training/registry.py), written as config.json's "kind"
+
+    def as_json(self) -> dict:
+        """What config.json holds (and the store's runs.config): the kind, then every setting."""
+        kind = {"kind": self.KIND} if self.KIND else {}
+        return {**kind, **asdict(self)}  # type: ignore[call-overload]
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")  # type: ignore[call-overload]
+        Path(path).write_text(json.dumps(self.as_json(), indent=2) + "\n")
 
     @classmethod
     def load(cls: type[C], path: str | Path) -> C:
-        """The config in `path`: a JSON object of known settings, each of its field's type (ValueError if not)."""
+        """The config in `path`: a JSON object of known settings, each of its field's type (ValueError if not), and
+        a "kind" that names this config's trainer when there is one (runs made before kinds were recorded have
+        none)."""
         raw = read_json_object(path)
+        kind = raw.pop("kind", cls.KIND)
         hints = typing.get_type_hints(cls)
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"unknown setting {unknown[0]!r}")
+        if kind != cls.KIND:
+            raise ValueError(f"this is the config of a {kind!r} run, not of a {cls.KIND!r} run")
         for key, value in raw.items():
             if not _is_a(value, hints[key]):
                 raise ValueError(f"setting {key!r} must be {_name(hints[key])}, got {json.dumps(value)[:40]}")

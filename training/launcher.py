@@ -15,9 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from training.registry import trainer
 from training.runs import read_status, write_json_atomic
-
-MODULES = {"reward": "training.reward.train", "ppo": "training.ppo.train"}
 
 
 def _free_port() -> int:
@@ -36,7 +35,7 @@ def deepspeed_command(kind: str, config: Path, num_accelerators: int = 1, hostfi
     else:
         # a local run: only this machine, whatever /job/hostfile says
         cmd += ["--num_accelerators", str(num_accelerators)]
-    cmd += ["--master_port", str(_free_port()), "--module", MODULES[kind], "--config", str(config)]
+    cmd += ["--master_port", str(_free_port()), "--module", trainer(kind).module, "--config", str(config)]
     return cmd
 
 

@@ -28,6 +28,10 @@ class ModelError(ValueError):
     """A model reference that cannot be resolved or loaded; the message is one line for the user."""
 
 
+class DataError(ValueError):
+    """Unusable training data (pairs, prompts); the message is one line for the user."""
+
+
 # Every from_pretrained passes these: nothing is downloaded, no code from a model folder runs, and weights are read
 # from safetensors only (a pickle file can run anything when it is loaded).
 SAFE_LOAD = {"local_files_only": True, "trust_remote_code": False}
@@ -157,3 +161,60 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     model.generation_config = loaded.generation_config
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+
+
+# --- helpers every trainer shares (no trainer imports another trainer's package) ---------------------------------
+
+
+def chat_prompt(tokenizer, prompt: str) -> str:
+    """The prompt as every model sees it: reward-model training, PPO rollouts and scoring, and DPO all use this one
+    text, so the reward model always reads the sequence ending it was trained on."""
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+    return prompt + "\n"
+
+
+def pick_pad_token(tokenizer) -> bool:
+    """Make the pad token differ from EOS; returns True when a new token had to be added. (Padding with EOS hides
+    the real EOS: a scorer would read the token before it, and a policy's EOS would be masked out of its loss.)"""
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id != tokenizer.eos_token_id:
+        return False
+    for candidate in ("<|endoftext|>", "<pad>", "[PAD]", tokenizer.unk_token):
+        if (
+            candidate
+            and candidate in tokenizer.get_vocab()
+            and tokenizer.convert_tokens_to_ids(candidate) != tokenizer.eos_token_id
+        ):
+            tokenizer.pad_token = candidate
+            return False
+    tokenizer.add_special_tokens({"pad_token": "[PAD]"})
+    return True
+
+
+def dropout_off(model) -> None:
+    """Training with dropout makes scores and log-probs noisy for the same input (PPO and DPO compare them)."""
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    for name in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        if hasattr(model.config, name):
+            setattr(model.config, name, 0.0)
+
+
+def add_lora(model, rank: int, alpha: float, causal: bool = False):
+    """LoRA adapters on every linear layer of the backbone. A scorer (causal=False) trains its score head in full."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    config = LoraConfig(
+        task_type=TaskType.CAUSAL_LM if causal else TaskType.SEQ_CLS,
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        modules_to_save=None if causal else ["score"],
+    )
+    return get_peft_model(model, config)

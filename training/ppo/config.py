@@ -13,6 +13,7 @@ from training.precision import check_dtype
 
 @dataclass
 class PPOConfig(ConfigFile):
+    KIND = "ppo"
     # models and data
     actor: str = field(default="default", metadata={"help": "SFT model: 'default' or a local HF folder"})
     reward: str = field(default="", metadata={"help": "reward model: a reward run folder or an HF folder"})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from training.reward.data import DataError, chat_prompt
+from training.models import DataError, chat_prompt
 
 
 def read_prompts(source: str) -> list[str]:

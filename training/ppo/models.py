@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, resolve_model
-from training.reward.model import dropout_off, pick_pad_token
+from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, dropout_off, pick_pad_token, resolve_model
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

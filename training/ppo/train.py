@@ -19,6 +19,7 @@ import torch
 
 from training.engine import ds_config, lr_lambda, run_main, save_hf, setup_distributed
 from training.engine import save_checkpoint as save_engine_checkpoint
+from training.models import add_lora
 from training.ppo.config import PPOConfig
 from training.ppo.data import encode_prompts, prompt_batches, read_prompts
 from training.ppo.experience import Experience, add_advantages, rollout, score
@@ -32,7 +33,6 @@ from training.ppo.models import (
     response_logprobs,
     reward_folder,
 )
-from training.reward.model import add_lora
 from training.runs import RunFiles, read_metrics, stop_requested
 
 
@@ -51,7 +51,7 @@ class Models:
             actor.gradient_checkpointing_enable()
             critic.model.gradient_checkpointing_enable()
         if cfg.actor_lora_rank:
-            actor = _lora_causal(actor, cfg.actor_lora_rank, cfg.lora_alpha)
+            actor = add_lora(actor, cfg.actor_lora_rank, cfg.lora_alpha, causal=True)
         if cfg.critic_lora_rank:
             critic.model = add_lora(critic.model, cfg.critic_lora_rank, cfg.lora_alpha)
         engines = []
@@ -92,15 +92,6 @@ def _actor_folder(cfg: PPOConfig):
     from training.models import resolve_model
 
     return resolve_model(cfg.actor)
-
-
-def _lora_causal(model, rank: int, alpha: float):
-    from peft import LoraConfig, TaskType, get_peft_model
-
-    config = LoraConfig(
-        task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear"
-    )
-    return get_peft_model(model, config)
 
 
 def reward_stats(cfg: PPOConfig) -> tuple[float, float]:

@@ -11,6 +11,7 @@ from training.precision import check_dtype
 
 @dataclass
 class RewardConfig(ConfigFile):
+    KIND = "reward"
     data: str = field(default="", metadata={"help": "snapshot folder (train/eval.parquet) or a pairs .jsonl/.parquet"})
     model: str = field(default="default", metadata={"help": "base model: 'default' or a local HF folder"})
     output_dir: str = field(default="", metadata={"help": "run folder (set by the launcher)"})

@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 
 from training.engine import ds_config, lr_lambda, run_main, save_checkpoint, save_hf, setup_distributed
-from training.models import resolve_model
+from training.models import add_lora, resolve_model
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
 from training.reward.losses import pair_accuracy, pairwise_loss
-from training.reward.model import add_lora, load_reward_model, scores
+from training.reward.model import load_reward_model, scores
 from training.runs import RunFiles, stop_requested
 
 

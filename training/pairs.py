@@ -1,0 +1,142 @@
+"""Preference pairs as every pairwise trainer reads them (the reward model, DPO), from a store snapshot or a pairs
+file, never the database; tokenised the way the PPO rollout presents a sequence:
+
+    chat_template(prompt, add_generation_prompt) + response + EOS
+
+and put in a deterministic batch order that can keep the pairs of one ranking together."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from training.models import DataError, chat_prompt
+
+REQUIRED = ("prompt", "chosen", "rejected")
+
+
+def _read_table(path: Path) -> list[dict]:
+    try:
+        if path.suffix == ".parquet":
+            rows = pq.read_table(path).to_pylist()
+        elif path.suffix == ".jsonl":
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        else:
+            raise DataError(f"{path}: pairs come from a snapshot folder, .jsonl or .parquet")
+    except (OSError, ValueError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"cannot read pairs from {path}: {str(e).splitlines()[0][:200]}") from None
+    return rows
+
+
+def _check(rows: list[dict], where: str) -> list[dict]:
+    if not rows:
+        raise DataError(f"{where}: no pairs")
+    missing = [c for c in REQUIRED if c not in rows[0]]
+    if missing:
+        raise DataError(f"{where}: the pairs have no {missing[0]!r} column")
+    for n, r in enumerate(rows, 1):
+        if not all(isinstance(r.get(c), str) for c in REQUIRED):
+            raise DataError(f"{where} row {n}: prompt, chosen and rejected must be text")
+    return rows
+
+
+def _split_by_prompt(rows: list[dict], eval_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """Same rule as store.snapshot.split_of: a prompt's pairs all land on one side."""
+
+    def is_eval(prompt: str) -> bool:
+        return int.from_bytes(hashlib.sha256(f"{seed}:{prompt}".encode()).digest()[:8], "big") / 2**64 < eval_fraction
+
+    train = [r for r in rows if not is_eval(r["prompt"])]
+    evals = [r for r in rows if is_eval(r["prompt"])]
+    return train, evals
+
+
+def load_pairs(data: str, eval_fraction: float = 0.1, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """(train rows, eval rows): from a snapshot folder's two files, or split by prompt from one pairs file."""
+    path = Path(data)
+    if path.is_dir():
+        manifest = path / "manifest.json"
+        if not manifest.is_file():
+            raise DataError(f"{path} is not a snapshot: no manifest.json")
+        info = json.loads(manifest.read_text())
+        train = _check(_read_table(path / info["splits"]["train"]["file"]), f"{path.name} train")
+        evals = _read_table(path / info["splits"]["eval"]["file"])
+        return train, (_check(evals, f"{path.name} eval") if evals else [])
+    if not path.is_file():
+        raise DataError(f"{data}: no such snapshot or pairs file")
+    rows = _check(_read_table(path), path.name)
+    return _split_by_prompt(rows, eval_fraction, seed)
+
+
+@dataclass
+class Tokenised:
+    chosen: list[int]
+    rejected: list[int]
+    margin: float
+    group: object  # ranking id (pairs of one ranking can share a batch)
+    truncated: bool
+    chosen_start: int = 0  # index of the first response token (DPO's log-probs are over the response only)
+    rejected_start: int = 0
+
+
+class PairEncoder:
+    """Turns (prompt, response) into token ids ending in EOS, cutting prompt tokens from the left when too long."""
+
+    def __init__(self, tokenizer, max_length: int):
+        self.tok = tokenizer
+        self.max_length = max_length
+        self.eos = tokenizer.eos_token
+
+    def prompt_text(self, prompt: str) -> str:
+        return chat_prompt(self.tok, prompt)
+
+    def encode(self, prompt: str, response: str) -> tuple[list[int], bool]:
+        ids, _, truncated = self.encode_response(prompt, response)
+        return ids, truncated
+
+    def encode_response(self, prompt: str, response: str) -> tuple[list[int], int, bool]:
+        """(ids, index of the first response token in ids, truncated)."""
+        p = self.tok(self.prompt_text(prompt), add_special_tokens=False)["input_ids"]
+        r = self.tok(response + self.eos, add_special_tokens=False)["input_ids"]
+        if len(r) >= self.max_length:  # keep the response end (where the score is read) and drop the prompt
+            return r[-self.max_length :], 0, True
+        keep = self.max_length - len(r)
+        kept = p[-keep:]
+        return kept + r, len(kept), len(p) > keep
+
+    def pair(self, row: dict, margin_scale: float) -> Tokenised:
+        c, cs, tc = self.encode_response(row["prompt"], row["chosen"])
+        r, rs, tr = self.encode_response(row["prompt"], row["rejected"])
+        margin = margin_scale * float(row.get("margin") or 1)
+        return Tokenised(c, r, margin, row.get("ranking_id", id(row)), tc or tr, cs, rs)
+
+
+def batches(pairs: list, batch_pairs: int, seed: int, epoch: int, group: bool) -> list[list]:
+    """A deterministic order for (seed, epoch), so a resumed run sees the same batches. With group=True the
+    pairs of one ranking stay together (InstructGPT trains all C(K,2) comparisons of a prompt as one element)."""
+    rng = random.Random(f"{seed}:{epoch}")
+    if not group:
+        order = pairs[:]
+        rng.shuffle(order)
+        return [order[i : i + batch_pairs] for i in range(0, len(order), batch_pairs)]
+    groups: dict[object, list[Tokenised]] = {}
+    for p in pairs:
+        groups.setdefault(p.group, []).append(p)
+    units = list(groups.values())
+    rng.shuffle(units)
+    out, current = [], []
+    for unit in units:
+        if current and len(current) + len(unit) > batch_pairs:
+            out.append(current)
+            current = []
+        current.extend(unit)
+    if current:
+        out.append(current)
+    return out

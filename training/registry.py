@@ -1,0 +1,164 @@
+"""Every trainer in one table: its kind, config dataclass, entry module, run-folder prefix, saved output, the metric
+that marks a training step, what the app plots and the one-line headline of a finished run. The launcher, `rlhf
+runs`, the Train tab, the Compare tab and the demo read it instead of guessing from a run's keys; a new trainer is
+its package, its entry here, and its tests. Imports no torch (the CLI lists runs without it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.config_file import ConfigFile
+from training.ppo.config import PPOConfig
+from training.reward.config import RewardConfig
+
+
+@dataclass(frozen=True)
+class Trainer:
+    kind: str  # the store's runs.kind and every run's config.json "kind"
+    title: str  # what the app and the CLI call it
+    config: type[ConfigFile]  # its settings: CLI flags, the Train tab's form, config.json
+    module: str  # run under the DeepSpeed launcher: --module MODULE --config RUN/config.json
+    prefix: str  # run folders are PREFIX-<stamp>-<hex>
+    output: str  # the saved Hugging Face folder inside the run
+    policy: bool  # its output is a policy (Compare, `rlhf sample --model`), not a scorer
+    step_key: str  # present on each training step's metrics row, and only there
+    plots: tuple[str, ...]  # metric keys the Train tab plots against the step
+    headline: Callable[[dict], str]  # a finished run's final metrics -> one line
+    progress: Callable[[dict], str | None]  # a metrics row -> the CLI's progress line (None: nothing to say)
+    data: str  # what it trains on: "pairs" (a snapshot of the store, or --pairs) or "prompts" (PPO's rollouts)
+    command: str  # its `rlhf` command
+    button: tuple[str, str, str]  # its Train tab button: (label, elem_id, api name)
+    form_title: str  # the Train tab's accordion around its form
+
+    @property
+    def form_skip(self) -> tuple[str, ...]:
+        """Fields the form leaves out: the data the buttons choose, and the folder the launcher sets."""
+        return ("data" if self.data == "pairs" else "prompts", "output_dir")
+
+    @property
+    def form_prefix(self) -> str:
+        return f"{self.prefix}-"
+
+
+def _reward_headline(final: dict) -> str:
+    return f"eval accuracy {final['eval/rm_accuracy']:.3f}" if "eval/rm_accuracy" in final else ""
+
+
+def _reward_progress(row: dict) -> str | None:
+    if "loss/rm" in row:
+        return (
+            f"step {row['step']}: loss {row['loss/rm']:.4f}, train accuracy {row['rm/train_accuracy']:.3f}, "
+            f"{row['perf/pairs_per_s']:.1f} pairs/s"
+        )
+    if "eval/rm_accuracy" in row and "step" in row:
+        return (
+            f"step {row['step']}: eval accuracy {row['eval/rm_accuracy']:.3f} on {row['eval/pairs']} pairs, "
+            f"margin {row['eval/margin_mean']:.3f}"
+        )
+    return None
+
+
+def _ppo_headline(final: dict) -> str:
+    if "reward/score_mean" not in final:
+        return ""
+    return f"score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
+
+
+def _ppo_progress(row: dict) -> str | None:
+    if "loss/actor" not in row:
+        return None
+    return (
+        f"step {row['step']}: score {row['reward/score_mean']:.3f}, KL {row['reward/kl']:.3f}, "
+        f"length {row['response/length_mean']:.1f}, {row['perf/step_s']:.1f} s "
+        f"({row['perf/tokens_per_s']:.0f} tokens/s)"
+    )
+
+
+TRAINERS: dict[str, Trainer] = {
+    t.kind: t
+    for t in (
+        Trainer(
+            kind="reward",
+            title="Reward model",
+            config=RewardConfig,
+            module="training.reward.train",
+            prefix="rm",
+            output="model",
+            policy=False,
+            step_key="loss/rm",
+            plots=("loss/rm", "rm/train_accuracy", "eval/rm_accuracy"),
+            headline=_reward_headline,
+            progress=_reward_progress,
+            data="pairs",
+            command="train-rm",
+            button=("Train reward model", "train-rm", "train_rm"),
+            form_title="Reward model settings",
+        ),
+        Trainer(
+            kind="ppo",
+            title="PPO",
+            config=PPOConfig,
+            module="training.ppo.train",
+            prefix="ppo",
+            output="actor",
+            policy=True,
+            step_key="loss/actor",
+            plots=(
+                "reward/score_mean",
+                "reward/kl",
+                "loss/actor",
+                "loss/critic",
+                "policy/clipfrac",
+                "response/length_mean",
+                "perf/tokens_per_s",
+            ),
+            headline=_ppo_headline,
+            progress=_ppo_progress,
+            data="prompts",
+            command="train-ppo",
+            button=("Run PPO", "run-ppo", "run_ppo"),
+            form_title="PPO settings (reward: a reward run folder; empty with 'Reward model then PPO')",
+        ),
+    )
+}
+
+
+def trainer(kind: str) -> Trainer:
+    try:
+        return TRAINERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown trainer {kind!r}: one of {', '.join(TRAINERS)}") from None
+
+
+def kind_of(run: str | Path) -> str:
+    """The kind a run folder's config.json records; runs made before kinds were recorded are told apart by the
+    one setting each has (PPO's `actor`). ValueError when the folder has no readable config.json."""
+    try:
+        config = json.loads((Path(run) / "config.json").read_text())
+    except (OSError, ValueError):
+        raise ValueError(f"{run} is not a run folder: no readable config.json") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{run} is not a run folder: its config.json is not an object")
+    kind = config.get("kind") or ("ppo" if "actor" in config else "reward")
+    trainer(kind)
+    return kind
+
+
+def policy_folder(run: str | Path) -> Path | None:
+    """The saved policy of a run folder whose trainer makes one (PPO's actor/, DPO's policy/), None otherwise."""
+    try:
+        spec = trainer(kind_of(run))
+    except ValueError:
+        return None
+    out = Path(run) / spec.output
+    return out if spec.policy and (out / "config.json").is_file() else None
+
+
+def step_rows(kind: str, rows: list[dict]) -> list[dict]:
+    """The metrics rows of a run's training steps (one per step; a resumed step keeps its last row)."""
+    key = trainer(kind).step_key
+    by_step = {r["step"]: r for r in rows if key in r and "step" in r}
+    return [by_step[s] for s in sorted(by_step)]
