@@ -55,6 +55,7 @@ def build_train_tab(ctx, demo) -> None:
         for kind, spec in TRAINERS.items():
             buttons[kind] = gr.Button(spec.button[0], elem_id=spec.button[1])
         chain_btn = gr.Button("Reward model then PPO", variant="primary", elem_id="rm-then-ppo")
+        chain_dpo = gr.Checkbox(label="then DPO from the same snapshot", value=False, elem_id="chain-dpo")
     action = gr.Markdown(elem_id="train-action")
     gr.Markdown("### Runs")
     table = gr.Dataframe(headers=RUN_HEADERS, interactive=False, elem_id="runs-table", wrap=True)
@@ -70,7 +71,7 @@ def build_train_tab(ctx, demo) -> None:
     )
     log = gr.Textbox(label="Log (tail)", lines=12, max_lines=12, interactive=False, elem_id="run-log")
 
-    def start(which: str, data_value, prompts_value, *values):
+    def start(which: str, data_value, prompts_value, with_dpo, *values):
         cfg, at = {}, 0
         for kind, comps in forms.items():  # the values arrive in the forms' order
             spec = TRAINERS[kind]
@@ -78,7 +79,8 @@ def build_train_tab(ctx, demo) -> None:
             at += len(comps)
         data_value, prompts_value = data_value or None, prompts_value or None
         if which == "chain":
-            run = runs.start_chain(cfg["reward"], cfg["ppo"], data_value, prompts_value)
+            dpo = cfg["dpo"] if with_dpo else None
+            run = runs.start_chain(cfg["reward"], cfg["ppo"], data_value, prompts_value, dpo)
         elif TRAINERS[which].data == "pairs":
             run = runs.start_pairs(cfg[which], data_value)
         else:
@@ -103,7 +105,7 @@ def build_train_tab(ctx, demo) -> None:
     def choices():
         return gr.Dropdown(choices=snapshot_choices(ctx.db))
 
-    inputs = [data, prompts, *(c for comps in forms.values() for c in comps)]
+    inputs = [data, prompts, chain_dpo, *(c for comps in forms.values() for c in comps)]
     views = [table, status, samples, log, *plots]
     clicks = [(buttons[kind], kind, spec.button[2]) for kind, spec in TRAINERS.items()]
     clicks.append((chain_btn, "chain", "rm_then_ppo"))

@@ -18,6 +18,7 @@ from store.db import connect
 from store.errors import StoreError
 from store.runs import list_runs
 from training.config_file import ConfigFile
+from training.dpo.config import DPOConfig
 from training.ppo.config import PPOConfig
 from training.precision import with_resolved_dtype
 from training.registry import TRAINERS, kind_of, step_rows, trainer
@@ -67,10 +68,15 @@ class Runs:
         ppo: PPOConfig,
         data: str | None = None,
         prompts: str | None = None,
+        dpo: DPOConfig | None = None,
     ) -> Path:
-        """The reward model now; PPO on it once it finishes (a thread waits). Returns the reward run."""
-        try:  # refuse a bad PPO setting now, not after the reward model has trained
+        """The reward model now; PPO on it once it finishes; then, with `dpo`, DPO from the reward model's own
+        snapshot, so both policies learn from the same pairs (a thread waits; one run at a time on the machine).
+        Returns the reward run."""
+        try:  # refuse a bad PPO or DPO setting now, not after the reward model has trained
             dataclasses.replace(ppo, reward="(the reward run)").check()
+            if dpo is not None:
+                dpo.check()
         except ValueError as e:
             raise StoreError(str(e)) from None
         if prompts:  # a bad prompts file is refused now, not after the reward model has trained
@@ -80,7 +86,9 @@ class Runs:
         def then_the_rest():
             if not self._wait(rm_run):
                 return
-            self.start_ppo(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
+            ppo_run = self.start_ppo(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
+            if dpo is not None and self._wait(ppo_run):
+                self.start_pairs(dpo, json.loads((rm_run / "config.json").read_text())["data"])
 
         threading.Thread(target=then_the_rest, daemon=True, name=f"chain-{rm_run.name}").start()
         return rm_run

@@ -113,3 +113,76 @@ def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path,
     models = {v[4] for v in votes}
     assert any(re.search(r"ppo-.*/actor$", m) for m in models) and len(models) == 2
     assert json.loads((tmp_path / "runs").joinpath(ppo_run.split("/")[-1], "config.json").read_text())["max_steps"] == 3
+
+
+@pytest.mark.browser
+def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, tmp_path, tiny_model_dir):  # noqa: F811
+    """'Reward model then PPO' with 'then DPO from the same snapshot': three runs from one click, the DPO run on the
+    reward model's own snapshot; then the Compare tab puts the DPO policy against the PPO actor, blind, and the vote
+    lands in the store with both models named."""
+    from training.dpo.config import DPOConfig
+
+    assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", native_rankings(64))))[0] == 0
+    cfgs = {"rm": tmp_path / "rm.json", "ppo": tmp_path / "ppo.json", "dpo": tmp_path / "dpo.json"}
+    RewardConfig(model=str(tiny_model_dir), max_steps=2, lr=1e-3).save(cfgs["rm"])
+    PPOConfig(actor=str(tiny_model_dir), max_steps=2, max_new_tokens=8).save(cfgs["ppo"])
+    DPOConfig(model=str(tiny_model_dir), max_steps=3, lr=1e-3).save(cfgs["dpo"])
+    app = AppServer(db, "--runs-dir", str(tmp_path / "runs"))
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    try:
+        page.goto(app.url)
+        page.get_by_role("tab", name="Train").click()
+        for title in ("Reward model settings", "PPO settings", "DPO settings"):
+            page.get_by_text(title).click()
+        for prefix, path in cfgs.items():
+            page.set_input_files(f"#{prefix}-config-file input[type=file]", str(path))
+        page.wait_for_function(
+            "document.querySelector('#dpo-max-steps input').value === '3'"
+            " && document.querySelector('#ppo-max-steps input').value === '2'"
+            " && document.querySelector('#rm-max-steps input').value === '2'"
+        )
+        page.check("#chain-dpo input")
+        page.click("#rm-then-ppo")
+        page.wait_for_function("document.querySelector('#train-action').innerText.includes('started rm-')")
+        page.wait_for_function(
+            "() => { const t = document.querySelector('#runs-table').innerText;"
+            " return (t.match(/finished/g) || []).length === 3; }",
+            timeout=900_000,
+        )
+        rows = runs_table(page)
+        assert [r[1] for r in rows[:3]] == ["dpo", "ppo", "reward"] and all(r[3] == "finished" for r in rows[:3])
+        assert "eval accuracy" in rows[0][5]  # the DPO run's headline
+        dpo_run, ppo_run, rm_run = (r[6] for r in rows[:3])
+        page.click("#runs-table [data-testid=cell-0-0]")
+        page.wait_for_function("document.querySelector('#run-status').innerText.includes('dpo-')")
+        page.wait_for_selector("#plot-0 canvas, #plot-0 svg", timeout=30_000)
+
+        page.get_by_role("tab", name="Compare").click()
+        page.fill("#cmp-actor input", ppo_run)
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('#cmp-reward textarea').value.includes('model')")
+        page.fill("#cmp-reference textarea", dpo_run)
+        page.fill("#cmp-message textarea", "Tell me about the sea")
+        page.click("#cmp-send")
+        page.wait_for_selector("#vote-left:not([disabled])", timeout=180_000)
+        page.wait_for_function("document.querySelector('#cmp-reveal').innerText.includes('after your vote')")
+        page.click("#vote-right")
+        page.wait_for_function("document.querySelector('#cmp-reveal').innerText.includes('Left was')")
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dpo-chain-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+        app.stop()
+    dpo_config = json.loads((tmp_path / "runs" / dpo_run.split("/")[-1] / "config.json").read_text())
+    rm_config = json.loads((tmp_path / "runs" / rm_run.split("/")[-1] / "config.json").read_text())
+    assert dpo_config["kind"] == "dpo" and dpo_config["data"] == rm_config["data"]  # the same snapshot
+    votes = query(
+        db,
+        """SELECT r.flags, i.rank, s.model_id FROM rankings r JOIN ranking_items i USING (ranking_id)
+           JOIN responses s USING (response_id) WHERE r.source = 'compare' ORDER BY i.shown_position""",
+    )
+    assert [v[1] for v in votes] == [2, 1] and votes[0][0] == ["blind"]  # the right side won
+    models = {v[2] for v in votes}
+    assert any(re.search(r"ppo-.*/actor$", m) for m in models) and any(re.search(r"dpo-.*/policy$", m) for m in models)

@@ -84,6 +84,7 @@ DB_AFTER = {
     "export-ls": ["export-ls", "out"],
     "train-rm": ["train-rm"],
     "train-ppo": ["train-ppo"],
+    "train-dpo": ["train-dpo"],
     "backup": ["backup", "out"],
     "restore": ["restore", "b"],
     "demo": ["demo", "--quick"],

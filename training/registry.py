@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.config_file import ConfigFile
+from training.dpo.config import DPOConfig
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
 
@@ -77,6 +78,26 @@ def _ppo_progress(row: dict) -> str | None:
     )
 
 
+def _dpo_headline(final: dict) -> str:
+    if "eval/dpo_accuracy" not in final:
+        return ""
+    return f"eval accuracy {final['eval/dpo_accuracy']:.3f}, margin {final['eval/reward_margin']:.3f}"
+
+
+def _dpo_progress(row: dict) -> str | None:
+    if "loss/dpo" in row:
+        return (
+            f"step {row['step']}: loss {row['loss/dpo']:.4f}, accuracy {row['dpo/accuracy']:.3f}, "
+            f"margin {row['dpo/reward_margin']:.3f}, {row['perf/pairs_per_s']:.1f} pairs/s"
+        )
+    if "eval/dpo_accuracy" in row and "step" in row:
+        return (
+            f"step {row['step']}: eval accuracy {row['eval/dpo_accuracy']:.3f} on {row['eval/pairs']} pairs, "
+            f"margin {row['eval/reward_margin']:.3f}"
+        )
+    return None
+
+
 TRAINERS: dict[str, Trainer] = {
     t.kind: t
     for t in (
@@ -121,6 +142,23 @@ TRAINERS: dict[str, Trainer] = {
             command="train-ppo",
             button=("Run PPO", "run-ppo", "run_ppo"),
             form_title="PPO settings (reward: a reward run folder; empty with 'Reward model then PPO')",
+        ),
+        Trainer(
+            kind="dpo",
+            title="DPO",
+            config=DPOConfig,
+            module="training.dpo.train",
+            prefix="dpo",
+            output="policy",
+            policy=True,
+            step_key="loss/dpo",
+            plots=("loss/dpo", "dpo/accuracy", "dpo/reward_margin", "eval/dpo_accuracy", "dpo/logps_chosen"),
+            headline=_dpo_headline,
+            progress=_dpo_progress,
+            data="pairs",
+            command="train-dpo",
+            button=("Train DPO", "train-dpo", "train_dpo"),
+            form_title="DPO settings (the policy learns from the same pairs; no reward model)",
         ),
     )
 }

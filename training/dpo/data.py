@@ -1,0 +1,38 @@
+"""DPO batches: each distinct sequence of a batch goes through the policy once (the C(K,2) pairs of a K-way
+ranking need K rows), with a mask over the response tokens whose log-probabilities DPO compares."""
+
+from __future__ import annotations
+
+import torch
+
+from training.pairs import Tokenised
+
+Key = tuple[int, tuple[int, ...]]  # (response start, token ids): one sequence
+
+
+def sequences(batch: list[Tokenised]) -> list[Key]:
+    """The distinct sequences of a batch in first-seen order."""
+    seen: dict[Key, None] = {}
+    for p in batch:
+        seen.setdefault((p.chosen_start, tuple(p.chosen)), None)
+        seen.setdefault((p.rejected_start, tuple(p.rejected)), None)
+    return list(seen)
+
+
+def collate(batch: list[Tokenised], pad_id: int):
+    """(input_ids (U, T), attention_mask (U, T), response_mask (U, T - 1), chosen_index (B,), rejected_index (B,),
+    keys (U)). response_mask[u, t] = 1 where ids[u, t + 1] is a response token: logits at t predict token t + 1, so
+    the mask lines up with logits[:, :-1] and labels ids[:, 1:]. Right-padded."""
+    keys = sequences(batch)
+    row = {k: i for i, k in enumerate(keys)}
+    width = max(len(ids) for _, ids in keys)
+    ids = torch.full((len(keys), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(keys), width), dtype=torch.long)
+    response = torch.zeros((len(keys), width - 1), dtype=torch.float32)
+    for i, (start, seq) in enumerate(keys):
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attention[i, : len(seq)] = 1
+        response[i, max(start, 1) - 1 : len(seq) - 1] = 1.0  # predicting tokens start .. len - 1
+    chosen = torch.tensor([row[(p.chosen_start, tuple(p.chosen))] for p in batch])
+    rejected = torch.tensor([row[(p.rejected_start, tuple(p.rejected))] for p in batch])
+    return ids, attention, response, chosen, rejected, keys

@@ -1,0 +1,234 @@
+"""DPO training, one DeepSpeed process per rank:
+
+    deepspeed --num_accelerators N --module training.dpo.train --config RUN/config.json
+
+Reads the pairs from files (never the database), computes the frozen reference's log-probability of every distinct
+sequence once (then frees the reference), trains the policy with the DPO (or IPO) loss on the response tokens,
+evaluates the implicit reward's accuracy on held-out prompts, checkpoints, resumes, and saves the policy as a plain
+HF folder in RUN/policy."""
+
+from __future__ import annotations
+
+import math
+import random
+import resource
+import time
+from pathlib import Path
+
+import torch
+
+from training.dpo.config import DPOConfig
+from training.dpo.data import Key, collate, sequences
+from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
+from training.engine import ds_config, lr_lambda, run_main, save_checkpoint, save_hf, setup_distributed
+from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model
+from training.pairs import PairEncoder, batches, load_pairs
+from training.runs import RunFiles, stop_requested
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def load_causal(ref: str, dtype: torch.dtype = torch.float32):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(ref), dtype=dtype, **SAFE_WEIGHTS)
+    dropout_off(model)
+    return model
+
+
+def response_logprobs(model, ids, attention, response) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum (U,), token count (U,)) of the response tokens' log-probabilities under `model`."""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]  # (U, T - 1, V): t predicts t + 1
+    return sequence_logprobs(logits, ids[:, 1:], response), response.sum(-1)
+
+
+def reference_logprobs(cfg: DPOConfig, keys: list[Key], pad: int, rank: int, world: int) -> dict[Key, tuple]:
+    """{sequence: (sum, count)} under the frozen reference, each sequence once: every rank scores its share, all
+    ranks get all of them. The reference is freed afterwards (DPO never needs it again)."""
+    from training.pairs import Tokenised
+
+    model = load_causal(cfg.reference or cfg.model, DTYPES[cfg.dtype]).eval()
+    mine, out = keys[rank::world], {}
+    with torch.no_grad():
+        for i in range(0, len(mine), 2 * cfg.batch_pairs):
+            chunk = mine[i : i + 2 * cfg.batch_pairs]  # one row per sequence: pair each with itself
+            pairs = [Tokenised(list(s), list(s), 0.0, 0, False, start, start) for start, s in chunk]
+            ids, attention, response, *_ = collate(pairs, pad)
+            logp, count = response_logprobs(model, ids, attention, response)
+            out.update(zip(chunk, zip(logp.tolist(), count.tolist(), strict=True), strict=True))
+    del model
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, out)
+    return {k: v for part in gathered for k, v in part.items()}
+
+
+def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device) -> tuple[torch.Tensor, dict]:
+    """The batch's loss and its per-pair quantities: one policy forward over the distinct sequences."""
+    ids, attention, response, ci, ri, keys = collate(raw, pad)
+    logp, count = response_logprobs(engine, ids.to(device), attention.to(device), response.to(device))
+    ref_logp = torch.tensor([ref[k][0] for k in keys], device=device)
+    if cfg.loss == "ipo":  # IPO on per-token averages, as TRL computes it
+        logp, ref_logp = logp / count.clamp(min=1), ref_logp / count.clamp(min=1)
+    pi_c, pi_r, ref_c, ref_r = logp[ci], logp[ri], ref_logp[ci], ref_logp[ri]
+    h = preference_logits(pi_c, pi_r, ref_c, ref_r)
+    loss = ipo_loss(h, cfg.beta) if cfg.loss == "ipo" else dpo_loss(h, cfg.beta, cfg.label_smoothing)
+    chosen, rejected = implicit_rewards(pi_c, pi_r, ref_c, ref_r, cfg.beta)
+    terms = {"chosen": chosen, "rejected": rejected, "logp_c": pi_c.detach(), "logp_r": pi_r.detach()}
+    return loss, terms
+
+
+def summary(loss: float, terms: list[dict], prefix: str) -> dict:
+    """Metrics of a set of pairs: the loss, the implicit reward's accuracy and margin, the log-probs."""
+    cat = {k: torch.cat([t[k].float().cpu() for t in terms]) for k in terms[0]}
+    margin = cat["chosen"] - cat["rejected"]
+    return {
+        f"{prefix}loss": loss,
+        f"{prefix}accuracy": (margin > 0).float().mean().item(),
+        f"{prefix}reward_margin": margin.mean().item(),
+        f"{prefix}chosen_reward": cat["chosen"].mean().item(),
+        f"{prefix}rejected_reward": cat["rejected"].mean().item(),
+        f"{prefix}logps_chosen": cat["logp_c"].mean().item(),
+        f"{prefix}logps_rejected": cat["logp_r"].mean().item(),
+    }
+
+
+def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device) -> dict:
+    """Every rank scores its share in lockstep (ZeRO-3 gathers weights collectively); all ranks get every pair."""
+    mine, rounds = eval_batches[rank::world], math.ceil(len(eval_batches) / world)
+    terms, losses = [], []
+    engine.eval()
+    with torch.no_grad():
+        for i in range(rounds):
+            batch = mine[i] if i < len(mine) else eval_batches[0]  # a spare forward keeps ranks in step
+            loss, t = pair_terms(engine, batch, pad, ref, cfg, device)
+            if i < len(mine):
+                terms.append({k: v.cpu() for k, v in t.items()})
+                losses.append((loss.item(), len(batch)))
+    engine.train()
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, (terms, losses))
+    terms = [t for part in gathered for t in part[0]]
+    losses = [x for part in gathered for x in part[1]]
+    loss = sum(value * n for value, n in losses) / sum(n for _, n in losses)
+    ev = summary(loss, terms, "eval/")
+    ev["eval/dpo_accuracy"] = ev.pop("eval/accuracy")
+    ev["eval/pairs"] = sum(n for _, n in losses)
+    return ev
+
+
+def build_engine(cfg: DPOConfig, total: int):
+    import deepspeed
+
+    policy = load_causal(cfg.model)
+    if cfg.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+    if cfg.lora_rank:
+        policy = add_lora(policy, cfg.lora_rank, cfg.lora_alpha, causal=True)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
+    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
+    engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=opt, lr_scheduler=sched, config=config)
+    return engine, sched
+
+
+def train(cfg: DPOConfig) -> None:
+    from transformers import AutoTokenizer
+
+    # 1. ranks, seeds, data: the pairs tokenised as every trainer presents them
+    rank, world = setup_distributed()
+    run = RunFiles(cfg.output_dir, rank)
+    run.status("running", step=0)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.model), **SAFE_LOAD)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id  # masks are explicit
+    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)
+    enc = PairEncoder(tokenizer, cfg.max_length)
+    train_pairs, eval_pairs = [enc.pair(r, 0.0) for r in train_rows], [enc.pair(r, 0.0) for r in eval_rows]
+    eval_batches = batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)
+    per_epoch = len(batches(train_pairs, cfg.batch_pairs, cfg.seed, 0, cfg.group_by_ranking)) // world
+    if per_epoch == 0:
+        raise ValueError(f"{len(train_pairs)} training pairs are fewer than one batch per rank")
+    total = cfg.max_steps or max(1, per_epoch // cfg.grad_accum) * cfg.epochs
+    # 2. the reference's log-probs, once per distinct sequence
+    ref = reference_logprobs(cfg, sequences(train_pairs + eval_pairs), pad, rank, world)
+    # 3. the policy on DeepSpeed; a checkpoint to resume from
+    engine, sched = build_engine(cfg, total)
+    device, ckpt = engine.device, Path(cfg.output_dir) / "checkpoints"
+    done_micro = 0
+    if (ckpt / "latest").exists():
+        _, client = engine.load_checkpoint(str(ckpt))
+        done_micro = client["micro_step"]
+        run.metrics({"event": "resumed", "step": engine.global_steps, "micro_step": done_micro})
+    run.metrics(
+        {
+            "event": "start",
+            "train_pairs": len(train_pairs),
+            "eval_pairs": len(eval_pairs),
+            "truncated_pairs": sum(p.truncated for p in train_pairs + eval_pairs),
+            "sequences": len(ref),
+            "world_size": world,
+            "total_steps": total,
+        }
+    )
+    # 4. the updates: loss, backward, step; metrics, evaluation, stop and checkpoints at step boundaries
+    micro, window, t0 = 0, [], time.time()
+    for epoch in range(cfg.epochs if not cfg.max_steps else 10**6):
+        mine = batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
+        for raw in mine:
+            if engine.global_steps >= total:
+                break
+            micro += 1
+            if micro <= done_micro:  # already trained before the restart
+                continue
+            loss, terms = pair_terms(engine, raw, pad, ref, cfg, device)
+            engine.backward(loss)
+            boundary = engine.is_gradient_accumulation_boundary()
+            engine.step()
+            window.append((loss.item(), terms, len(raw)))
+            if not boundary:
+                continue
+            step = engine.global_steps
+            row = summary(sum(w[0] for w in window) / len(window), [w[1] for w in window], "dpo/")
+            row["loss/dpo"] = row.pop("dpo/loss")
+            row["perf/pairs_per_s"] = world * sum(w[2] for w in window) / max(time.time() - t0, 1e-9)
+            run.metrics({"step": step, "epoch": epoch, **row, "lr": sched.get_last_lr()[0]})
+            window, t0 = [], time.time()
+            run.status("running", step=step, total_steps=total)
+            if cfg.eval_every and step % cfg.eval_every == 0 and eval_batches:
+                run.metrics({"step": step, **evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device)})
+            if step < total and stop_requested(cfg.output_dir, device):  # Stop: checkpoint, end resumable
+                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
+                run.metrics({"event": "stopped", "step": step})
+                run.status("stopped", step=step, total_steps=total)
+                return
+            if cfg.save_every and step % cfg.save_every == 0:
+                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
+        if engine.global_steps >= total:
+            break
+    # 5. the final evaluation and the policy as a plain HF folder
+    finish(engine, tokenizer, cfg, run, eval_batches, pad, ref, micro, total, (rank, world, device))
+
+
+def finish(engine, tokenizer, cfg, run, eval_batches, pad, ref, micro, total, where) -> None:
+    rank, world, device = where
+    final = {"step": engine.global_steps}
+    if eval_batches:
+        final.update(evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device))
+    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
+    run.metrics({**final, "event": "final"})
+    ckpt = Path(cfg.output_dir) / "checkpoints"
+    save_checkpoint(engine, ckpt, f"step{engine.global_steps}", client_state={"micro_step": micro})
+    out = Path(cfg.output_dir) / "policy"
+    save_hf(engine, engine.module, tokenizer, out, rank, cfg.zero_stage == 3, bool(cfg.lora_rank))
+    kept = {k: v for k, v in final.items() if k.startswith("eval/")}
+    run.status("finished", step=engine.global_steps, total_steps=total, final=kept)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_main(DPOConfig, train, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()
