@@ -31,6 +31,7 @@ from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from annotation.winrate import bootstrap_ci
 from app.demo_config import DemoConfig
+from app.demo_methods import method_rows, methods_of, run_dpo
 from app.sampling import run_sampling
 from app.training import prepare_ppo_run, prepare_reward_run, run_training
 from store.db import connect, write
@@ -44,6 +45,7 @@ from training.reward.config import RewardConfig
 from training.runs import read_metrics, read_status
 
 DEMO_PROMPTS = "demo_prompts.txt"
+SAMPLE_KEYS = (("reference", "reference"), ("actor", "ppo"), ("dpo", "dpo"))  # samples.jsonl key, method
 
 
 # What "it worked" means: the thresholds for the full demo, the right direction for --quick. A bar at
@@ -79,6 +81,7 @@ def check(cfg: DemoConfig) -> None:
     if not 1 <= cfg.min_new_tokens < cfg.max_new_tokens:
         raise StoreError("--min-new-tokens must be at least 1 and below --max-new-tokens")
     split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
+    methods_of(cfg)
     for ref in (cfg.model, cfg.reward_base):
         if ref and ref != "tiny":
             resolve_model(ref)
@@ -292,6 +295,10 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     win = sum(per_prompt) / len(per_prompt)
     lo, hi = bootstrap_ci(per_prompt, seed=cfg.seed)
     t = lap("evaluation", t)
+    texts = {"reference": reference, "ppo": actor}
+    dpo = run_dpo(cfg, db, model, rm_run, heldout, texts, log) if "dpo" in methods_of(cfg) else {}
+    if dpo:
+        t = lap("DPO (training and evaluation)", t)
 
     curve = ppo_curve(ppo_run)
     bars = QUICK_BARS if quick else FULL_BARS
@@ -316,6 +323,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "win_rate": win,
         "win_rate_ci95": [lo, hi],
         **curve,
+        **dpo,
         "timings_s": timings,
         "total_s": round(time.time() - t0, 1),
     }
@@ -323,8 +331,8 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (folder / "samples.jsonl").write_text(
         "".join(
-            json.dumps({"prompt": p, "reference": r, "actor": a}) + "\n"
-            for p, r, a in zip(heldout, reference, actor, strict=True)
+            json.dumps({"prompt": p, **{k: texts[name][i] for k, name in SAMPLE_KEYS if name in texts}}) + "\n"
+            for i, p in enumerate(heldout)
         )
     )
     from app.demo_report import write_report
@@ -373,6 +381,11 @@ def checks(r: dict, bars: dict) -> dict[str, bool]:
         f"win rate over the reference by the scripted annotator {_bar(bars['win_rate'])}": _passes(
             r["win_rate"], bars["win_rate"]
         ),
+        **(
+            {f"DPO's win rate over the reference {_bar(CHANCE)}": _passes(r["dpo_vs_reference"]["win_rate"], CHANCE)}
+            if "dpo_vs_reference" in r
+            else {}
+        ),
     }
 
 
@@ -391,6 +404,8 @@ def headline(r: dict) -> list[str]:
         f"win rate of the actor over the reference (scripted annotator): {r['win_rate']:.1%} "
         f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
     ]
+    if "dpo_vs_reference" in r:
+        lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
     lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
     lines.append(f"report: {Path(r['folder']) / 'report.md'} ({r['total_s'] / 60:.1f} min)")
     return lines

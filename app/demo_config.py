@@ -22,6 +22,10 @@ class DemoConfig:
     actor_lr: float = field(default=1e-5, metadata={"help": "actor learning rate"})
     critic_lr: float = field(default=5e-6, metadata={"help": "critic learning rate"})
     kl_ctl: float = field(default=0.1, metadata={"help": "KL penalty coefficient"})
+    methods: str = field(default="ppo,dpo", metadata={"help": "ppo, or ppo,dpo: DPO from the same pairs too"})
+    dpo_lr: float = field(default=1e-6, metadata={"help": "DPO learning rate"})
+    dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
+    dpo_epochs: int = field(default=1, metadata={"help": "DPO passes over the training pairs"})
     seed: int = field(default=0, metadata={"help": "seed of sampling, training and evaluation"})
 
 
@@ -37,4 +41,6 @@ QUICK = dict(
     ppo_epochs=3,
     actor_lr=5e-3,
     critic_lr=1e-3,
+    dpo_lr=5e-3,
+    dpo_epochs=2,
 )

@@ -60,6 +60,7 @@ def _plots(folder: Path, rm_rows: list[dict], ppo_rows: list[dict], samples: lis
 
 def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
     from app.demo import headline
+    from app.demo_methods import method_table
 
     samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
     ppo_rows = step_rows("ppo", read_metrics(ppo_run))
@@ -81,13 +82,17 @@ The scripted annotator ("{scripted.NAME}", `annotation/scripted.py`) prefers con
 counted in steps of {scripted.WORDS_PER_STEP} words (answers in the same step tie), and an answer under
 {scripted.MIN_WORDS} words ranks last. It ranked {c["k"]} samples of the SFT model (`{c["model"]}`) for each of
 {r["train_prompts"]} training prompts: {r["rankings"]} rankings, {r["pairs"]} chosen/rejected pairs. A reward model
-(run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`) tuned the SFT model against it.
+(run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`) tuned the SFT model against it{
+        f"; DPO (run `{r['dpo_run']}`) tuned it on the same pairs directly" if "dpo_run" in r else ""
+    }.
 Everything below is measured on {r["heldout_prompts"]} held-out prompts that no step of training saw, with
 {c["k"]} samples per prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens).
 
 ## Headline
 
 {chr(10).join("- " + line for line in headline(r)[:-1])}
+
+{method_table(r)}
 
 The win rate is the annotator's verdict (1 win, 0.5 tie, 0 loss) averaged over every actor sample x reference
 sample couple of a prompt, then over prompts; the interval is a bootstrap over prompts. The reward model's

@@ -151,3 +151,43 @@ def test_the_win_rate_check_fails_at_chance(win_rate, quick_ok, full_ok):
     (quick,) = [ok for name, ok in checks(r, QUICK_BARS).items() if name.startswith("win rate")]
     (full,) = [ok for name, ok in checks(r, FULL_BARS).items() if name.startswith("win rate")]
     assert (quick, full) == (quick_ok, full_ok)
+
+
+@pytest.mark.parametrize("methods", ["dpo", "ppo,kto", ""])
+def test_demo_methods_must_name_ppo_and_may_add_dpo(tmp_path, capsys, methods):
+    from app.cli import main
+
+    assert main(["demo", "--runs-dir", str(tmp_path / "runs"), "--methods", methods]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --methods must name ppo") and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_three_way_table_by_hand():
+    from app.demo_methods import method_rows, method_table
+
+    r = {
+        "win_rate": 0.75,
+        "win_rate_ci95": [0.6, 0.9],
+        "dpo_vs_reference": {"win_rate": 0.625, "ci95": [0.5, 0.75]},
+        "ppo_vs_dpo": {"win_rate": 0.5, "ci95": [0.25, 0.75]},
+    }
+    assert [name for name, *_ in method_rows(r)] == [
+        "PPO actor vs reference",
+        "DPO policy vs reference",
+        "PPO actor vs DPO policy",
+    ]
+    table = method_table(r).splitlines()
+    assert table[2] == "|PPO actor vs reference|75.0%|60.0%-90.0%|"
+    assert table[4] == "|PPO actor vs DPO policy|50.0%|25.0%-75.0%|"
+    assert len(method_rows({"win_rate": 0.7, "win_rate_ci95": [0.5, 0.8]})) == 1  # --methods ppo: one row
+
+
+def test_a_dpo_at_chance_fails_its_check():
+    from app.demo import QUICK_BARS, checks
+
+    r = {**GOOD, "ppo_steps": 1, "kl_per_step": [0.1], "dpo_vs_reference": {"win_rate": 0.5, "ci95": [0.4, 0.6]}}
+    (dpo,) = [ok for name, ok in checks(r, QUICK_BARS).items() if name.startswith("DPO")]
+    assert dpo is False
+    r["dpo_vs_reference"]["win_rate"] = 0.55
+    assert all(checks(r, QUICK_BARS).values())
