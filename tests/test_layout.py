@@ -82,3 +82,14 @@ def test_every_trainer_is_in_the_registry():
     packages = {p.parent.name for p in (ROOT / "training").glob("*/train.py")}
     assert {t.module for t in TRAINERS.values()} == {f"training.{p}.train" for p in packages}
     assert all(t.config.KIND == kind for kind, t in TRAINERS.items())
+
+
+def test_no_function_in_training_is_over_60_lines():
+    """Each trainer's loop reads as its named steps on one screen; stop, checkpoint, resume and the final save of
+    the trainers on pairs live once, in training/engine.py."""
+    long = []
+    for path in (ROOT / "training").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                long.append(f"{path.relative_to(ROOT)}::{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 import math
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -164,3 +166,82 @@ def run_main(config_class, train, description: str, argv: list[str] | None = Non
         kept = {k: last[k] for k in ("step", "total_steps") if k in last}
         RunFiles(cfg.output_dir).status("failed", error=reason, **kept)
         raise
+
+
+# --- the training loop of the trainers on pairs (reward model, DPO) ------------------------------------------------
+
+
+def resume_micro_step(engine, run, ckpt: Path) -> int:
+    """Micro-batches already trained (0 without a checkpoint); the engine's weights, optimizer, scheduler and step
+    come back from `ckpt`'s latest checkpoint."""
+    if not (ckpt / "latest").exists():
+        return 0
+    _, client = engine.load_checkpoint(str(ckpt))
+    run.metrics({"event": "resumed", "step": engine.global_steps, "micro_step": client["micro_step"]})
+    return client["micro_step"]
+
+
+def pair_loop(engine, run, cfg, total: int, batches_of, micro_step, step_row, evaluate=None) -> int | None:
+    """Micro-batches into optimizer steps until `total` steps: each trainer gives its batches per epoch
+    (`batches_of(epoch)`, deterministic, so a resumed run skips exactly what it had trained), its loss on one
+    (`micro_step(batch) -> (loss, info)`), its metrics row from the step's window of (loss, info, pairs) and
+    seconds (`step_row`), and its evaluation. Returns the micro-batches done, or None when a Stop ended the run
+    (checkpointed, resumable)."""
+    ckpt = Path(cfg.output_dir) / "checkpoints"
+    done = resume_micro_step(engine, run, ckpt)
+    micro, window, t0 = 0, [], time.time()
+    for epoch in range(cfg.epochs) if not cfg.max_steps else itertools.count():
+        for batch in batches_of(epoch):
+            if engine.global_steps >= total:
+                break
+            micro += 1
+            if micro <= done:  # already trained before the restart
+                continue
+            loss, info = micro_step(batch)
+            engine.backward(loss)
+            boundary = engine.is_gradient_accumulation_boundary()
+            engine.step()
+            window.append((loss.item(), info, len(batch)))
+            if not boundary:
+                continue
+            step = engine.global_steps
+            run.metrics({"step": step, "epoch": epoch, **step_row(window, time.time() - t0)})
+            window, t0 = [], time.time()
+            run.status("running", step=step, total_steps=total)
+            if not _step_end(engine, run, cfg, step, total, micro, evaluate, ckpt):
+                return None
+        if engine.global_steps >= total:
+            break
+    return micro
+
+
+def _step_end(engine, run, cfg, step: int, total: int, micro: int, evaluate, ckpt: Path) -> bool:
+    """Evaluation every `eval_every` steps; a Stop checkpoints and ends the run (False); checkpoints every
+    `save_every` steps."""
+    from training.runs import stop_requested
+
+    if cfg.eval_every and step % cfg.eval_every == 0 and evaluate:
+        run.metrics({"step": step, **evaluate()})
+    if step < total and stop_requested(cfg.output_dir, engine.device):
+        save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
+        run.metrics({"event": "stopped", "step": step})
+        run.status("stopped", step=step, total_steps=total)
+        return False
+    if cfg.save_every and step % cfg.save_every == 0:
+        save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
+    return True
+
+
+def finish_pairs(engine, run, cfg, micro: int, final: dict, tokenizer, output: str, rank: int) -> Path:
+    """The end of a run on pairs: the final metrics line (with this rank's peak memory), the last checkpoint, and the
+    model as a plain HF folder RUN/output; returns that folder (the caller adds its files, then says finished)."""
+    import resource
+
+    final = {"step": engine.global_steps, **final}
+    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
+    run.metrics({**final, "event": "final"})
+    ckpt = Path(cfg.output_dir) / "checkpoints"
+    save_checkpoint(engine, ckpt, f"step{engine.global_steps}", client_state={"micro_step": micro})
+    out = Path(cfg.output_dir) / output
+    save_hf(engine, engine.module, tokenizer, out, rank, cfg.zero_stage == 3, bool(cfg.lora_rank))
+    return out

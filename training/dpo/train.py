@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import math
 import random
-import resource
-import time
-from pathlib import Path
 
 import torch
 
 from training.dpo.config import DPOConfig
 from training.dpo.data import Key, collate, sequences
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
-from training.engine import ds_config, lr_lambda, run_main, save_checkpoint, save_hf, setup_distributed
+from training.engine import ds_config, finish_pairs, lr_lambda, pair_loop, run_main, setup_distributed
 from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model
 from training.pairs import PairEncoder, batches, load_pairs
-from training.runs import RunFiles, stop_requested
+from training.runs import RunFiles
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -135,7 +132,7 @@ def build_engine(cfg: DPOConfig, total: int):
 def train(cfg: DPOConfig) -> None:
     from transformers import AutoTokenizer
 
-    # 1. ranks, seeds, data: the pairs tokenised as every trainer presents them
+    # 1. ranks, seeds, the pairs tokenised as every trainer presents them
     rank, world = setup_distributed()
     run = RunFiles(cfg.output_dir, rank)
     run.status("running", step=0)
@@ -151,16 +148,10 @@ def train(cfg: DPOConfig) -> None:
     if per_epoch == 0:
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than one batch per rank")
     total = cfg.max_steps or max(1, per_epoch // cfg.grad_accum) * cfg.epochs
-    # 2. the reference's log-probs, once per distinct sequence
+    # 2. the reference's log-probs, once per distinct sequence; then the policy on DeepSpeed
     ref = reference_logprobs(cfg, sequences(train_pairs + eval_pairs), pad, rank, world)
-    # 3. the policy on DeepSpeed; a checkpoint to resume from
     engine, sched = build_engine(cfg, total)
-    device, ckpt = engine.device, Path(cfg.output_dir) / "checkpoints"
-    done_micro = 0
-    if (ckpt / "latest").exists():
-        _, client = engine.load_checkpoint(str(ckpt))
-        done_micro = client["micro_step"]
-        run.metrics({"event": "resumed", "step": engine.global_steps, "micro_step": done_micro})
+    device = engine.device
     run.metrics(
         {
             "event": "start",
@@ -172,58 +163,28 @@ def train(cfg: DPOConfig) -> None:
             "total_steps": total,
         }
     )
-    # 4. the updates: loss, backward, step; metrics, evaluation, stop and checkpoints at step boundaries
-    micro, window, t0 = 0, [], time.time()
-    for epoch in range(cfg.epochs if not cfg.max_steps else 10**6):
-        mine = batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
-        for raw in mine:
-            if engine.global_steps >= total:
-                break
-            micro += 1
-            if micro <= done_micro:  # already trained before the restart
-                continue
-            loss, terms = pair_terms(engine, raw, pad, ref, cfg, device)
-            engine.backward(loss)
-            boundary = engine.is_gradient_accumulation_boundary()
-            engine.step()
-            window.append((loss.item(), terms, len(raw)))
-            if not boundary:
-                continue
-            step = engine.global_steps
-            row = summary(sum(w[0] for w in window) / len(window), [w[1] for w in window], "dpo/")
-            row["loss/dpo"] = row.pop("dpo/loss")
-            row["perf/pairs_per_s"] = world * sum(w[2] for w in window) / max(time.time() - t0, 1e-9)
-            run.metrics({"step": step, "epoch": epoch, **row, "lr": sched.get_last_lr()[0]})
-            window, t0 = [], time.time()
-            run.status("running", step=step, total_steps=total)
-            if cfg.eval_every and step % cfg.eval_every == 0 and eval_batches:
-                run.metrics({"step": step, **evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device)})
-            if step < total and stop_requested(cfg.output_dir, device):  # Stop: checkpoint, end resumable
-                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
-                run.metrics({"event": "stopped", "step": step})
-                run.status("stopped", step=step, total_steps=total)
-                return
-            if cfg.save_every and step % cfg.save_every == 0:
-                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
-        if engine.global_steps >= total:
-            break
-    # 5. the final evaluation and the policy as a plain HF folder
-    finish(engine, tokenizer, cfg, run, eval_batches, pad, ref, micro, total, (rank, world, device))
 
+    # 3. the updates: the DPO (or IPO) loss on each batch's distinct sequences, each through the policy once
+    def mine(epoch: int) -> list:
+        return batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
 
-def finish(engine, tokenizer, cfg, run, eval_batches, pad, ref, micro, total, where) -> None:
-    rank, world, device = where
-    final = {"step": engine.global_steps}
-    if eval_batches:
-        final.update(evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device))
-    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
-    run.metrics({**final, "event": "final"})
-    ckpt = Path(cfg.output_dir) / "checkpoints"
-    save_checkpoint(engine, ckpt, f"step{engine.global_steps}", client_state={"micro_step": micro})
-    out = Path(cfg.output_dir) / "policy"
-    save_hf(engine, engine.module, tokenizer, out, rank, cfg.zero_stage == 3, bool(cfg.lora_rank))
-    kept = {k: v for k, v in final.items() if k.startswith("eval/")}
-    run.status("finished", step=engine.global_steps, total_steps=total, final=kept)
+    def step_row(window, seconds):
+        row = summary(sum(w[0] for w in window) / len(window), [w[1] for w in window], "dpo/")
+        row["loss/dpo"] = row.pop("dpo/loss")
+        row["perf/pairs_per_s"] = world * sum(w[2] for w in window) / max(seconds, 1e-9)
+        return {**row, "lr": sched.get_last_lr()[0]}
+
+    def heldout() -> dict:
+        return evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device)
+
+    micro_step = lambda raw: pair_terms(engine, raw, pad, ref, cfg, device)  # noqa: E731
+    micro = pair_loop(engine, run, cfg, total, mine, micro_step, step_row, heldout if eval_batches else None)
+    if micro is not None:  # None: a Stop ended it, checkpointed
+        # 4. the final evaluation and the policy as a plain HF folder
+        final = heldout() if eval_batches else {}
+        finish_pairs(engine, run, cfg, micro, final, tokenizer, "policy", rank)
+        kept = {k: v for k, v in final.items() if k.startswith("eval/")}
+        run.status("finished", step=engine.global_steps, total_steps=total, final=kept)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -211,12 +211,64 @@ def seed_rollout(cfg: PPOConfig, step: int, batch: int, rank: int) -> None:
     torch.manual_seed(((cfg.seed * 1_000_003 + step) * 1009 + batch) * 131 + rank)
 
 
-def train(cfg: PPOConfig) -> None:
-    rank, world = setup_distributed()
-    run = RunFiles(cfg.output_dir, rank)
-    run.status("running", step=0)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+def make_experience(
+    m: Models, cfg: PPOConfig, prompts: list, mine_of, step: int, ctx: dict
+) -> tuple[list, float, float]:
+    """Steps 1-3 for each batch of the buffer: rollouts, scoring (reference, reward, critic), rewards and
+    advantages. mine_of(b): this rank's prompt indices of batch b. Returns (buffer, sampling s, scoring s)."""
+    buffer, gen_s, score_s = [], 0.0, 0.0
+    for b in range(cfg.generation_batches):
+        m.actor.eval()
+        m.critic.eval()
+        seed_rollout(cfg, step, b, ctx["rank"])
+        t = time.time()
+        want = cfg.reuse_rollout_logprobs and cfg.dtype == "fp32" and not cfg.single_pass
+        batch = rollout(m.generator(), [prompts[i] for i in mine_of(b)], ctx["tokenizer"], cfg, m.synced, want)
+        gen_s += time.time() - t
+        t = time.time()
+        if cfg.single_pass:
+            m.actor.train()
+            m.critic.train()
+        exp = score(batch, m.actor, m.ref, m.critic, m.reward, ctx["stats"], cfg, live=cfg.single_pass)
+        buffer.append(add_advantages(exp, ctx["kl_ctl"], cfg))
+        score_s += time.time() - t
+    return buffer, gen_s, score_s
+
+
+def ppo_epochs(m: Models, buffer: list[Experience], cfg: PPOConfig, step: int) -> list[dict]:
+    """Step 4: `ppo_epochs` passes over minibatches of the buffer, in an order fixed by (seed, step)."""
+    rng = random.Random(f"{cfg.seed}:{step}")
+    updates = []
+    for _ in range(cfg.ppo_epochs):
+        chunks = [
+            e if len(e) <= cfg.minibatch_size else e.select(torch.arange(i, min(i + cfg.minibatch_size, len(e))))
+            for e in buffer
+            for i in range(0, len(e), cfg.minibatch_size)
+        ]
+        rng.shuffle(chunks)
+        updates += [ppo_update(m, mb, cfg) for mb in chunks]
+    return updates
+
+
+def step_metrics(
+    m: Models, cfg: PPOConfig, buffer, updates, times: dict, kl_ctl: float, world: int
+) -> tuple[dict, float]:
+    """Step 5: the step's metrics row (averaged over ranks) and the KL coefficient for the next step."""
+    row = experience_stats(buffer, kl_ctl, cfg)
+    row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
+    row.update({f"perf/{k}": v for k, v in times.items()})
+    row = mean_across_ranks(row, m.device)
+    row["perf/tokens_per_s"] = sum(e.ids.numel() for e in buffer) * world / times["step_s"]
+    row["policy/kl_ctl"] = kl_ctl
+    row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
+    if cfg.adaptive_kl:
+        n = cfg.generation_batch_size * cfg.generation_batches * world  # sequences behind this KL
+        kl_ctl = adaptive_kl_update(kl_ctl, row["reward/kl"], cfg.kl_target, n, cfg.kl_horizon)
+    return row, kl_ctl
+
+
+def setup(cfg: PPOConfig, rank: int, world: int) -> tuple:
+    """The prompts, the step count, the four models, the reward statistics and where a resumed run starts."""
     tokenizer = load_tokenizer(_actor_folder(cfg))
     prompts, skipped = encode_prompts(tokenizer, read_prompts(cfg.prompts), cfg.max_prompt_length)
     per_epoch = len(prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, 0))
@@ -228,90 +280,72 @@ def train(cfg: PPOConfig) -> None:
         -(-cfg.generation_batch_size // cfg.minibatch_size) for _ in range(cfg.generation_batches)
     )
     m = Models(cfg, total * updates_per_step, world)
-    stats = reward_stats(cfg)
-    ckpt = Path(cfg.output_dir) / "checkpoints"
-    state = load_checkpoint(m, ckpt) or {"step": 0, "kl_ctl": cfg.kl_ctl}
+    state = load_checkpoint(m, Path(cfg.output_dir) / "checkpoints") or {"step": 0, "kl_ctl": cfg.kl_ctl}
+    info = {"prompts": len(prompts), "skipped_prompts": skipped, "world_size": world, "total_steps": total}
+    return tokenizer, prompts, per_epoch, total, m, state, info
+
+
+def train(cfg: PPOConfig) -> None:
+    rank, world = setup_distributed()
+    run = RunFiles(cfg.output_dir, rank)
+    run.status("running", step=0)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    tokenizer, prompts, per_epoch, total, m, state, info = setup(cfg, rank, world)
     if state["step"]:
         run.metrics({"event": "resumed", "step": state["step"]})
-    run.metrics(
-        {
-            "event": "start",
-            "prompts": len(prompts),
-            "skipped_prompts": skipped,
-            "world_size": world,
-            "total_steps": total,
-        }
+    run.metrics({"event": "start", **info})
+    step, ctx = (
+        state["step"],
+        {"rank": rank, "tokenizer": tokenizer, "stats": reward_stats(cfg), "kl_ctl": state["kl_ctl"]},
     )
-    step, kl_ctl = state["step"], state["kl_ctl"]
     board = tensorboard_writer(cfg, rank)
     while step < total:
         epoch, index = divmod(step, per_epoch)
         order = prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, epoch)
         t0 = time.time()
         # 1-3. rollouts, scoring, rewards and advantages, for each batch of the buffer
-        buffer, gen_s, score_s = [], 0.0, 0.0
-        for b in range(cfg.generation_batches):
-            mine = order[index * cfg.generation_batches + b][rank::world]
-            m.actor.eval()
-            m.critic.eval()
-            seed_rollout(cfg, step, b, rank)
-            t = time.time()
-            want = cfg.reuse_rollout_logprobs and cfg.dtype == "fp32" and not cfg.single_pass
-            batch = rollout(m.generator(), [prompts[i] for i in mine], tokenizer, cfg, m.synced, want)
-            gen_s += time.time() - t
-            t = time.time()
-            if cfg.single_pass:
-                m.actor.train()
-                m.critic.train()
-            exp = score(batch, m.actor, m.ref, m.critic, m.reward, stats, cfg, live=cfg.single_pass)
-            buffer.append(add_advantages(exp, kl_ctl, cfg))
-            score_s += time.time() - t
+        mine_of = lambda b: order[index * cfg.generation_batches + b][rank::world]  # noqa: B023, E731
+        buffer, gen_s, score_s = make_experience(m, cfg, prompts, mine_of, step, ctx)
         # 4. PPO epochs over minibatches of the buffer
         t = time.time()
-        rng = random.Random(f"{cfg.seed}:{step}")
-        updates = []
-        for _ in range(cfg.ppo_epochs):
-            chunks = [
-                e if len(e) <= cfg.minibatch_size else e.select(torch.arange(i, min(i + cfg.minibatch_size, len(e))))
-                for e in buffer
-                for i in range(0, len(e), cfg.minibatch_size)
-            ]
-            rng.shuffle(chunks)
-            updates += [ppo_update(m, mb, cfg) for mb in chunks]
-        train_s = time.time() - t
+        updates = ppo_epochs(m, buffer, cfg, step)
         step += 1
         # 5. KL control and metrics
-        row = experience_stats(buffer, kl_ctl, cfg)
-        row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
-        step_s = time.time() - t0
-        tokens = sum(e.ids.numel() for e in buffer)
-        row.update({"perf/gen_s": gen_s, "perf/score_s": score_s, "perf/train_s": train_s, "perf/step_s": step_s})
-        row = mean_across_ranks(row, m.device)
-        row["perf/tokens_per_s"] = tokens * world / step_s
-        row["policy/kl_ctl"] = kl_ctl
-        row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
-        if cfg.adaptive_kl:
-            n = cfg.generation_batch_size * cfg.generation_batches * world  # sequences behind this KL
-            kl_ctl = adaptive_kl_update(kl_ctl, row["reward/kl"], cfg.kl_target, n, cfg.kl_horizon)
-        run.metrics({"step": step, "epoch": epoch, **row})
-        if board:
-            for key, value in row.items():
-                board.add_scalar(key, value, step)
-        if cfg.sample_every and step % cfg.sample_every == 0:
-            log_samples(run, step, buffer[0], tokenizer)
-        run.status("running", step=step, total_steps=total)
+        times = {"gen_s": gen_s, "score_s": score_s, "train_s": time.time() - t, "step_s": time.time() - t0}
+        row, next_kl = step_metrics(m, cfg, buffer, updates, times, ctx["kl_ctl"], world)
+        ctx["kl_ctl"] = next_kl
+        log_step(run, board, cfg, step, epoch, row, buffer, tokenizer, total)
         # 6. checkpoint; a Stop from the app or `rlhf` checkpoints and ends the run here, resumable
-        if step < total and stop_requested(cfg.output_dir, m.device):
-            save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
-            run.metrics({"event": "stopped", "step": step})
-            run.status("stopped", step=step, total_steps=total)
+        if not step_end(m, cfg, run, step, total, ctx["kl_ctl"]):
             break
-        if cfg.save_every and step % cfg.save_every == 0 and step < total:
-            save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
     else:
-        finish(m, cfg, run, step, kl_ctl, total, tokenizer)
+        finish(m, cfg, run, step, ctx["kl_ctl"], total, tokenizer)
     if board:
         board.close()
+
+
+def log_step(run: RunFiles, board, cfg: PPOConfig, step: int, epoch: int, row: dict, buffer, tokenizer, total) -> None:
+    run.metrics({"step": step, "epoch": epoch, **row})
+    if board:
+        for key, value in row.items():
+            board.add_scalar(key, value, step)
+    if cfg.sample_every and step % cfg.sample_every == 0:
+        log_samples(run, step, buffer[0], tokenizer)
+    run.status("running", step=step, total_steps=total)
+
+
+def step_end(m: Models, cfg: PPOConfig, run: RunFiles, step: int, total: int, kl_ctl: float) -> bool:
+    """A Stop checkpoints and ends the run (False); checkpoints every `save_every` steps."""
+    ckpt = Path(cfg.output_dir) / "checkpoints"
+    if step < total and stop_requested(cfg.output_dir, m.device):
+        save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
+        run.metrics({"event": "stopped", "step": step})
+        run.status("stopped", step=step, total_steps=total)
+        return False
+    if cfg.save_every and step % cfg.save_every == 0 and step < total:
+        save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
+    return True
 
 
 def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, total: int, tokenizer) -> None:

@@ -10,19 +10,17 @@ from __future__ import annotations
 import json
 import math
 import random
-import resource
-import time
 from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, lr_lambda, run_main, save_checkpoint, save_hf, setup_distributed
+from training.engine import ds_config, finish_pairs, lr_lambda, pair_loop, run_main, setup_distributed
 from training.models import add_lora, resolve_model
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
 from training.reward.losses import pair_accuracy, pairwise_loss
 from training.reward.model import load_reward_model, scores
-from training.runs import RunFiles, stop_requested
+from training.runs import RunFiles
 
 
 def forward_scores(engine, batch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -72,21 +70,38 @@ def histogram(chosen: list[float], rejected: list[float], bins: int = 20) -> dic
     return {"edges": torch.linspace(lo, hi, bins + 1).tolist(), "chosen": count(chosen), "rejected": count(rejected)}
 
 
-def train(cfg: RewardConfig) -> None:
-    import deepspeed
-
-    rank, world = setup_distributed()
-    run = RunFiles(cfg.output_dir, rank)
-    run.status("running", step=0)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # the new score head starts the same on every rank and every resume
+def load_model(cfg: RewardConfig):
+    """(model, tokenizer): the SFT base with a new score head, seeded so it starts the same on every rank and
+    every resume; gradient checkpointing and LoRA as configured."""
+    torch.manual_seed(cfg.seed)
     model, tokenizer = load_reward_model(resolve_model(cfg.model))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.lora_rank:
         model = add_lora(model, cfg.lora_rank, cfg.lora_alpha)
-    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)
+    return model, tokenizer
+
+
+def initialize(cfg: RewardConfig, model, total: int):
+    import deepspeed
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
+    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
+    return engine, sched
+
+
+def train(cfg: RewardConfig) -> None:
+    # 1. ranks, seeds, the model, the pairs tokenised as every trainer presents them
+    rank, world = setup_distributed()
+    run = RunFiles(cfg.output_dir, rank)
+    run.status("running", step=0)
+    random.seed(cfg.seed)
+    model, tokenizer = load_model(cfg)
     enc = PairEncoder(tokenizer, cfg.max_length)
+    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)
     train_pairs = [enc.pair(r, cfg.margin_scale) for r in train_rows]
     eval_pairs = [enc.pair(r, 0.0) for r in eval_rows]
     pad = tokenizer.pad_token_id
@@ -94,99 +109,65 @@ def train(cfg: RewardConfig) -> None:
     per_epoch = len(batches(train_pairs, cfg.batch_pairs, cfg.seed, 0, cfg.group_by_ranking)) // world
     if per_epoch == 0:
         raise ValueError(f"{len(train_pairs)} training pairs are fewer than one batch per rank")
-    steps_per_epoch = max(1, per_epoch // cfg.grad_accum)
-    total = cfg.max_steps or steps_per_epoch * cfg.epochs
-    opt = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
-    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
+    total = cfg.max_steps or max(1, per_epoch // cfg.grad_accum) * cfg.epochs
+    # 2. the reward model on DeepSpeed
+    engine, sched = initialize(cfg, model, total)
     device = engine.device
-    ckpt = Path(cfg.output_dir) / "checkpoints"
-    done_micro = 0
-    if (ckpt / "latest").exists():
-        _, client = engine.load_checkpoint(str(ckpt))
-        done_micro = client["micro_step"]
-        run.metrics({"event": "resumed", "step": engine.global_steps, "micro_step": done_micro})
-    truncated = sum(p.truncated for p in train_pairs + eval_pairs)
     run.metrics(
         {
             "event": "start",
             "train_pairs": len(train_pairs),
             "eval_pairs": len(eval_pairs),
-            "truncated_pairs": truncated,
+            "truncated_pairs": sum(p.truncated for p in train_pairs + eval_pairs),
             "world_size": world,
             "total_steps": total,
         }
     )
-    micro, window, t0 = 0, [], time.time()
-    for epoch in range(cfg.epochs if not cfg.max_steps else 10**6):
-        mine = batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
-        for raw in mine:
-            if engine.global_steps >= total:
-                break
-            micro += 1
-            if micro <= done_micro:  # already trained before the restart
-                continue
-            c, r, margin = forward_scores(engine, collate(raw, pad), device)
-            loss = pairwise_loss(c, r, margin if cfg.margin_scale else None, cfg.center_coef)
-            engine.backward(loss)
-            boundary = engine.is_gradient_accumulation_boundary()
-            engine.step()
-            window.append((loss.item(), pair_accuracy(c, r).item(), len(raw)))
-            if not boundary:
-                continue
-            step = engine.global_steps
-            elapsed = time.time() - t0
-            run.metrics(
-                {
-                    "step": step,
-                    "epoch": epoch,
-                    "loss/rm": sum(w[0] for w in window) / len(window),
-                    "rm/train_accuracy": sum(w[1] for w in window) / len(window),
-                    "lr": sched.get_last_lr()[0],
-                    "perf/pairs_per_s": world * sum(w[2] for w in window) / max(elapsed, 1e-9),
-                }
-            )
-            window, t0 = [], time.time()
-            run.status("running", step=step, total_steps=total)
-            if cfg.eval_every and step % cfg.eval_every == 0 and eval_batches:
-                ev = evaluate(engine, eval_batches, rank, world, device)
-                ev.pop("_scores")
-                run.metrics({"step": step, **ev})
-            if step < total and stop_requested(cfg.output_dir, device):  # Stop: checkpoint, end resumable
-                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
-                run.metrics({"event": "stopped", "step": step})
-                run.status("stopped", step=step, total_steps=total)
-                return
-            if cfg.save_every and step % cfg.save_every == 0:
-                save_checkpoint(engine, ckpt, f"step{step}", client_state={"micro_step": micro})
-        if engine.global_steps >= total:
-            break
-    final = {"step": engine.global_steps}
-    stats = {}
+
+    # 3. the updates: the Bradley-Terry loss on each batch's distinct sequences, each scored once
+    def mine(epoch: int) -> list:
+        return batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
+
+    def micro_step(raw):
+        c, r, margin = forward_scores(engine, collate(raw, pad), device)
+        loss = pairwise_loss(c, r, margin if cfg.margin_scale else None, cfg.center_coef)
+        return loss, pair_accuracy(c, r).item()
+
+    def step_row(window, seconds):
+        return {
+            "loss/rm": sum(w[0] for w in window) / len(window),
+            "rm/train_accuracy": sum(w[1] for w in window) / len(window),
+            "lr": sched.get_last_lr()[0],
+            "perf/pairs_per_s": world * sum(w[2] for w in window) / max(seconds, 1e-9),
+        }
+
+    def heldout() -> dict:
+        ev = evaluate(engine, eval_batches, rank, world, device)
+        ev.pop("_scores")
+        return ev
+
+    micro = pair_loop(engine, run, cfg, total, mine, micro_step, step_row, heldout if eval_batches else None)
+    if micro is not None:  # None: a Stop ended it, checkpointed
+        # 4. the final evaluation, the model as a plain HF folder, its score statistics for PPO
+        finish(engine, tokenizer, cfg, run, eval_batches, micro, total, (rank, world, device))
+
+
+def finish(engine, tokenizer, cfg, run, eval_batches, micro, total, where) -> None:
+    rank, world, device = where
+    final, stats, hist = {}, {}, None
     if eval_batches:
         ev = evaluate(engine, eval_batches, rank, world, device)
         hist = ev.pop("_scores")
         final.update(ev)
         stats = {"score_mean": ev["eval/score_mean"], "score_std": ev["eval/score_std"]}
-        if rank == 0:
+    out = finish_pairs(engine, run, cfg, micro, final, tokenizer, "model", rank)
+    if rank == 0:
+        if hist is not None:
             hist["histogram"] = histogram(hist["chosen"], hist["rejected"])
             (Path(cfg.output_dir) / "eval_scores.json").write_text(json.dumps(hist) + "\n")
-    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
-    run.metrics({**final, "event": "final"})
-    save_checkpoint(engine, ckpt, f"step{engine.global_steps}", client_state={"micro_step": micro})
-    out = Path(cfg.output_dir) / "model"
-    save_hf(engine, engine.module, tokenizer, out, rank, cfg.zero_stage == 3, bool(cfg.lora_rank))
-    if rank == 0:
         (out / "reward_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    run.status(
-        "finished",
-        step=engine.global_steps,
-        total_steps=total,
-        final={k: v for k, v in final.items() if k.startswith("eval/")},
-    )
+    kept = {k: v for k, v in final.items() if k.startswith("eval/")}
+    run.status("finished", step=engine.global_steps, total_steps=total, final=kept)
 
 
 def main(argv: list[str] | None = None) -> None:
