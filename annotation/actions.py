@@ -1,5 +1,5 @@
 """What a user can do to the data, as plain functions returning one summary line. The CLI and the app's Data tab
-both call these; a StoreError carries the one-line message for a mistake."""
+both call these; a UserError carries the one-line message for a mistake."""
 
 from __future__ import annotations
 

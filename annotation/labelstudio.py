@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from annotation.files import loads_json
-from store.errors import StoreError
+from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
 FAST_LEAD_TIME_S = 2.0
@@ -39,11 +39,11 @@ class LabelConfig:
 
 def parse_label_config(xml: str) -> LabelConfig:
     if re.search(r"<!(DOCTYPE|ENTITY)", xml, flags=re.I):  # entity expansion ("billion laughs"), external files
-        raise StoreError("the labeling config declares a DTD or entities; Label Studio configs have none")
+        raise UserError("the labeling config declares a DTD or entities; Label Studio configs have none")
     try:
         root = ET.fromstring(xml)
     except ET.ParseError as e:
-        raise StoreError(f"the labeling config is not valid XML: {e}") from None
+        raise UserError(f"the labeling config is not valid XML: {e}") from None
     cfg = LabelConfig()
     for tag in root.iter():
         if tag.tag == "Pairwise":
@@ -97,15 +97,15 @@ def _from_json_tasks(tasks: list) -> list[Annotation]:
     out = []
     for n, task in enumerate(tasks, 1):
         if not isinstance(task, dict):
-            raise StoreError(f"task {n}: expected a JSON object, got {type(task).__name__}")
+            raise UserError(f"task {n}: expected a JSON object, got {type(task).__name__}")
         anns = task.get("annotations", task.get("completions"))
         if not isinstance(anns, list) or not isinstance(task.get("data"), dict):
-            raise StoreError(f"task {task.get('id', n)}: needs 'data' and an 'annotations' list")
+            raise UserError(f"task {task.get('id', n)}: needs 'data' and an 'annotations' list")
         if not anns:
             out.append(Annotation(task.get("id", n), None, task["data"], [], _annotator(None), annotated=False))
         for a in anns:
             if not isinstance(a, dict):
-                raise StoreError(f"task {task.get('id', n)}: an annotation is not a JSON object")
+                raise UserError(f"task {task.get('id', n)}: an annotation is not a JSON object")
             results = a.get("result") or []
             out.append(
                 Annotation(
@@ -132,7 +132,7 @@ def _from_min_records(records: list[dict]) -> list[Annotation]:
     out = []
     for n, rec in enumerate(records, 1):
         if not isinstance(rec, dict):
-            raise StoreError(f"record {n}: expected a JSON object, got {type(rec).__name__}")
+            raise UserError(f"record {n}: expected a JSON object, got {type(rec).__name__}")
         results = [{"from_name": k, "value": x} for k, v in rec.items() if _is_control_value(v) for x in v]
         data = {k: v for k, v in rec.items() if k not in _META_KEYS and not _is_control_value(v)}
         annotation_id = rec.get("annotation_id")
@@ -154,13 +154,13 @@ def _from_min_records(records: list[dict]) -> list[Annotation]:
 def _csv_records(text: str, sep: str) -> list[dict]:
     reader = csv.DictReader(io.StringIO(text), delimiter=sep)
     if not reader.fieldnames:
-        raise StoreError("the CSV file has no header row")
+        raise UserError("the CSV file has no header row")
     records = []
     for row in reader:
         rec = {}
         for k, v in row.items():
             if k is None:
-                raise StoreError(f"CSV row {reader.line_num}: more values than columns")
+                raise UserError(f"CSV row {reader.line_num}: more values than columns")
             v = v or ""
             rec[k] = loads_json(v, f"CSV row {reader.line_num} column {k}") if v[:1] in ("[", "{") else v
         records.append(rec)
@@ -176,18 +176,18 @@ def read_export(text: str, name: str) -> list[Annotation]:
         records = _csv_records(text, sep)
         if records and "prompt" not in records[0]:
             cols = ", ".join(list(records[0])[:8])
-            raise StoreError(f"the CSV has no 'prompt' column (columns: {cols})")
+            raise UserError(f"the CSV has no 'prompt' column (columns: {cols})")
         return _from_min_records(records)
     obj = loads_json(text, name)
     tasks = [obj] if isinstance(obj, dict) else obj
     if not isinstance(tasks, list):
-        raise StoreError(f"{name}: expected a Label Studio export (a list of tasks), got {type(obj).__name__}")
+        raise UserError(f"{name}: expected a Label Studio export (a list of tasks), got {type(obj).__name__}")
     if not tasks:
-        raise StoreError(f"{name}: the export holds no tasks")
+        raise UserError(f"{name}: the export holds no tasks")
     if all(isinstance(t, dict) and ("annotations" in t or "completions" in t) for t in tasks):
         return _from_json_tasks(tasks)
     if all(isinstance(t, dict) and "data" in t and len(t) <= 3 for t in tasks):
-        raise StoreError(f"{name}: these are tasks without annotations (an import file, not an export)")
+        raise UserError(f"{name}: these are tasks without annotations (an import file, not an export)")
     return _from_min_records(tasks)
 
 
@@ -205,14 +205,14 @@ def _list_items(data: dict, cfg: LabelConfig, where: str) -> list[tuple[str, str
         )
     items = data.get(key) if key else None
     if not isinstance(items, list):
-        raise StoreError(f"{where}: a Ranker result but no list of items in the task data")
+        raise UserError(f"{where}: a Ranker result but no list of items in the task data")
     out = []
     for x in items:
         text = x.get("body", x.get("title")) if isinstance(x, dict) else None
         if not isinstance(text, str) or "id" not in x:
-            raise StoreError(f"{where}: every item needs an 'id' and a text 'body'")
+            raise UserError(f"{where}: every item needs an 'id' and a text 'body'")
         if any(i == str(x["id"]) for i, _ in out):
-            raise StoreError(f"{where}: item id {str(x['id'])!r} appears twice in the task's list")
+            raise UserError(f"{where}: item id {str(x['id'])!r} appears twice in the task's list")
         out.append((str(x["id"]), text))
     return out
 
@@ -223,12 +223,12 @@ def _ranker_ranks(value: object, bucket_order: list[str] | None, where: str) -> 
         _once([str(i) for i in value], where)
         return {str(i): n for n, i in enumerate(value, 1)}
     if not isinstance(value, dict):
-        raise StoreError(f"{where}: unreadable Ranker value {value!r:.60}")
+        raise UserError(f"{where}: unreadable Ranker value {value!r:.60}")
     columns = {k: v for k, v in value.items() if k != "_"}
     if bucket_order:
         unknown = [k for k in columns if k not in bucket_order]
         if unknown:
-            raise StoreError(f"{where}: bucket {unknown[0]!r} is not in --bucket-order {','.join(bucket_order)}")
+            raise UserError(f"{where}: bucket {unknown[0]!r} is not in --bucket-order {','.join(bucket_order)}")
         present = [b for b in bucket_order if columns.get(b)]
         _once([str(i) for b in present for i in columns[b]], where)
         return {str(i): present.index(b) + 1 for b in present for i in columns[b]}
@@ -236,7 +236,7 @@ def _ranker_ranks(value: object, bucket_order: list[str] | None, where: str) -> 
         ids = next(iter(columns.values()))
         _once([str(i) for i in ids], where)
         return {str(i): n for n, i in enumerate(ids, 1)}
-    raise StoreError(
+    raise UserError(
         f"{where}: this export uses Ranker buckets ({', '.join(sorted(columns))}); pass --bucket-order "
         "with the buckets best first, e.g. --bucket-order " + ",".join(sorted(columns))
     )
@@ -246,7 +246,7 @@ def _once(ids: list[str], where: str) -> None:
     seen = set()
     for i in ids:
         if i in seen:
-            raise StoreError(f"{where}: item {i!r} is ranked twice")
+            raise UserError(f"{where}: item {i!r} is ranked twice")
         seen.add(i)
 
 
@@ -256,7 +256,7 @@ def _ranker(ann: Annotation, value: object, cfg: LabelConfig, bucket_order, wher
     known = {i for i, _ in items}
     missing = [i for i in ranks if i not in known]
     if missing:
-        raise StoreError(f"{where}: ranked item {missing[0]!r} is not among the task's items")
+        raise UserError(f"{where}: ranked item {missing[0]!r} is not among the task's items")
     return [
         RankedItem(text=text, rank=ranks[i], shown_position=pos, response_id=_store_id(i))
         for pos, (i, text) in enumerate(items)
@@ -275,7 +275,7 @@ def _pairwise(ann: Annotation, from_name: str, value: dict, cfg: LabelConfig, wh
     if left not in ann.data or right not in ann.data:
         texts = [k for k, v in ann.data.items() if isinstance(v, str) and k != cfg.prompt_field]
         if len(texts) != 2:
-            raise StoreError(f"{where}: a Pairwise result but the task has no answer1/answer2 fields")
+            raise UserError(f"{where}: a Pairwise result but the task has no answer1/answer2 fields")
         left, right = texts
     selected = value.get("selected")
     if selected in ("left", left):
@@ -324,7 +324,7 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
         return "no preference"
     prompt = ann.data.get(cfg.prompt_field)
     if not isinstance(prompt, str):
-        raise StoreError(f"{where}: no '{cfg.prompt_field}' text in the task data")
+        raise UserError(f"{where}: no '{cfg.prompt_field}' text in the task data")
     if ann.annotation_id is not None:
         key = f"ls:{ann.task_id}:{ann.annotation_id}"
     else:  # a hand-made export without annotation ids: the content is the identity
@@ -342,7 +342,7 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     ranking.items = _dense(ranking.items)
     problem = ranking.problem()
     if problem:
-        raise StoreError(f"{where}: {problem}")
+        raise UserError(f"{where}: {problem}")
     return ranking
 
 
@@ -364,7 +364,7 @@ def parse_export(text: str, name: str, config_xml: str | None = None, bucket_ord
         if ann.annotation_id is not None:
             key = (str(ann.task_id), str(ann.annotation_id))
             if key in seen:
-                raise StoreError(f"{name}: task {key[0]} annotation {key[1]} appears twice in the file")
+                raise UserError(f"{name}: task {key[0]} annotation {key[1]} appears twice in the file")
             seen.add(key)
         got = to_ranking(ann, cfg, bucket_order)
         if isinstance(got, str):
@@ -373,7 +373,7 @@ def parse_export(text: str, name: str, config_xml: str | None = None, bucket_ord
             rankings.append(got)
     if skipped["unsupported"] and not rankings:
         kinds = sorted({str(r.get("type", r.get("from_name"))) for a in annotations for r in a.results})
-        raise StoreError(
+        raise UserError(
             f"{name}: unsupported Label Studio template (result types: {', '.join(kinds)}); "
             "rlhf-studio imports Ranker and Pairwise results"
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from store.assignments import RANKABLE
-from store.errors import StoreError
+from store.errors import UserError
 
 RANKER_CONFIG = """<View>
   <Header value="Rank the responses: drag the best to the top"/>
@@ -49,7 +49,7 @@ def export_ls(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, seed: int 
     out = Path(out)
     tasks = ranker_tasks(con, seed)
     if not tasks:
-        raise StoreError("no prompt has two or more sampled responses yet: run `rlhf sample` first")
+        raise UserError("no prompt has two or more sampled responses yet: run `rlhf sample` first")
     try:
         out.mkdir(parents=True, exist_ok=True)
         files = {
@@ -61,5 +61,5 @@ def export_ls(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, seed: int 
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
     except OSError as e:
-        raise StoreError(f"cannot write Label Studio export to {out}: {e.strerror}") from None
+        raise UserError(f"cannot write Label Studio export to {out}: {e.strerror}") from None
     return out / "tasks.json", out / "label_config.xml", len(tasks)

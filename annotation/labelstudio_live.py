@@ -5,13 +5,13 @@ The key comes from the caller (the CLI reads LABEL_STUDIO_API_KEY); it is never 
 
 from __future__ import annotations
 
-from store.errors import StoreError
+from store.errors import UserError
 
 
 def fetch_export(url: str, project: int, api_key: str, timeout: int = 120) -> tuple[list, str]:
     """(tasks as in the JSON export, the project's labeling config XML)."""
     if not api_key:
-        raise StoreError("set LABEL_STUDIO_API_KEY to a Label Studio access token to pull from --url")
+        raise UserError("set LABEL_STUDIO_API_KEY to a Label Studio access token to pull from --url")
     from label_studio_sdk import LabelStudio  # heavy import, only for live pulls
 
     try:
@@ -20,7 +20,7 @@ def fetch_export(url: str, project: int, api_key: str, timeout: int = 120) -> tu
         tasks = client.projects.exports.as_json(project, timeout=timeout)
     except Exception as e:  # network, auth and API errors all end the same way: one line for the user
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise StoreError(f"cannot pull project {project} from {url}: {msg[:200]}") from None
+        raise UserError(f"cannot pull project {project} from {url}: {msg[:200]}") from None
     if isinstance(tasks, dict):
         tasks = [tasks]
     return tasks, config or ""

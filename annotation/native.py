@@ -10,7 +10,7 @@ import hashlib
 import json
 
 from annotation.files import loads_json
-from store.errors import StoreError
+from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
 DEFAULT_ANNOTATOR = "unknown"
@@ -24,22 +24,22 @@ def _key(obj: dict) -> str:
 
 def parse_line(obj: object, where: str) -> RankingIn:
     if not isinstance(obj, dict):
-        raise StoreError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        raise UserError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     missing = [k for k in ("prompt", "responses", "ranks") if k not in obj]
     if missing:
-        raise StoreError(f"{where}: missing field {', '.join(repr(m) for m in missing)}")
+        raise UserError(f"{where}: missing field {', '.join(repr(m) for m in missing)}")
     prompt, responses, ranks = obj["prompt"], obj["responses"], obj["ranks"]
     if not isinstance(prompt, str):
-        raise StoreError(f"{where}: 'prompt' must be a string")
+        raise UserError(f"{where}: 'prompt' must be a string")
     if not isinstance(responses, list) or not all(isinstance(r, str) for r in responses):
-        raise StoreError(f"{where}: 'responses' must be a list of strings")
+        raise UserError(f"{where}: 'responses' must be a list of strings")
     if not isinstance(ranks, list):
-        raise StoreError(f"{where}: 'ranks' must be a list of integers")
+        raise UserError(f"{where}: 'ranks' must be a list of integers")
     if len(ranks) != len(responses):
-        raise StoreError(f"{where}: {len(ranks)} ranks for {len(responses)} responses")
+        raise UserError(f"{where}: {len(ranks)} ranks for {len(responses)} responses")
     annotator = obj.get("annotator", DEFAULT_ANNOTATOR)
     if not isinstance(annotator, str) or not annotator.strip():
-        raise StoreError(f"{where}: 'annotator' must be a non-empty string")
+        raise UserError(f"{where}: 'annotator' must be a non-empty string")
     ranking = RankingIn(
         prompt=prompt,
         items=[
@@ -51,12 +51,12 @@ def parse_line(obj: object, where: str) -> RankingIn:
     )
     problem = ranking.problem()
     if problem:
-        raise StoreError(f"{where}: {problem}")
+        raise UserError(f"{where}: {problem}")
     return ranking
 
 
 def parse_native(text: str, name: str = "input") -> list[RankingIn]:
-    """All rankings of a native JSONL file; the first bad line raises a StoreError naming it."""
+    """All rankings of a native JSONL file; the first bad line raises a UserError naming it."""
     rankings = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -64,5 +64,5 @@ def parse_native(text: str, name: str = "input") -> list[RankingIn]:
         obj = loads_json(line, f"{name} line {n}")
         rankings.append(parse_line(obj, f"{name} line {n}"))
     if not rankings:
-        raise StoreError(f"{name}: no rankings in the file")
+        raise UserError(f"{name}: no rankings in the file")
     return rankings

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from annotation.files import loads_json, read_text
-from store.errors import StoreError
+from store.errors import UserError
 
 MAX_PROMPT_CHARS = 20_000
 
@@ -18,7 +18,7 @@ def read_prompts(path: str | os.PathLike) -> list[str]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".txt", ".jsonl", ".csv"):
-        raise StoreError(f"{path.name}: prompts come from .txt, .jsonl or .csv files")
+        raise UserError(f"{path.name}: prompts come from .txt, .jsonl or .csv files")
     text = read_text(path)
     if suffix == ".txt":
         prompts = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1)]
@@ -29,9 +29,9 @@ def read_prompts(path: str | os.PathLike) -> list[str]:
     prompts = [(n, p) for n, p in prompts if p]
     for n, p in prompts:
         if len(p) > MAX_PROMPT_CHARS:
-            raise StoreError(f"{path.name} line {n}: prompt of {len(p)} characters is over {MAX_PROMPT_CHARS}")
+            raise UserError(f"{path.name} line {n}: prompt of {len(p)} characters is over {MAX_PROMPT_CHARS}")
     if not prompts:
-        raise StoreError(f"{path.name}: no prompts in the file")
+        raise UserError(f"{path.name}: no prompts in the file")
     return [p for _, p in prompts]
 
 
@@ -41,7 +41,7 @@ def _jsonl(text: str, name: str):
             continue
         obj = loads_json(line, f"{name} line {n}")
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-            raise StoreError(f"{name} line {n}: needs a 'prompt' string field")
+            raise UserError(f"{name} line {n}: needs a 'prompt' string field")
         yield n, obj["prompt"].strip()
 
 
@@ -49,6 +49,6 @@ def _csv(text: str, name: str):
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames or "prompt" not in reader.fieldnames:
         cols = ", ".join(reader.fieldnames or [])
-        raise StoreError(f"{name}: the CSV has no 'prompt' column (columns: {cols})")
+        raise UserError(f"{name}: the CSV has no 'prompt' column (columns: {cols})")
     for row in reader:
         yield reader.line_num, (row.get("prompt") or "").strip()

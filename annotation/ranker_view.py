@@ -8,7 +8,7 @@ flagged and asks for a confirmation first."""
 from __future__ import annotations
 
 from annotation.response_html import response_html
-from store.errors import StoreError
+from store.errors import UserError
 
 
 def widget_value(response_ids: list[int], texts: list[str], ranks: list[int] | None = None) -> dict:
@@ -29,9 +29,9 @@ def ranks_from_value(value: dict | None, response_ids: list[int]) -> list[int]:
         try:
             by_id[int(it["id"])] = int(it["rank"])
         except (KeyError, TypeError, ValueError):
-            raise StoreError("the ranking widget sent an unreadable value; reload the page") from None
+            raise UserError("the ranking widget sent an unreadable value; reload the page") from None
     if sorted(by_id) != sorted(response_ids):
-        raise StoreError("the ranking does not match the task shown; reload the page")
+        raise UserError("the ranking does not match the task shown; reload the page")
     return [by_id[rid] for rid in response_ids]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from store.db import connect, write
-from store.errors import StoreError
+from store.errors import UserError
 from store.prompts import pending_prompts
 from store.responses import Sample, add_samples
 
@@ -47,7 +47,7 @@ def sample_pending(
 ) -> SampleReport:
     """generate(prompts, k, seed) -> list of K results (with .text, .n_tokens, .finish_reason) per prompt."""
     if k < 2:
-        raise StoreError(f"--k must be at least 2 to rank responses, got {k}")
+        raise UserError(f"--k must be at least 2 to rank responses, got {k}")
     with connect(db) as con:
         todo = pending_prompts(con, limit)
     report = SampleReport()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from annotation.actions import store_stats
 from annotation.ranker_view import is_shown_order, ranks_from_value, widget_value
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
-from store.errors import StoreError
+from store.errors import UserError
 
 SHOWN_ORDER_WARNING = (
     "You kept the order exactly as shown. If that is your ranking, press Submit again; otherwise drag the "
@@ -105,7 +105,7 @@ def annotator_name(name: str | None, request=None) -> str:
     user = getattr(request, "username", None) if request is not None else None
     who = user or (name or "").strip()
     if not who:
-        raise StoreError("enter your name before ranking")
+        raise UserError("enter your name before ranking")
     return who
 
 
@@ -152,7 +152,7 @@ def build_annotate_tab(ctx, demo) -> None:
     def guarded(fn, request, *args):
         try:
             return show(fn(ctx, annotator_name(args[0], request), *args[1:], admin=ctx.is_admin(request)))
-        except StoreError as e:
+        except UserError as e:
             raise gr.Error(str(e)) from None
 
     # Gradio injects `request` by its annotation, so each handler spells out its inputs.

@@ -12,7 +12,7 @@ import sys
 
 from app.config_args import add_dataclass_args, dataclass_from_args, given_args
 from app.demo_config import QUICK, DemoConfig
-from store.errors import StoreError
+from store.errors import UserError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
 from training.ppo.config import PPOConfig
@@ -79,13 +79,13 @@ def cmd_import_ls(args: argparse.Namespace) -> None:
     buckets = [b.strip() for b in args.bucket_order.split(",")] if args.bucket_order else None
     if args.url:
         if args.project is None or args.file:
-            raise StoreError("a live pull takes --url URL --project ID and no FILE")
+            raise UserError("a live pull takes --url URL --project ID and no FILE")
         key = os.environ.get("LABEL_STUDIO_API_KEY", "")
         summary = import_labelstudio_url(args.db, args.url, args.project, key, bucket_order=buckets)
     elif args.file:
         summary = import_labelstudio_file(args.db, args.file, config=args.config, bucket_order=buckets)
     else:
-        raise StoreError("give a Label Studio export FILE, or --url URL --project ID")
+        raise UserError("give a Label Studio export FILE, or --url URL --project ID")
     print(summary.line())
 
 
@@ -100,7 +100,7 @@ def cmd_pairs(args: argparse.Namespace) -> None:
     from annotation.actions import stats_lines, store_stats, write_pairs_file
 
     if not args.out and not args.stats:
-        raise StoreError("give --out FILE.jsonl|.parquet|.csv and/or --stats")
+        raise UserError("give --out FILE.jsonl|.parquet|.csv and/or --stats")
     if args.out:
         print(write_pairs_file(args.db, args.out, drop_flagged=args.drop_flagged))
     if args.stats:
@@ -143,7 +143,7 @@ def cmd_train_pairs(args: argparse.Namespace) -> None:
         print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
         return
     if status.get("state") != "finished":
-        raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
+        raise UserError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; {'policy' if spec.policy else 'model'} in {run / spec.output}")
 
 
@@ -167,7 +167,7 @@ def cmd_train_ppo(args: argparse.Namespace) -> None:
         print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
         return
     if status.get("state") != "finished":
-        raise StoreError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
+        raise UserError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; actor in {run / 'actor'}, critic in {run / 'critic'}")
 
 
@@ -184,7 +184,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print("\n".join(headline(results)))
     failed = [name for name, ok in results["checks"].items() if not ok]
     if failed:
-        raise StoreError(f"the demo finished but {len(failed)} check(s) failed: {'; '.join(failed)}")
+        raise UserError(f"the demo finished but {len(failed)} check(s) failed: {'; '.join(failed)}")
 
 
 def demo_config(args: argparse.Namespace) -> DemoConfig:
@@ -215,10 +215,10 @@ def cmd_stop(args: argparse.Namespace) -> None:
 
     run = Path(args.run)
     if not (run / "config.json").is_file():
-        raise StoreError(f"{run} is not a run folder: no config.json")
+        raise UserError(f"{run} is not a run folder: no config.json")
     state = effective_status(run).get("state")
     if state not in ("starting", "running"):
-        raise StoreError(f"run {run.name} is {state}, not running")
+        raise UserError(f"run {run.name} is {state}, not running")
     request_stop(run)
     print(f"asked run {run.name} to stop: it checkpoints at the end of its current step (resume with --resume)")
 
@@ -395,7 +395,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         try:
             cfg = args.config_class.load(args.config)
         except (OSError, ValueError, TypeError) as e:
-            raise StoreError(f"cannot read config {args.config}: {str(e).splitlines()[0][:200]}") from None
+            raise UserError(f"cannot read config {args.config}: {str(e).splitlines()[0][:200]}") from None
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
         skip = ("output_dir", "data", "prompts")  # the data source is always chosen explicitly
         sub.set_defaults(**{k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip})
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
         args.func(args)
-    except (StoreError, ModelError) as e:
+    except (UserError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

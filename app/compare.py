@@ -13,7 +13,7 @@ from annotation.response_html import response_html
 from annotation.winrate import win_table
 from store.compare import compare_votes, record_vote
 from store.db import connect, write
-from store.errors import StoreError
+from store.errors import UserError
 from training.chat import ChatParams, Models, model_folder, score_reply, stream_pair
 from training.models import DEFAULT_MODEL, model_id
 from training.registry import TRAINERS, policy_folder
@@ -57,7 +57,7 @@ def run_defaults(run: str) -> tuple[str, str]:
 def new_conversation(actor: str, reference: str, blind: bool, seed: int | None = None) -> dict:
     """Sides: actor and reference, shuffled when blind (the names show after the vote)."""
     if not actor or not reference:
-        raise StoreError("pick the actor (a PPO run or a model folder) and the reference")
+        raise UserError("pick the actor (a PPO run or a model folder) and the reference")
     sides = [actor, reference]
     if blind and random.Random(seed).random() < 0.5:
         sides.reverse()
@@ -76,7 +76,7 @@ def new_conversation(actor: str, reference: str, blind: bool, seed: int | None =
 def respond(models: Models, state: dict, message: str, params: ChatParams) -> Iterator[tuple[list, list, dict]]:
     """Stream both replies to `message`; yields (left chat, right chat, state). Each side keeps its own history."""
     if not message.strip():
-        raise StoreError("type a message first")
+        raise UserError("type a message first")
     left, right = (models.causal(ref) for ref in state["sides"])
     histories = [h + [{"role": "user", "content": message}] for h in state["history"]]
     # the last replies' scores go with them: they must never show under the new ones
@@ -116,11 +116,11 @@ def scores_of(models: Models, state: dict, reward: str) -> tuple[float, float] |
 def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
     """Store the vote (once per reply pair); returns the state and the reveal line."""
     if choice not in VOTES:
-        raise StoreError(f"unknown vote {choice!r}")
+        raise UserError(f"unknown vote {choice!r}")
     if not state.get("replies"):
-        raise StoreError("nothing to vote on yet: send a message and let both replies finish")
+        raise UserError("nothing to vote on yet: send a message and let both replies finish")
     if state.get("voted"):
-        raise StoreError("this pair of replies already has your vote; send another message")
+        raise UserError("this pair of replies already has your vote; send another message")
     replies = [(text, model_name(ref)) for text, ref in zip(state["replies"], state["sides"], strict=True)]
     flags = ["blind"] if state["blind"] else []
     if state.get("multi_turn"):

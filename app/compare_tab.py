@@ -18,7 +18,7 @@ from app.compare import (
     win_rows,
 )
 from app.handlers import safe
-from store.errors import StoreError
+from store.errors import UserError
 from training.chat import ChatParams
 
 WIN_HEADERS = ["opponent", "votes", "wins", "losses", "ties", "both bad", "win rate", "95% CI"]
@@ -89,7 +89,7 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         allowed = {"default", ""} | set(runs) | {x for r in runs for x in run_defaults(r)}
         bad = next((r for r in refs if (r or "") not in allowed), None)
         if bad is not None:
-            raise StoreError(f"annotators compare the listed PPO runs only, not {bad}")
+            raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
 
     def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s, request: gr.Request):
         check_models(request, actor_v, ref_v)

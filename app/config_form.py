@@ -7,7 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from store.errors import StoreError
+from store.errors import UserError
 
 _KINDS = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -59,7 +59,7 @@ def form_values_from_file(cls: type, skip: tuple[str, ...], path: str | Path) ->
     try:
         cfg = cls.load(path)
     except (OSError, ValueError, TypeError) as e:
-        raise StoreError(f"cannot read config {Path(path).name}: {str(e).splitlines()[0][:200]}") from None
+        raise UserError(f"cannot read config {Path(path).name}: {str(e).splitlines()[0][:200]}") from None
     return [getattr(cfg, f.name) for f in form_fields(cls, skip)]
 
 

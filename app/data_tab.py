@@ -18,7 +18,7 @@ from annotation.actions import (
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
 from app.handlers import admin_only
 from app.sampling import run_sampling
-from store.errors import StoreError
+from store.errors import UserError
 
 
 def counts_markdown(db: str) -> str:
@@ -117,7 +117,7 @@ def build_data_tab(ctx, demo) -> None:
 
     def on_pull(url, project, key, order):
         if not url or not project:
-            raise StoreError("give the Label Studio URL and the project id")
+            raise UserError("give the Label Studio URL and the project id")
         bucket_order = [b.strip() for b in order.split(",") if b.strip()] or None
         return import_labelstudio_url(ctx.db, url, int(project), key or "", bucket_order=bucket_order).line()
 

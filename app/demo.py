@@ -35,7 +35,7 @@ from app.demo_methods import method_rows, methods_of, run_dpo
 from app.sampling import run_sampling
 from app.training import prepare_ppo_run, prepare_reward_run, run_training
 from store.db import connect, write
-from store.errors import StoreError
+from store.errors import UserError
 from store.prompts import add_prompts
 from store.rankings import RankedItem, RankingIn
 from training.generation import Sampler, SamplingConfig
@@ -61,7 +61,7 @@ def demo_prompts_path() -> Path:
 
 def split_prompts(texts: list[str], heldout: int) -> tuple[list[str], list[str]]:
     if heldout < 1 or len(texts) - heldout < 16:
-        raise StoreError(f"{len(texts)} prompts cannot give {heldout} held-out ones and 16+ to train on")
+        raise UserError(f"{len(texts)} prompts cannot give {heldout} held-out ones and 16+ to train on")
     return texts[:-heldout], texts[-heldout:]
 
 
@@ -75,11 +75,11 @@ def check(cfg: DemoConfig) -> None:
     from training.models import resolve_model
 
     if cfg.k < 2:
-        raise StoreError(f"--k must be at least 2 to rank responses, got {cfg.k}")
+        raise UserError(f"--k must be at least 2 to rank responses, got {cfg.k}")
     if cfg.dtype not in ("auto", "fp32", "bf16"):
-        raise StoreError(f"--dtype must be auto, fp32 or bf16, got {cfg.dtype}")
+        raise UserError(f"--dtype must be auto, fp32 or bf16, got {cfg.dtype}")
     if not 1 <= cfg.min_new_tokens < cfg.max_new_tokens:
-        raise StoreError("--min-new-tokens must be at least 1 and below --max-new-tokens")
+        raise UserError("--min-new-tokens must be at least 1 and below --max-new-tokens")
     split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
     methods_of(cfg)
     for ref in (cfg.model, cfg.reward_base):
@@ -209,7 +209,7 @@ def new_demo_dir(runs_dir: Path) -> Path:
 
 def _finished(kind: str, run: Path, status: dict) -> None:
     if status.get("state") != "finished":
-        raise StoreError(f"the demo's {kind} run {run.name} {status.get('state')}: {status.get('error', run)}")
+        raise UserError(f"the demo's {kind} run {run.name} {status.get('state')}: {status.get('error', run)}")
 
 
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
@@ -252,7 +252,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     ranked = rank_samples(db)
     log(f"scripted annotator: {ranked.added} rankings, {ranked.pairs} pairs")
     if ranked.pairs == 0:
-        raise StoreError("the scripted annotator found no pair to rank: every prompt's responses tied")
+        raise UserError("the scripted annotator found no pair to rank: every prompt's responses tied")
 
     runs = folder / "runs"
     rm_cfg = RewardConfig(model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed)

@@ -10,7 +10,7 @@ from pathlib import Path
 from annotation.winrate import bootstrap_ci
 from app.demo_config import DemoConfig
 from app.training import prepare_pairs_run, run_training
-from store.errors import StoreError
+from store.errors import UserError
 from training.dpo.config import DPOConfig
 from training.registry import trainer
 
@@ -22,7 +22,7 @@ def methods_of(cfg: DemoConfig) -> list[str]:
     names = [m.strip() for m in cfg.methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in METHODS]
     if unknown or "ppo" not in names:
-        raise StoreError(f"--methods must name ppo and optionally dpo (ppo,dpo), got {cfg.methods!r}")
+        raise UserError(f"--methods must name ppo and optionally dpo (ppo,dpo), got {cfg.methods!r}")
     return names
 
 
@@ -62,7 +62,7 @@ def run_dpo(
 
     status = run_training("dpo", run, on_metrics=show)
     if status.get("state") != "finished":
-        raise StoreError(f"the demo's DPO run {run.name} {status.get('state')}: {status.get('error', run)}")
+        raise UserError(f"the demo's DPO run {run.name} {status.get('state')}: {status.get('error', run)}")
     sampler = Sampler(sampling_config(cfg, str(run / trainer("dpo").output)))
     texts["dpo"] = sample_texts(sampler, heldout, cfg.k, cfg.seed + 3 * 10**6)
     del sampler

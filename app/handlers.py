@@ -1,13 +1,13 @@
-"""Wrapping the tabs' event handlers: a user's mistake (a StoreError, a ModelError, a bad setting) becomes a
+"""Wrapping the tabs' event handlers: a user's mistake (a UserError, a ModelError, a bad setting) becomes a
 message in the page, never a stack trace; and, under --auth, the store-wide tabs answer admins only."""
 
 import functools
 import inspect
 
-from store.errors import StoreError
+from store.errors import UserError
 from training.models import ModelError
 
-USER_ERRORS = (StoreError, ModelError, ValueError)
+USER_ERRORS = (UserError, ModelError, ValueError)
 
 
 def safe(fn):
@@ -51,7 +51,7 @@ def admin_only(ctx, fn, quiet: int = 0):
     def run(request, *args, **kwargs):
         try:
             ctx.check_admin(request)
-        except StoreError as e:
+        except UserError as e:
             if quiet:
                 return gr.skip() if quiet == 1 else tuple(gr.skip() for _ in range(quiet))
             raise gr.Error(str(e)) from None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from app.training import frozen_prompts, launch, prepare_pairs_run, prepare_ppo_run, run_kind
 from store.db import connect
-from store.errors import StoreError
+from store.errors import UserError
 from store.runs import list_runs
 from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
@@ -78,7 +78,7 @@ class Runs:
             if dpo is not None:
                 dpo.check()
         except ValueError as e:
-            raise StoreError(str(e)) from None
+            raise UserError(str(e)) from None
         if prompts:  # a bad prompts file is refused now, not after the reward model has trained
             prompts = frozen_prompts(prompts, self.runs_dir.parent / "snapshots")
         rm_run = self.start_reward(rm, data)
@@ -106,14 +106,14 @@ class Runs:
 
     def stop(self, run: Path) -> str:
         if effective_status(run).get("state") not in ("starting", "running"):
-            raise StoreError(f"run {run.name} is not running")
+            raise UserError(f"run {run.name} is not running")
         request_stop(run)
         return f"asked {run.name} to stop after its current step (it keeps a checkpoint; Resume continues it)"
 
     def resume(self, run: Path) -> Path:
         state = effective_status(run).get("state")
         if state in ("starting", "running", "finished"):
-            raise StoreError(f"run {run.name} is {state}; only a stopped or failed run resumes")
+            raise UserError(f"run {run.name} is {state}; only a stopped or failed run resumes")
         return self._launch(run_kind(run), run)
 
     def poll(self) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from annotation.prompt_files import read_prompts as read_prompt_file
 from store.db import connect, write
-from store.errors import StoreError
+from store.errors import UserError
 from store.runs import latest_snapshot_id, record_run
 from store.snapshot import split_of, write_snapshot
 from training.config_file import ConfigFile
@@ -43,9 +43,9 @@ def _check_pairs(data: str, cfg: ConfigFile) -> None:
     try:
         train, _ = load_pairs(data, cfg.eval_fraction, cfg.seed)
     except DataError as e:
-        raise StoreError(str(e)) from None
+        raise UserError(str(e)) from None
     if not train:
-        raise StoreError("no training pairs: every prompt landed in the eval split; add more prompts")
+        raise UserError("no training pairs: every prompt landed in the eval split; add more prompts")
 
 
 def _local(ref: str) -> str:
@@ -58,7 +58,7 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
     try:
         cfg.check()
     except ValueError as e:
-        raise StoreError(str(e)) from None
+        raise UserError(str(e)) from None
     for ref in (cfg.model, getattr(cfg, "reference", "")):
         if ref:
             resolve_model(ref)  # a bad --model fails here, in one line, before anything starts
@@ -110,7 +110,7 @@ def run_kind(run: Path) -> str:
     try:
         return kind_of(run)
     except ValueError as e:
-        raise StoreError(str(e)) from None
+        raise UserError(str(e)) from None
 
 
 def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0) -> Path:
@@ -120,7 +120,7 @@ def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0)
         texts = [t for (t,) in con.execute("SELECT text FROM prompts ORDER BY prompt_id").fetchall()]
     kept = [t for t in texts if split_of(t, eval_fraction, seed) == "train"]
     if not kept:
-        raise StoreError("the store has no prompts for PPO: add some with `rlhf prompts add` or pass --prompts")
+        raise UserError("the store has no prompts for PPO: add some with `rlhf prompts add` or pass --prompts")
     out.write_text(_prompts_jsonl(kept))
     return out
 
@@ -140,10 +140,10 @@ def frozen_prompts(prompts: str, snapshots: Path) -> str:
         try:
             read_prompts(str(path))
         except DataError as e:
-            raise StoreError(str(e)) from None
+            raise UserError(str(e)) from None
         return str(path.resolve())
     if not path.exists():
-        raise StoreError(f"{prompts}: no such prompts file or snapshot folder")
+        raise UserError(f"{prompts}: no such prompts file or snapshot folder")
     body = _prompts_jsonl(read_prompt_file(path))
     out = snapshots / f"prompts-{hashlib.sha256(body.encode()).hexdigest()[:16]}.jsonl"
     if not out.is_file():
@@ -155,7 +155,7 @@ def frozen_prompts(prompts: str, snapshots: Path) -> str:
             os.replace(tmp, out)  # whole or not at all
         except OSError as e:
             tmp.unlink(missing_ok=True)
-            raise StoreError(f"cannot write the prompts under {snapshots}: {e.strerror}") from None
+            raise UserError(f"cannot write the prompts under {snapshots}: {e.strerror}") from None
     return str(out.resolve())
 
 
@@ -167,7 +167,7 @@ def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None
         reward = str(reward_folder(cfg.reward).resolve())
         critic = str(reward_folder(cfg.critic).resolve()) if cfg.critic else reward
     except (ValueError, ModelError) as e:
-        raise StoreError(str(e)) from None
+        raise UserError(str(e)) from None
     resolve_model(cfg.actor)
     source = frozen_prompts(prompts, runs_dir.parent / "snapshots") if prompts else None
     run = new_run_dir(runs_dir, "ppo")
@@ -204,6 +204,6 @@ def resume_run(
     """Launch an existing run folder again; training continues from its last checkpoint."""
     kind = run_kind(run)
     if read_status(run).get("state") == "finished":
-        raise StoreError(f"run {run.name} already finished")
+        raise UserError(f"run {run.name} already finished")
     (run / STOP_FILE).unlink(missing_ok=True)
     return run_training(kind, run, num_accelerators, hostfile, on_metrics)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES
 from store.db import hold
-from store.errors import StoreError
+from store.errors import UserError
 from training.generation import Sampler, SamplingConfig
 
 
@@ -51,7 +51,7 @@ class AppContext:
     def check_admin(self, request) -> None:
         if not self.is_admin(request):
             user = getattr(request, "username", None) or "this login"
-            raise StoreError(f"{user} is an annotator: the Data and Train tabs are for admins (rlhf ui --admins)")
+            raise UserError(f"{user} is an annotator: the Data and Train tabs are for admins (rlhf ui --admins)")
 
     def release_models(self) -> None:
         """Free every model the app holds (a training run is starting and needs the memory)."""
@@ -71,7 +71,7 @@ def read_auth_file(path: str | os.PathLike) -> list[tuple[str, str]]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise StoreError(f"cannot read auth file {path}: {e}") from None
+        raise UserError(f"cannot read auth file {path}: {e}") from None
     users = []
     for n, line in enumerate(lines, 1):
         line = line.strip()
@@ -79,10 +79,10 @@ def read_auth_file(path: str | os.PathLike) -> list[tuple[str, str]]:
             continue
         user, sep, password = line.partition(":")
         if not sep or not user.strip() or not password:
-            raise StoreError(f"auth file {path} line {n}: expected user:password")
+            raise UserError(f"auth file {path} line {n}: expected user:password")
         users.append((user.strip(), password))
     if not users:
-        raise StoreError(f"auth file {path} has no users")
+        raise UserError(f"auth file {path} has no users")
     return users
 
 
@@ -156,15 +156,15 @@ def launch(
     os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
     users = read_auth_file(auth) if auth else None
     if not is_loopback(host) and not users:
-        raise StoreError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
+        raise UserError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
     admin_set = {a.strip() for a in (admins or "").split(",") if a.strip()}
     unknown = sorted(admin_set - {u for u, _ in users or []})
     if admin_set and not users:
-        raise StoreError("--admins needs --auth: without logins everyone using the app is its admin")
+        raise UserError("--admins needs --auth: without logins everyone using the app is its admin")
     if unknown:
-        raise StoreError(f"--admins names {unknown[0]}, who is not in the auth file")
+        raise UserError(f"--admins names {unknown[0]}, who is not in the auth file")
     if overlap < 1:
-        raise StoreError(f"--overlap must be at least 1, got {overlap}")
+        raise UserError(f"--overlap must be at least 1, got {overlap}")
     hold(db)  # keep the store open while serving; CLI commands still get their turn (store/db.py)
     ctx = AppContext(db, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set)
     demo = build_app(ctx)

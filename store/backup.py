@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 
 from store.db import connect, latest_version, migrate, schema_scripts, sql_string
-from store.errors import StoreError
+from store.errors import UserError
 
 MANIFEST = "manifest.json"
 
@@ -36,7 +36,7 @@ def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
     out = Path(out)
     if out.exists():
-        raise StoreError(f"{out} already exists: a backup goes into a new folder")
+        raise UserError(f"{out} already exists: a backup goes into a new folder")
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # a backup that died half-way
     try:
@@ -54,7 +54,7 @@ def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
         partial.rename(out)
     except OSError as e:
         shutil.rmtree(partial, ignore_errors=True)
-        raise StoreError(f"cannot write the backup {out}: {e.strerror or e}") from None
+        raise UserError(f"cannot write the backup {out}: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -68,11 +68,11 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
         expected = {str(k): int(v) for k, v in manifest["rows"].items()}
         version = int(manifest["schema_version"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise StoreError(f"{folder} is not an rlhf-studio backup: no readable {MANIFEST}") from None
+        raise UserError(f"{folder} is not an rlhf-studio backup: no readable {MANIFEST}") from None
     if not 1 <= version <= latest_version():
-        raise StoreError(f"{folder} was made by schema version {version}; this rlhf-studio reads 1..{latest_version()}")
+        raise UserError(f"{folder} was made by schema version {version}; this rlhf-studio reads 1..{latest_version()}")
     if target.exists():
-        raise StoreError(f"{target} already exists: restore into a new store file (the old one is never replaced)")
+        raise UserError(f"{target} already exists: restore into a new store file (the old one is never replaced)")
     building = target.with_name(target.name + ".restoring")
     building.unlink(missing_ok=True)
     try:
@@ -85,11 +85,11 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
             con.close()
         if got != expected:
             diff = ", ".join(f"{t}: {got.get(t)} != {n}" for t, n in expected.items() if got.get(t) != n)
-            raise StoreError(f"the restored store does not match the backup's manifest ({diff or 'tables differ'})")
+            raise UserError(f"the restored store does not match the backup's manifest ({diff or 'tables differ'})")
         building.rename(target)
     except duckdb.Error as e:
         building.unlink(missing_ok=True)
-        raise StoreError(f"cannot restore {folder}: {str(e).splitlines()[0][:200]}") from None
+        raise UserError(f"cannot restore {folder}: {str(e).splitlines()[0][:200]}") from None
     except BaseException:
         building.unlink(missing_ok=True)
         raise
@@ -108,7 +108,7 @@ def _rebuild(con: duckdb.DuckDBPyConnection, folder: Path, version: int) -> None
     try:
         exported = (folder / "schema.sql").read_text()
     except OSError:
-        raise StoreError(f"{folder} is not an rlhf-studio backup: no schema.sql") from None
+        raise UserError(f"{folder} is not an rlhf-studio backup: no schema.sql") from None
     for name, start in _SEQUENCE.findall(exported):
         if name in sequences:  # a name from our own schema, a position that is a number: neither is the backup's SQL
             con.execute(f"CREATE SEQUENCE {name} START {int(start)}")
@@ -118,6 +118,6 @@ def _rebuild(con: duckdb.DuckDBPyConnection, folder: Path, version: int) -> None
             continue
         source = folder / f"{table}.parquet"
         if not source.is_file():
-            raise StoreError(f"{folder} is not a complete backup: {source.name} is missing")
+            raise UserError(f"{folder} is not a complete backup: {source.name} is missing")
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(source)])
     migrate(con)

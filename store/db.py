@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from store.errors import StoreBusy, StoreError
+from store.errors import StoreBusy, UserError
 
 DEFAULT_DB = "rlhf.duckdb"
 LOCK_TIMEOUT_S = float(os.environ.get("RLHF_LOCK_TIMEOUT", "10"))
@@ -39,7 +39,7 @@ def migrations(folder: Path | None = None) -> list[tuple[int, str]]:
     for path in sorted(folder.glob("*.sql")):
         m = re.match(r"(\d+)_", path.name)
         if not m:
-            raise StoreError(f"migration file {path.name} does not start with a version number")
+            raise UserError(f"migration file {path.name} does not start with a version number")
         found.append((int(m.group(1)), path.read_text()))
     return found
 
@@ -111,7 +111,7 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True
                 return con
             except duckdb.IOException as e:
                 if "lock" not in str(e).lower():
-                    raise StoreError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
+                    raise UserError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
                 if time.monotonic() >= deadline:
                     holder = re.search(r"\(PID (\d+)\)", str(e))
                     who = f" (process {holder.group(1)})" if holder else ""
@@ -125,7 +125,7 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
             except duckdb.Error as e:
-                raise StoreError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
+                raise UserError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
     finally:
         if asked:
             handoff.unlink(missing_ok=True)
@@ -209,7 +209,7 @@ def connect(path: str | os.PathLike, *, create: bool = True, timeout: float = LO
     create=False refuses a missing file instead of making an empty store (read-only commands use it)."""
     path = str(path)
     if not create and path != ":memory:" and not Path(path).exists():
-        raise StoreError(f"no store at {path}: run `rlhf init` (or pass --db)")
+        raise UserError(f"no store at {path}: run `rlhf init` (or pass --db)")
     key = _key(path)
     if key in _held:
         with _held_locks[key]:

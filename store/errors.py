@@ -1,9 +1,13 @@
 """The one exception type the CLI and the app turn into a single clear line for the user."""
 
 
-class StoreError(Exception):
-    """A user-facing failure: bad input, a busy or missing store. str(e) is the whole message."""
+class UserError(Exception):
+    """Something the user can fix: bad input (a prompt file, a ranking, a Label Studio export or config, an auth
+    file, a setting), a missing or busy store. str(e) is the whole message, shown as one line."""
 
 
-class StoreBusy(StoreError):
+StoreError = UserError  # its name until this release (it was raised for far more than the store); kept one release
+
+
+class StoreBusy(UserError):
     """Another process holds the database file."""

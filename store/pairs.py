@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 
 from store.db import sql_string
-from store.errors import StoreError
+from store.errors import UserError
 
 PAIR_COLUMNS = (
     "prompt, chosen, rejected, margin, annotator, source, prompt_id, ranking_id, chosen_id, rejected_id, flagged"
@@ -31,7 +31,7 @@ def _copy_format(path: Path) -> str:
         return "(FORMAT parquet, COMPRESSION zstd)"
     if suffix == ".csv":
         return "csv"
-    raise StoreError(f"cannot write {path.name}: the pairs file must end in .jsonl, .parquet or .csv")
+    raise UserError(f"cannot write {path.name}: the pairs file must end in .jsonl, .parquet or .csv")
 
 
 # A cell a spreadsheet would run as a formula (OWASP "CSV injection"): prompts and responses are user text.
@@ -57,7 +57,7 @@ def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_fl
     out = Path(out)
     fmt = _copy_format(out)
     if not out.parent.is_dir():
-        raise StoreError(f"cannot write {out}: folder {out.parent} does not exist")
+        raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         if fmt == "csv":
@@ -66,9 +66,9 @@ def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_fl
             con.execute(f"COPY ({pairs_query(drop_flagged)}) TO {sql_string(tmp)} {fmt}")
         os.replace(tmp, out)
     except duckdb.Error as e:
-        raise StoreError(f"cannot write {out}: {str(e).splitlines()[0]}") from None
+        raise UserError(f"cannot write {out}: {str(e).splitlines()[0]}") from None
     except OSError as e:
-        raise StoreError(f"cannot write {out}: {e.strerror or e}") from None
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return count_pairs(con, drop_flagged)

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 
 from store.db import sql_string
-from store.errors import StoreError
+from store.errors import UserError
 from store.pairs import PAIR_COLUMNS
 
 SPLITS = ("train", "eval")
@@ -40,7 +40,7 @@ def _sha256(path: Path) -> str:
 def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: int) -> dict[str, int]:
     prompts = con.execute("SELECT DISTINCT prompt_id, prompt FROM pairs ORDER BY prompt_id").fetchall()
     if not prompts:
-        raise StoreError("no pairs in the store yet: import or submit rankings first")
+        raise UserError("no pairs in the store yet: import or submit rankings first")
     splits = {pid: split_of(text, eval_fraction, seed) for pid, text in prompts}
     # A small store could hash every prompt to one side; keep at least one prompt on each side when possible.
     if eval_fraction > 0 and len(prompts) >= 2 and "eval" not in splits.values():
@@ -61,7 +61,7 @@ def write_snapshot(
 
     The folder appears whole (written aside, then renamed) and its files are read-only."""
     if not 0 <= eval_fraction < 1:
-        raise StoreError(f"eval fraction must be in [0, 1), got {eval_fraction}")
+        raise UserError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _assign_splits(con, eval_fraction, seed)
@@ -109,7 +109,7 @@ def write_snapshot(
             tmp.rename(final)
     except (duckdb.Error, OSError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise StoreError(f"cannot write snapshot under {root}: {str(e).splitlines()[0]}") from None
+        raise UserError(f"cannot write snapshot under {root}: {str(e).splitlines()[0]}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -126,8 +126,8 @@ def verify_snapshot(folder: str | os.PathLike) -> dict:
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
     except (OSError, ValueError) as e:
-        raise StoreError(f"{folder} is not a snapshot: {e}") from None
+        raise UserError(f"{folder} is not a snapshot: {e}") from None
     for split, info in manifest["splits"].items():
         if _sha256(folder / info["file"]) != info["sha256"]:
-            raise StoreError(f"snapshot {folder.name}: {split} file does not match its manifest hash")
+            raise UserError(f"snapshot {folder.name}: {split} file does not match its manifest hash")
     return manifest
