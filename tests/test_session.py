@@ -1,10 +1,11 @@
-"""Browser ranking as plain functions: assignment, submit, skip, undo, overlap, and 20 annotators at once."""
+"""Browser ranking as plain functions: assignment, submit, skip, undo, overlap, 20 annotators at once, and double
+submits."""
 
 import threading
 
 import pytest
 
-from annotation.session import check_ranks, next_task, progress, skip, submit, undo_last
+from annotation.session import check_ranks, next_task, progress, skip, submit, submit_and_next, undo_last
 from store.db import hold, release, write
 from store.errors import StoreError
 from store.prompts import prompt_ids
@@ -197,3 +198,53 @@ def test_twenty_annotators_at_once(db):
     ]
     assert query(db, "SELECT annotator, count(*) FROM rankings GROUP BY 1 HAVING count(*) <> 20") == []
     assert query(db, "SELECT count(*) FROM ranking_items") == [(1600,)]
+
+
+def test_blank_responses_are_never_shown(db):
+    """A response of spaces only (any Unicode space) is not shown, and a prompt left with one response is not handed
+    out; a leading or trailing space does not make a response blank."""
+    with write(db) as con:
+        ids = prompt_ids(con, ["p0", "p1"], "test")
+        texts = {"p0": ["  ", "\u3000\u00a0", "a"], "p1": [" x", "y ", "   "]}
+        add_samples(con, [Sample(ids[p], t, j, 1, "eos", 0) for p in texts for j, t in enumerate(texts[p])], "test")
+    task = next_task(db, "ann")
+    assert task.prompt == "p1" and sorted(task.responses) == [" x", "y "]
+    assert next_task(db, "bob") is None
+
+
+def test_each_task_submitted_twice_at_once_is_stored_once(db):
+    """8 annotators, each clicking Submit twice at once (two threads, as a double click or a retried request does)
+    for 4 tasks in a row: every ranking is stored exactly once with its 4 items, and both clicks get the same next
+    task."""
+    seed_store(db, 40, k=4)
+    hold(db)  # as the app does
+    errors, next_ids = [], {}
+
+    def click(name, first, barrier, out):
+        task = first
+        try:
+            for _ in range(4):
+                barrier.wait(timeout=30)
+                task, _ = submit_and_next(db, name, task.assignment_id, [4, 3, 2, 1])
+                out.append(task.assignment_id)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = []
+    for i in range(8):
+        name, barrier = f"a{i}", threading.Barrier(2)
+        first = next_task(db, name)
+        next_ids[name] = ([], [])
+        threads += [threading.Thread(target=click, args=(name, first, barrier, out)) for out in next_ids[name]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    release(db)
+    assert errors == []
+    assert all(a == b and len(a) == 4 for a, b in next_ids.values())
+    assert query(db, "SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key) FROM rankings") == [
+        (32, 32, 32)
+    ]
+    assert query(db, "SELECT count(*), count(DISTINCT (ranking_id, response_id)) FROM ranking_items") == [(128, 128)]
+    assert query(db, "SELECT count(*) FROM assignments WHERE status = 'open'") == [(8,)]
