@@ -70,7 +70,7 @@ $(TRL_STAMP):
 	touch $(TRL_STAMP)
 
 bench: $(STAMP) $(TRL_STAMP)
-	# TRL is a bench-only peer (reward-model comparison); the app never imports it.
+	# TRL is a bench-only peer (reward-model and DPO comparisons); the app never imports it.
 	$(BIN)/pip install trl==1.16.0
 	$(BIN)/python -m bench.run
 

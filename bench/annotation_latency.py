@@ -1,25 +1,50 @@
-"""Submit-to-next-prompt latency in the real app (`rlhf ui --auth`, over HTTP on 127.0.0.1) with 20 annotators
-ranking at once: each submit stores the ranking and returns the next prompt, as the Submit button does.
+"""Submit-to-next-prompt latency in the real app (`rlhf ui --auth`, over HTTP on 127.0.0.1) with a team ranking at
+once: each submit stores the ranking and returns the next prompt, as the Submit button does.
 
-Each simulated annotator logs in with gradio_client, takes a prompt, then submits `rounds` rankings, thinking
-0.5x-1.5x `think_s` before each (real annotators take 10 s or more per ranking of K = 4). Two loads: think 5 s
-(20 busy annotators) and think 0.5 s (a stress load that saturates the 2 cores, load generator included)."""
+Each simulated annotator logs in, takes a prompt, then submits `rounds` rankings, thinking 0.5x-1.5x `think_s`
+before each (real annotators take 10 s or more per ranking of K = 4). The cases (CASES): 20 annotators at 5 s,
+100 at 5 s (a labeling team: about 20 submits a second) and 20 at 0.5 s (a stress load, about 40 a second).
+
+Keeping the load generator's own CPU out of the measurement:
+- It speaks the browser's protocol with plain httpx in one asyncio loop (POST queue/join, then read the SSE stream
+  queue/data until the event completes; one login cookie and one kept-alive connection per annotator), not one
+  gradio_client per annotator (each a thread pool, a heartbeat stream and a new HTTP client per call).
+- The app runs pinned to all cores but the last, the generator (this process) to the last one: on 2 cores, one
+  each. The result gives the generator's CPU use as a share of its core (`generator_cpu`; near 1.0 it would be
+  the bottleneck, and the figures would measure it).
+- Only the ranking rounds are timed: logins and first prompts are done before the clock starts.
+- Besides the round trip, each result gives the handler time Gradio reports per event (`duration`: from a worker
+  taking the event to the handler's return, so the store's lock wait included, HTTP and the queue excluded) and
+  the app's CPU per submit, read from /proc.
+
+`python -m bench.annotation_latency` runs the cases and prints a JSON line for each and a table;
+`--annotators 100 --think 5 --rounds 20` runs one case, `--stored 20000` starts it on a store that already holds
+that many rankings (a team's store after an hour or two). `python -m bench.run --only annotation` runs the cases
+into docs/benchmarks.json and docs/benchmarks.md."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import os
 import random
 import statistics
 import tempfile
-import threading
 import time
+import uuid
 from pathlib import Path
 
-from gradio_client import Client
+import httpx
 
+from bench.report import annotation_table
 from store.db import connect, write
 from store.prompts import prompt_ids
+from store.rankings import RankedItem, RankingIn, insert_rankings
 from store.responses import Sample, add_samples
 from tests.app_server import AppServer
+
+CASES = [(20, 5.0), (100, 5.0), (20, 0.5)]  # (annotators, think time in s)
 
 
 def _seed(db: str, n_prompts: int, k: int) -> None:
@@ -38,53 +63,176 @@ def _seed(db: str, n_prompts: int, k: int) -> None:
         )
 
 
-def _annotator(url: str, name: str, rounds: int, think_s: float, out: list, errors: list) -> None:
-    rng = random.Random(name)
-    try:
-        client = Client(url, auth=(name, "pw"), verbose=False)
-        _, value, *_ = client.predict("", api_name="/annotate_next")
-        time.sleep(rng.uniform(0, think_s))  # annotators do not start in lockstep
-        for _ in range(rounds):
-            time.sleep(rng.uniform(0.5, 1.5) * think_s)
-            k = len(value["items"])
-            ranked = {"items": [{**it, "rank": k - it["pos"]} for it in value["items"]]}
-            start = time.perf_counter()
-            _, value, *_ = client.predict("", ranked, api_name="/annotate_submit")
-            out.append(time.perf_counter() - start)
-    except Exception as e:  # noqa: BLE001 - counted and reported
-        errors.append(repr(e))
+def _preload(db: str, n: int, k: int) -> None:
+    """n rankings already in the store (imported, each with its own prompt and K responses), as a team's store
+    holds after a while: the per-submit queries read every response and ranking. Their prompts come after the
+    seeded ones, so the run's annotators get seeded prompts first."""
+    rankings = [
+        RankingIn(
+            f"earlier prompt {i}",
+            [RankedItem(f"earlier answer {j} to prompt {i} " * 8, j + 1) for j in range(k)],
+            "earlier",
+            "native",
+            f"bench:{i}",
+        )
+        for i in range(n)
+    ]
+    with write(db) as con:
+        insert_rankings(con, rankings)
 
 
-def run(annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4) -> dict:
+def split_cores() -> tuple[set[int], set[int]]:
+    """(the app's cores, the generator's core): the last core for the generator, the rest for the app."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return set(cores), set(cores)
+    return set(cores[:-1]), {cores[-1]}
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Annotator:
+    """One browser tab: a login cookie, a Gradio session, the prompt on screen."""
+
+    def __init__(self, url: str, name: str, fns: dict[str, int]):
+        self.name, self.fns, self.session = name, fns, uuid.uuid4().hex
+        # uvicorn closes a connection after 5 s idle, and a request sent on one it is closing fails (a browser
+        # sends it again, httpx does not): connections idle for 4 s are dropped here first
+        self.http = httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(keepalive_expiry=4.0))
+        self.value: dict = {}
+
+    async def call(self, api_name: str, data: list) -> tuple[list, float]:
+        """(outputs, handler seconds) of one event, as the page's queue client runs it."""
+        join = await self.http.post(
+            "gradio_api/queue/join", json={"data": data, "fn_index": self.fns[api_name], "session_hash": self.session}
+        )
+        join.raise_for_status()
+        event_id, done = join.json()["event_id"], None
+        async with self.http.stream("GET", "gradio_api/queue/data", params={"session_hash": self.session}) as sse:
+            async for line in sse.aiter_lines():  # read to close_stream, so the connection is kept alive
+                msg = json.loads(line[5:]) if line.startswith("data:") else {}
+                if msg.get("msg") == "process_completed" and msg.get("event_id") == event_id:
+                    if not msg["success"]:
+                        raise RuntimeError(f"{api_name} failed: {msg['output']}")
+                    done = msg["output"]["data"], msg["output"]["duration"]
+        if done is None:
+            raise RuntimeError(f"{api_name}: the stream closed before the event completed")
+        return done
+
+    async def start(self) -> None:
+        (await self.http.post("login", data={"username": self.name, "password": "pw"})).raise_for_status()
+        self.value = (await self.call("annotate_next", [""]))[0][2]
+
+    async def rank(self, rounds: int, think_s: float, out: list, errors: list) -> None:
+        rng = random.Random(self.name)
+        try:
+            await asyncio.sleep(rng.uniform(0, think_s))  # annotators do not start in lockstep
+            for _ in range(rounds):
+                await asyncio.sleep(rng.uniform(0.5, 1.5) * think_s)
+                k = len(self.value["items"])
+                ranked = {"items": [{**it, "rank": k - it["pos"]} for it in self.value["items"]]}
+                start = time.perf_counter()
+                outputs, handler_s = await self.call("annotate_submit", ["", None, ranked, None])
+                out.append((time.perf_counter() - start, handler_s))
+                self.value = outputs[2]
+        except Exception as e:  # noqa: BLE001 - counted and reported
+            errors.append(f"{self.name}: {e!r}")
+        finally:
+            await self.http.aclose()
+
+
+async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid: int) -> dict:
+    async with httpx.AsyncClient(base_url=url) as admin:
+        await admin.post("login", data={"username": "a00", "password": "pw"})
+        config = (await admin.get("config")).json()
+    fns = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
+    team = [Annotator(url, f"a{i:02d}", fns) for i in range(annotators)]
+    await asyncio.gather(*(a.start() for a in team))
+    out, errors = [], []
+    clock, app_cpu, own_cpu = time.perf_counter(), _cpu_s(app_pid), time.process_time()
+    await asyncio.gather(*(a.rank(rounds, think_s, out, errors) for a in team))
+    wall = time.perf_counter() - clock
+    return {
+        "out": out,
+        "errors": errors,
+        "wall_s": wall,
+        "app_cpu_s": _cpu_s(app_pid) - app_cpu,
+        "generator_cpu": (time.process_time() - own_cpu) / wall,
+    }
+
+
+def _stored(db: str, submits: int, k: int) -> dict:
+    """What the app stored in the run. `stored_once`: every acknowledged submit is there exactly once (one ranking
+    per task, and per prompt at overlap 1, each with its K items), and nothing else is."""
+    with connect(db) as con:
+        n, prompts, tasks, items = con.execute(
+            """WITH ui AS (SELECT * FROM rankings WHERE source = 'ui')
+               SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key),
+                      (SELECT count(*) FROM ranking_items WHERE ranking_id IN (SELECT ranking_id FROM ui))
+               FROM ui"""
+        ).fetchone()
+    once = n == submits == prompts == tasks and items == k * n
+    return {"stored_rankings": n, "distinct_prompts": prompts, "stored_once": once}
+
+
+def run(annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4, stored: int = 0) -> dict:
+    """One case. stored: rankings already in the store when the run starts."""
+    app_cores, generator_core = split_cores()
+    own_cores = os.sched_getaffinity(0)
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "bench.duckdb")
         _seed(db, annotators * rounds + annotators, k)
+        _preload(db, stored, k)
         users = Path(tmp) / "users.txt"
         users.write_text("".join(f"a{i:02d}:pw\n" for i in range(annotators)))
-        app = AppServer(db, "--auth", str(users))
-        latencies, errors = [], []
+        app = AppServer(db, "--auth", str(users), cpus=app_cores)
         try:
-            threads = [
-                threading.Thread(target=_annotator, args=(app.url, f"a{i:02d}", rounds, think_s, latencies, errors))
-                for i in range(annotators)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            os.sched_setaffinity(0, generator_core)
+            r = asyncio.run(_team(app.url, annotators, rounds, think_s, app.proc.pid))
         finally:
+            os.sched_setaffinity(0, own_cores)
             app.stop()
-        with connect(db) as con:
-            stored = con.execute("SELECT count(*), count(DISTINCT prompt_id) FROM rankings").fetchone()
-    q = statistics.quantiles(latencies, n=100)
+        stored_now = _stored(db, len(r["out"]), k)
+    latencies = [t for t, _ in r["out"]]
+    handler = [h for _, h in r["out"]]
+    q, qh = statistics.quantiles(latencies, n=100), statistics.quantiles(handler, n=100)
     return {
         "annotators": annotators,
         "submits": len(latencies),
-        "errors": len(errors),
+        "errors": len(r["errors"]),
+        "first_error": r["errors"][0] if r["errors"] else None,
         "think_s": think_s,
-        "stored_rankings": stored[0],
-        "distinct_prompts": stored[1],
+        "stored_before": stored,
+        **stored_now,
+        "submits_per_s": len(latencies) / r["wall_s"],
         "p50_ms": 1000 * statistics.median(latencies),
         "p95_ms": 1000 * q[94],
         "max_ms": 1000 * max(latencies),
+        "handler_p50_ms": 1000 * statistics.median(handler),
+        "handler_p95_ms": 1000 * qh[94],
+        "app_cpu_ms_per_submit": 1000 * r["app_cpu_s"] / len(latencies),
+        "app_cores": len(app_cores),
+        "generator_cpu": r["generator_cpu"],
     }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--annotators", type=int, help="one case with this many annotators (default: every case)")
+    p.add_argument("--think", type=float, default=5.0, help="mean think time in s, with --annotators")
+    p.add_argument("--rounds", type=int, default=20, help="rankings per annotator")
+    p.add_argument("--stored", type=int, default=0, help="rankings already in the store (a team's store grows)")
+    args = p.parse_args()
+    rows = []
+    for annotators, think_s in [(args.annotators, args.think)] if args.annotators else CASES:
+        rows.append(run(annotators, args.rounds, think_s, stored=args.stored))
+        print(json.dumps(rows[-1]), flush=True)
+    print("\n".join(annotation_table(rows)))
+
+
+if __name__ == "__main__":
+    main()

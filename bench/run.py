@@ -11,7 +11,7 @@ import json
 import os
 import platform
 
-from bench import annotation_latency, pairs, ppo, reward, sampling
+from bench import annotation_latency, dpo, pairs, ppo, reward, sampling
 from bench import report as page
 
 
@@ -34,10 +34,22 @@ def print_ppo(rows: list[dict]) -> None:
         print(f"| ratio | {r['dtype']} | | | {r['speed_ratio']:.2f}x | | {r['memory_ratio']:.2f}x |")
 
 
+def print_dpo(rows: list[dict]) -> None:
+    print("\n| DPO, 12 pairs/step | dtype | rlhf-studio pairs/s | TRL pairs/s | ratio | peak MB (ours / TRL) |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        a, b = r["rlhf_studio"], r["trl"]
+        print(
+            f"| {r['pairs']} {r['shape']} pairs | {r['dtype']} | {a['pairs_per_s']:.2f} | {b['pairs_per_s']:.2f} | "
+            f"{r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / {b['peak_rss_mb']:.0f} |"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward", "ppo"])
+    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward", "dpo", "ppo"])
     p.add_argument("--reward-rankings", type=int, default=64, help="K = 4 rankings (6 pairs each)")
+    p.add_argument("--dpo-pairs", type=int, default=192, help="pairs per DPO run (a multiple of 12)")
     p.add_argument("--rankings", type=int, default=1_000_000)
     args = p.parse_args()
     report = {"machine": machine()}
@@ -57,14 +69,8 @@ def main() -> None:
         for r in report["sampling"]:
             print(f"| {r['case']} | {r['dtype']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_per_response']:.1f}x |")
     if args.only in (None, "annotation"):
-        report["annotation"] = [annotation_latency.run(think_s=5.0), annotation_latency.run(think_s=0.5)]
-        print("\n| annotators | submits | errors | think time | p50 | p95 | max | rankings stored |")
-        print("|---|---|---|---|---|---|---|---|")
-        for r in report["annotation"]:
-            print(
-                f"| {r['annotators']} | {r['submits']} | {r['errors']} | {r['think_s']} s | {r['p50_ms']:.0f} ms "
-                f"| {r['p95_ms']:.0f} ms | {r['max_ms']:.0f} ms | {r['stored_rankings']} |"
-            )
+        report["annotation"] = [annotation_latency.run(n, think_s=t) for n, t in annotation_latency.CASES]
+        print("\n" + "\n".join(page.annotation_table(report["annotation"])))
     if args.only in (None, "reward"):
         report["reward"] = reward.run(n_rankings=args.reward_rankings)
         print("\n| reward model | dtype | rlhf-studio pairs/s | TRL pairs/s | ratio | peak MB (ours / TRL) |")
@@ -76,6 +82,9 @@ def main() -> None:
                 f"{a['pairs_per_s']:.2f} | "
                 f"{b['pairs_per_s']:.2f} | {r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / {b['peak_rss_mb']:.0f} |"
             )
+    if args.only in (None, "dpo"):
+        report["dpo"] = dpo.run(n_pairs=args.dpo_pairs)
+        print_dpo(report["dpo"])
     if args.only in (None, "ppo"):
         report["ppo"] = ppo.run()
         print_ppo(report["ppo"])

@@ -28,11 +28,23 @@ def test_page_puts_each_figure_beside_its_peer_and_names_what_is_missing(tmp_pat
                 "memory_ratio": 0.75,
             }
         ],
+        "dpo": [
+            {
+                "shape": "ranking",
+                "dtype": "bf16",
+                "pairs": 192,
+                "rlhf_studio": {"pairs_per_s": 6.0, "peak_rss_mb": 3500.0},
+                "trl": {"pairs_per_s": 2.4, "peak_rss_mb": 4375.0},
+                "speed_ratio": 2.5,
+                "memory_ratio": 0.8,
+            }
+        ],
     }
     page = report.write(results, tmp_path / "benchmarks.md").read_text()
     assert "Machine: x86_64, 2 cores, torch 2.13.0+cpu." in page
     assert "| bf16 | 7.50 | 15.00 | 2.00x | 25% / 50% | 7000 / 8750 | 0.80x |" in page
     assert "| fp32 | 384 | 5.00 | 2.00 | 2.50x | 3000 / 4000 | 0.75x |" in page
+    assert "| ranking | bf16 | 192 | 6.00 | 2.40 | 2.50x | 3500 / 4375 | 0.80x |" in page
     assert "Ran 2026-11-29 12:00." in page
     for missing in ("pairs", "sampling", "annotation"):
         assert f"python -m bench.run --only {missing}" in page
