@@ -21,7 +21,7 @@ from store.assignments import (
     reopen,
 )
 from store.db import connect, write
-from store.errors import StoreError
+from store.errors import UserError
 
 SOURCE = "ui"
 
@@ -78,25 +78,25 @@ def _next(con, annotator: str, overlap: int, seed: int | None = None) -> Task | 
 
 def _check_annotator(annotator: str) -> None:
     if not annotator or not annotator.strip():
-        raise StoreError("enter your name (or log in) before ranking")
+        raise UserError("enter your name (or log in) before ranking")
 
 
 def _own_open(con, annotator: str, assignment_id: int) -> tuple:
     row = get_assignment(con, assignment_id)
     if row is None or row[0] != annotator:
-        raise StoreError(f"task {assignment_id} is not assigned to {annotator}")
+        raise UserError(f"task {assignment_id} is not assigned to {annotator}")
     return row
 
 
 def check_ranks(ranks: list[int], k: int) -> None:
     """ranks[i] is the rank of the i-th response as shown; 1 = best; ties allowed; every response ranked."""
     if len(ranks) != k:
-        raise StoreError(f"rank all {k} responses (got {len(ranks)} ranks)")
+        raise UserError(f"rank all {k} responses (got {len(ranks)} ranks)")
     for i, r in enumerate(ranks, 1):
         if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= k:
-            raise StoreError(f"rank of response {i} must be a number from 1 to {k}, got {r!r}")
+            raise UserError(f"rank of response {i} must be a number from 1 to {k}, got {r!r}")
     if len(set(ranks)) == 1 and k > 1:
-        raise StoreError("all responses tie: that ranking gives no pairs; skip the prompt instead")
+        raise UserError("all responses tie: that ranking gives no pairs; skip the prompt instead")
 
 
 def submit(db: str | os.PathLike, annotator: str, assignment_id: int, ranks: list[int]) -> int:
@@ -146,7 +146,7 @@ def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> int:
 def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str) -> int:
     """Close the task without a ranking; the reason is kept (a skipped ranking gives no pairs)."""
     if not reason or not reason.strip():
-        raise StoreError("say why you skip (e.g. 'all responses are bad', 'cannot judge')")
+        raise UserError("say why you skip (e.g. 'all responses are bad', 'cannot judge')")
     with write(db) as con:
         _, prompt_id, _, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
         if status == "done":
@@ -168,7 +168,7 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
     with write(db) as con:
         last = last_closed(con, annotator)
         if last is None:
-            raise StoreError("nothing to undo yet")
+            raise UserError("nothing to undo yet")
         assignment_id, ranking_id = last
         ranks = dict(
             con.execute("SELECT response_id, rank FROM ranking_items WHERE ranking_id = ?", [ranking_id]).fetchall()
