@@ -171,6 +171,19 @@ def run_main(config_class, train, description: str, argv: list[str] | None = Non
 # --- the training loop of the trainers on pairs (reward model, DPO) ------------------------------------------------
 
 
+def initialize(cfg, model, total: int):
+    """(engine, scheduler): AdamW over the trainable parameters, warm-up then the configured decay over `total`
+    steps, and DeepSpeed with the run's micro-batch, accumulation, ZeRO stage and dtype."""
+    import deepspeed
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
+    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
+    return engine, sched
+
+
 def resume_micro_step(engine, run, ckpt: Path) -> int:
     """Micro-batches already trained (0 without a checkpoint); the engine's weights, optimizer, scheduler and step
     come back from `ckpt`'s latest checkpoint."""

@@ -140,3 +140,16 @@ def batches(pairs: list, batch_pairs: int, seed: int, epoch: int, group: bool) -
     if current:
         out.append(current)
     return out
+
+
+def step_plan(cfg, train_pairs: list, world: int) -> tuple[int, int]:
+    """(batches per rank per epoch, optimizer steps in all) for a trainer on pairs."""
+    per_epoch = len(batches(train_pairs, cfg.batch_pairs, cfg.seed, 0, cfg.group_by_ranking)) // world
+    if per_epoch == 0:
+        raise ValueError(f"{len(train_pairs)} training pairs are fewer than one batch per rank")
+    return per_epoch, cfg.max_steps or max(1, per_epoch // cfg.grad_accum) * cfg.epochs
+
+
+def rank_batches(cfg, train_pairs: list, epoch: int, rank: int, world: int, per_epoch: int) -> list:
+    """This rank's batches of an epoch: every rank the same count, in the order fixed by (seed, epoch)."""
+    return batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]

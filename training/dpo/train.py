@@ -17,9 +17,9 @@ import torch
 from training.dpo.config import DPOConfig
 from training.dpo.data import Key, collate, sequences
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
-from training.engine import ds_config, finish_pairs, lr_lambda, pair_loop, run_main, setup_distributed
+from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
 from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model
-from training.pairs import PairEncoder, batches, load_pairs
+from training.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
 from training.runs import RunFiles
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -114,19 +114,13 @@ def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device) -> dict:
 
 
 def build_engine(cfg: DPOConfig, total: int):
-    import deepspeed
-
+    """The policy (the SFT model; gradient checkpointing and LoRA as configured) on DeepSpeed."""
     policy = load_causal(cfg.model)
     if cfg.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     if cfg.lora_rank:
         policy = add_lora(policy, cfg.lora_rank, cfg.lora_alpha, causal=True)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
-    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
-    engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=opt, lr_scheduler=sched, config=config)
-    return engine, sched
+    return initialize(cfg, policy, total)
 
 
 def train(cfg: DPOConfig) -> None:
@@ -144,10 +138,7 @@ def train(cfg: DPOConfig) -> None:
     enc = PairEncoder(tokenizer, cfg.max_length)
     train_pairs, eval_pairs = [enc.pair(r, 0.0) for r in train_rows], [enc.pair(r, 0.0) for r in eval_rows]
     eval_batches = batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)
-    per_epoch = len(batches(train_pairs, cfg.batch_pairs, cfg.seed, 0, cfg.group_by_ranking)) // world
-    if per_epoch == 0:
-        raise ValueError(f"{len(train_pairs)} training pairs are fewer than one batch per rank")
-    total = cfg.max_steps or max(1, per_epoch // cfg.grad_accum) * cfg.epochs
+    per_epoch, total = step_plan(cfg, train_pairs, world)
     # 2. the reference's log-probs, once per distinct sequence; then the policy on DeepSpeed
     ref = reference_logprobs(cfg, sequences(train_pairs + eval_pairs), pad, rank, world)
     engine, sched = build_engine(cfg, total)
@@ -166,7 +157,7 @@ def train(cfg: DPOConfig) -> None:
 
     # 3. the updates: the DPO (or IPO) loss on each batch's distinct sequences, each through the policy once
     def mine(epoch: int) -> list:
-        return batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
+        return rank_batches(cfg, train_pairs, epoch, rank, world, per_epoch)
 
     def step_row(window, seconds):
         row = summary(sum(w[0] for w in window) / len(window), [w[1] for w in window], "dpo/")

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, finish_pairs, lr_lambda, pair_loop, run_main, setup_distributed
+from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
 from training.models import add_lora, resolve_model
+from training.pairs import rank_batches, step_plan
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
 from training.reward.losses import pair_accuracy, pairwise_loss
@@ -82,17 +83,6 @@ def load_model(cfg: RewardConfig):
     return model, tokenizer
 
 
-def initialize(cfg: RewardConfig, model, total: int):
-    import deepspeed
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
-    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
-    return engine, sched
-
-
 def train(cfg: RewardConfig) -> None:
     # 1. ranks, seeds, the model, the pairs tokenised as every trainer presents them
     rank, world = setup_distributed()
@@ -106,10 +96,7 @@ def train(cfg: RewardConfig) -> None:
     eval_pairs = [enc.pair(r, 0.0) for r in eval_rows]
     pad = tokenizer.pad_token_id
     eval_batches = [collate(b, pad) for b in batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)]
-    per_epoch = len(batches(train_pairs, cfg.batch_pairs, cfg.seed, 0, cfg.group_by_ranking)) // world
-    if per_epoch == 0:
-        raise ValueError(f"{len(train_pairs)} training pairs are fewer than one batch per rank")
-    total = cfg.max_steps or max(1, per_epoch // cfg.grad_accum) * cfg.epochs
+    per_epoch, total = step_plan(cfg, train_pairs, world)
     # 2. the reward model on DeepSpeed
     engine, sched = initialize(cfg, model, total)
     device = engine.device
@@ -126,7 +113,7 @@ def train(cfg: RewardConfig) -> None:
 
     # 3. the updates: the Bradley-Terry loss on each batch's distinct sequences, each scored once
     def mine(epoch: int) -> list:
-        return batches(train_pairs, cfg.batch_pairs, cfg.seed, epoch, cfg.group_by_ranking)[rank::world][:per_epoch]
+        return rank_batches(cfg, train_pairs, epoch, rank, world, per_epoch)
 
     def micro_step(raw):
         c, r, margin = forward_scores(engine, collate(raw, pad), device)
