@@ -4,10 +4,8 @@ stored as 'compare' rankings; the win-rate table. The conversation lives in a pe
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 from annotation.response_html import response_html
 from annotation.winrate import win_table
@@ -16,7 +14,7 @@ from store.db import connect, write
 from store.errors import UserError
 from training.chat import ChatParams, Models, model_folder, score_reply, stream_pair
 from training.models import DEFAULT_MODEL, model_id
-from training.registry import TRAINERS, policy_folder
+from training.registry import TRAINERS, policy_folder, run_config
 
 VOTES = {"left": "left", "right": "right", "tie": "tie", "both_bad": "both_bad"}
 BLIND_LINE = "Blind: the reward model's scores are shown with the names after your vote."
@@ -46,8 +44,8 @@ def run_defaults(run: str) -> tuple[str, str]:
     """(reference, reward model) a tuned run was trained with: PPO's starting actor and reward model; a pairs
     trainer's (DPO's) reference, its SFT model unless it named another, and no reward model."""
     try:
-        cfg = json.loads((Path(run) / "config.json").read_text())
-    except (OSError, ValueError):
+        cfg = run_config(run)
+    except ValueError:
         return DEFAULT_MODEL, ""
     if "actor" in cfg:
         return cfg.get("actor", DEFAULT_MODEL), cfg.get("reward", "")

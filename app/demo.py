@@ -191,6 +191,14 @@ def win_rates(actor: list[list[str]], reference: list[list[str]]) -> list[float]
     ]
 
 
+def compare(a: list[list[str]], b: list[list[str]], seed: int) -> dict:
+    """a's win rate over b by the scripted annotator (per prompt, then the mean), with its bootstrap interval over
+    prompts: every matchup of the report (PPO or DPO against the reference, PPO against DPO) is judged this way."""
+    per_prompt = win_rates(a, b)
+    lo, hi = bootstrap_ci(per_prompt, seed=seed)
+    return {"win_rate": sum(per_prompt) / len(per_prompt), "ci95": [lo, hi]}
+
+
 def mean_words(texts: list[list[str]]) -> float:
     flat = [len(t.split()) for ts in texts for t in ts]
     return sum(flat) / len(flat)
@@ -291,9 +299,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype, rm_cfg.max_length)
     actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype, rm_cfg.max_length)
     accuracy, acc_pairs = pair_accuracy(reference, ref_scores)
-    per_prompt = win_rates(actor, reference)
-    win = sum(per_prompt) / len(per_prompt)
-    lo, hi = bootstrap_ci(per_prompt, seed=cfg.seed)
+    ppo_vs_ref = compare(actor, reference, cfg.seed)
     t = lap("evaluation", t)
     texts = {"reference": reference, "ppo": actor}
     dpo = run_dpo(cfg, db, model, rm_run, heldout, texts, log) if "dpo" in methods_of(cfg) else {}
@@ -320,8 +326,8 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "score_actor": _mean(actor_scores),
         "words_reference": mean_words(reference),
         "words_actor": mean_words(actor),
-        "win_rate": win,
-        "win_rate_ci95": [lo, hi],
+        "win_rate": ppo_vs_ref["win_rate"],
+        "win_rate_ci95": ppo_vs_ref["ci95"],
         **curve,
         **dpo,
         "timings_s": timings,

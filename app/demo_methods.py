@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from annotation.winrate import bootstrap_ci
 from app.demo_config import DemoConfig
 from app.training import prepare_pairs_run, run_training
 from store.errors import UserError
 from training.dpo.config import DPOConfig
-from training.registry import trainer
+from training.registry import run_config, trainer
 
 METHODS = ("ppo", "dpo")
 
@@ -26,15 +25,6 @@ def methods_of(cfg: DemoConfig) -> list[str]:
     return names
 
 
-def compare(a: list[list[str]], b: list[list[str]], seed: int) -> dict:
-    """a's win rate over b by the scripted annotator (per prompt, then the mean), with its bootstrap interval."""
-    from app.demo import win_rates
-
-    per_prompt = win_rates(a, b)
-    lo, hi = bootstrap_ci(per_prompt, seed=seed)
-    return {"win_rate": sum(per_prompt) / len(per_prompt), "ci95": [lo, hi]}
-
-
 def run_dpo(
     cfg: DemoConfig,
     db: str,
@@ -46,10 +36,10 @@ def run_dpo(
 ) -> dict:
     """Train DPO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
     against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'."""
-    from app.demo import mean_words, sample_texts, sampling_config
+    from app.demo import compare, mean_words, sample_texts, sampling_config
     from training.generation import Sampler
 
-    data = _snapshot_of(rm_run)
+    data = run_config(rm_run)["data"]  # the reward model's snapshot: the same pairs, split the same way
     dpo_cfg = DPOConfig(
         model=model, beta=cfg.dpo_beta, lr=cfg.dpo_lr, epochs=cfg.dpo_epochs, dtype=cfg.dtype, seed=cfg.seed
     )
@@ -73,12 +63,6 @@ def run_dpo(
         "dpo_vs_reference": compare(texts["dpo"], texts["reference"], cfg.seed),
         "ppo_vs_dpo": compare(texts["ppo"], texts["dpo"], cfg.seed),
     }
-
-
-def _snapshot_of(rm_run: Path) -> str:
-    import json
-
-    return json.loads((rm_run / "config.json").read_text())["data"]  # the same pairs, split the same way
 
 
 def method_rows(r: dict) -> list[tuple[str, float, list[float]]]:

@@ -21,7 +21,7 @@ from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
 from training.ppo.config import PPOConfig
 from training.precision import with_resolved_dtype
-from training.registry import TRAINERS, kind_of, step_rows, trainer
+from training.registry import TRAINERS, kind_of, run_config, step_rows, trainer
 from training.reward.config import RewardConfig
 from training.runs import STOP_FILE, effective_status, read_metrics, read_status, request_stop, write_json_atomic
 
@@ -88,7 +88,7 @@ class Runs:
                 return
             ppo_run = self.start_ppo(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
             if dpo is not None and self._wait(ppo_run):
-                self.start_pairs(dpo, json.loads((rm_run / "config.json").read_text())["data"])
+                self.start_pairs(dpo, run_config(rm_run)["data"])  # the reward model's snapshot
 
         threading.Thread(target=then_the_rest, daemon=True, name=f"chain-{rm_run.name}").start()
         return rm_run
@@ -182,8 +182,8 @@ def samples_rows(run: Path, n: int = 6) -> list[list]:
 
 def _config_dtype(run: Path) -> str:
     try:
-        return str(json.loads((run / "config.json").read_text()).get("dtype", ""))
-    except (OSError, ValueError, AttributeError):
+        return str(run_config(run).get("dtype", ""))
+    except ValueError:
         return ""
 
 

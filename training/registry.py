@@ -171,15 +171,21 @@ def trainer(kind: str) -> Trainer:
         raise ValueError(f"unknown trainer {kind!r}: one of {', '.join(TRAINERS)}") from None
 
 
-def kind_of(run: str | Path) -> str:
-    """The kind a run folder's config.json records; runs made before kinds were recorded are told apart by the
-    one setting each has (PPO's `actor`). ValueError when the folder has no readable config.json."""
+def run_config(run: str | Path) -> dict:
+    """A run folder's config.json as saved; ValueError when the folder has none that reads as an object."""
     try:
         config = json.loads((Path(run) / "config.json").read_text())
     except (OSError, ValueError):
         raise ValueError(f"{run} is not a run folder: no readable config.json") from None
     if not isinstance(config, dict):
         raise ValueError(f"{run} is not a run folder: its config.json is not an object")
+    return config
+
+
+def kind_of(run: str | Path) -> str:
+    """The kind a run folder's config.json records; runs made before kinds were recorded are told apart by the
+    one setting each has (PPO's `actor`). ValueError when the folder has no readable config.json."""
+    config = run_config(run)
     kind = config.get("kind") or ("ppo" if "actor" in config else "reward")
     trainer(kind)
     return kind
