@@ -76,7 +76,7 @@ def steady_pairs_per_s(step_ends: list[float]) -> float:
     return BATCH / statistics.median(durations)
 
 
-def _ours(tmp: Path, model: str, name: str, pairs_file: Path, dtype: str) -> dict:
+def _ours(tmp: Path, model: str, name: str, pairs_file: Path, dtype: str, zero_stage: int = 0) -> dict:
     from app.training import follow, prepare_pairs_run
     from training.dpo.config import DPOConfig
     from training.launcher import launch
@@ -96,7 +96,7 @@ def _ours(tmp: Path, model: str, name: str, pairs_file: Path, dtype: str) -> dic
         eval_fraction=0.0,
         dtype=dtype,
         gradient_checkpointing=False,
-        zero_stage=0,
+        zero_stage=zero_stage,
     )
     run = prepare_pairs_run(str(tmp / f"{name}.duckdb"), cfg, tmp / "runs", str(pairs_file))
     status = follow(run, launch("dpo", run), poll_s=2.0)
@@ -105,11 +105,14 @@ def _ours(tmp: Path, model: str, name: str, pairs_file: Path, dtype: str) -> dic
     rows = read_metrics(run)
     steps = step_rows("dpo", rows)
     final = next(r for r in rows if r.get("event") == "final")
-    return {
+    out = {
         "pairs_per_s": steady_pairs_per_s([r["time"] for r in steps]),
         "peak_rss_mb": final["perf/peak_rss_mb"],
         "steps": len(steps),
     }
+    if "perf/peak_gpu_mb" in final:
+        out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
+    return out
 
 
 def _trl(tmp: Path, model: str, name: str, data: dict, pad_token: str, dtype: str) -> dict:

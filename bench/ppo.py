@@ -49,14 +49,15 @@ def fixed_length_prompts(tokenizer, n: int = 64, length: int = PROMPT_TOKENS) ->
     raise RuntimeError(f"could not build {n} prompts of exactly {length} tokens")
 
 
-def workload(tmp: Path) -> dict:
-    """The default model's folder, the seeded scalar-head model (critic and reward) and the prompts file."""
+def workload(tmp: Path, model: str = "default") -> dict:
+    """The model's folder (the default one unless told), the seeded scalar-head model (critic and reward) and the
+    prompts file."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from training.models import resolve_model
 
-    actor = resolve_model("default")
+    actor = resolve_model(model)
     scalar = tmp / "scalar-head"
     if not (scalar / "config.json").exists():
         torch.manual_seed(0)

@@ -135,8 +135,11 @@ def _ppo(rows: list[dict]) -> list[str]:
         "",
         "rlhf-studio (DeepSpeed, actor + reference + critic + reward) against TRL 0.29.1's PPOTrainer (the last TRL "
         "with PPO): SmolLM2-135M-Instruct for all four, 8 prompts of 64 tokens, exactly 64 new tokens, one process, "
-        "median of steps 3-8 (`bench/ppo.py`). DeepSpeed-Chat itself does not run on a CPU (its step 3 needs "
-        "CUDA); `shared/research/peer_benchmarks.md` has its published figures.",
+        "median of steps 3-8 (`bench/ppo.py`). DeepSpeed-Chat's own step-3 engine also runs on this CPU "
+        "(`DS_ACCELERATOR=cpu`, gloo, bf16, ZeRO 0, Hybrid Engine off; it is not on the package registry, so it is "
+        "not a `bench/` peer): measured on this workload in one session beside TRL, 8.2-9.4 s per step in bf16 "
+        "(TRL 0.29.1: 14.8 s), and in five alternating pairs against rlhf-studio 1.19x slower over all five (74.1 "
+        "against 62.3 s of medians, 7.4-7.6 against 7.4 GB); see `shared/research/peer_benchmarks.md`.",
         "",
         "| dtype | rlhf-studio s/step | TRL s/step | speed ratio | generation share (ours / TRL) "
         "| peak MB (ours / TRL) | memory ratio |",
@@ -151,6 +154,27 @@ def _ppo(rows: list[dict]) -> list[str]:
     return out
 
 
+def _gpu(report: dict) -> list[str]:
+    out = [
+        "## On a GPU",
+        "",
+        f"`bash bench/gpu_check.sh` on {report['machine']}: rlhf-studio alone (the peers' figures above are CPU "
+        "ones), bf16, one process, through the DeepSpeed launcher, on the workloads above (PPO: `bench/ppo.py`'s; "
+        "DPO: 192 ranking-shaped pairs; reward model: 384 pairs of 128 tokens). "
+        f"{report.get('note', '')}",
+        "",
+        "| workload | ZeRO | speed | generation share | peak GPU MB | peak host MB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        gen = f"{r['gen_share']:.0%} ({r['gen_s']:.2f} s)" if "gen_share" in r else ""
+        out.append(
+            f"| {r['what']} | {r['zero']} | {r['value']:.2f} {r['unit']} | {gen} | {r['peak_gpu_mb']:.0f} | "
+            f"{r['peak_rss_mb']:.0f} |"
+        )
+    return out
+
+
 SECTIONS = {
     "pairs": _pairs,
     "sampling": _sampling,
@@ -159,6 +183,7 @@ SECTIONS = {
     "dpo": _dpo,
     "ppo": _ppo,
 }
+OPTIONAL = {"gpu": _gpu}  # shown only when a run recorded them (a GPU is not always at hand)
 
 
 def render(report: dict) -> str:
@@ -178,6 +203,10 @@ def render(report: dict) -> str:
             lines += section(report[name]) + (["", f"Ran {when}."] if when else [])
         else:
             lines += [f"## {name}", "", "Not in the results file: run `python -m bench.run --only " + name + "`."]
+    for name, section in OPTIONAL.items():
+        if name in report:
+            when = report.get("ran_at", {}).get(name)
+            lines += [""] + section(report[name]) + (["", f"Ran {when}."] if when else [])
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,7 @@ def make_pairs(n_rankings: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
+def _ours(tmp: Path, pairs_file: Path, dtype: str, model: str = "default", zero_stage: int = 0) -> dict:
     from app.training import follow, prepare_reward_run
     from training.launcher import launch
     from training.registry import step_rows
@@ -43,7 +43,8 @@ def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
     from training.runs import read_metrics
 
     cfg = RewardConfig(
-        model="default",
+        model=model,
+        zero_stage=zero_stage,
         batch_pairs=BATCH,
         lr=1e-5,
         epochs=1,
@@ -59,11 +60,14 @@ def _ours(tmp: Path, pairs_file: Path, dtype: str) -> dict:
     steps = step_rows("reward", rows)
     final = next(r for r in rows if r.get("event") == "final")
     timed = steps[5:]
-    return {
+    out = {
         "pairs_per_s": len(timed) * BATCH / (timed[-1]["time"] - steps[4]["time"]),
         "peak_rss_mb": final["perf/peak_rss_mb"],
         "steps": len(steps),
     }
+    if "perf/peak_gpu_mb" in final:
+        out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
+    return out
 
 
 def _trl(tmp: Path, ids: list[tuple[list[int], list[int]]], pad_token: str, dtype: str) -> dict:

@@ -53,8 +53,11 @@ def main() -> None:
     p.add_argument("--rankings", type=int, default=1_000_000)
     args = p.parse_args()
     report = {"machine": machine()}
-    if args.only and page.RESULTS.exists():  # one benchmark again: the others keep their last results
-        report = {**json.loads(page.RESULTS.read_text()), **report}
+    last = json.loads(page.RESULTS.read_text()) if page.RESULTS.exists() else {}
+    if args.only:  # one benchmark again: the others keep their last results
+        report = {**last, **report}
+    elif "gpu" in last:  # written by bench/gpu_check.sh --record on a GPU machine, which this run is not
+        report |= {"gpu": last["gpu"], "ran_at": {"gpu": last["ran_at"]["gpu"]}}
     if args.only in (None, "pairs"):
         report["pairs"] = pairs.run(n=args.rankings)
         print("\n| K | pairs | DuckDB view pairs/s | Python loop pairs/s | ratio |\n|---|---|---|---|---|")

@@ -245,13 +245,22 @@ def _step_end(engine, run, cfg, step: int, total: int, micro: int, evaluate, ckp
     return True
 
 
+def peak_memory() -> dict:
+    """This rank's peak RSS, and its peak CUDA allocation where there is a GPU, in MB (the final metrics line's)."""
+    import resource
+
+    import torch
+
+    out = {"perf/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if torch.cuda.is_available():
+        out["perf/peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
 def finish_pairs(engine, run, cfg, micro: int, final: dict, tokenizer, output: str, rank: int) -> Path:
     """The end of a run on pairs: the final metrics line (with this rank's peak memory), the last checkpoint, and the
     model as a plain HF folder RUN/output; returns that folder (the caller adds its files, then says finished)."""
-    import resource
-
-    final = {"step": engine.global_steps, **final}
-    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this rank
+    final = {"step": engine.global_steps, **final, **peak_memory()}
     run.metrics({**final, "event": "final"})
     ckpt = Path(cfg.output_dir) / "checkpoints"
     save_checkpoint(engine, ckpt, f"step{engine.global_steps}", client_state={"micro_step": micro})

@@ -11,13 +11,12 @@ from __future__ import annotations
 import copy
 import json
 import random
-import resource
 import time
 from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, lr_lambda, run_main, save_hf, setup_distributed
+from training.engine import ds_config, lr_lambda, peak_memory, run_main, save_hf, setup_distributed
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.models import add_lora
 from training.ppo.config import PPOConfig
@@ -366,9 +365,7 @@ def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, t
     if m.ref_fingerprint:
         final["reference/sha256_start"] = m.ref_fingerprint
         final["reference/sha256_end"] = param_fingerprint(m.ref)
-    final["perf/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if torch.cuda.is_available():
-        final["perf/peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    final.update(peak_memory())
     run.metrics({"event": "final", "step": step, **final})
     run.status("finished", step=step, total_steps=total, final=final)
 
