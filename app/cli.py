@@ -406,6 +406,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
+        if getattr(args, "db", None) is not None:  # one Store per command, passed down (store/db.py)
+            from store.db import Store
+
+            args.db = Store(args.db)
         args.func(args)
     except (UserError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)

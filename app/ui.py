@@ -11,17 +11,18 @@ import threading
 from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES
-from store.db import hold
+from store.db import Store, store_of
 from store.errors import UserError
 from training.generation import Sampler, SamplingConfig
 
 
 class AppContext:
-    """What every session shares: the store path and the loaded sampling model (loaded on first use)."""
+    """What every session shares: the store (one Store, so the sessions' writers take turns on its lock) and the
+    loaded sampling model (loaded on first use)."""
 
     def __init__(
         self,
-        db: str,
+        db: Store | str,
         model: str = "default",
         overlap: int = 1,
         auth: bool = False,
@@ -32,10 +33,10 @@ class AppContext:
         from app.train_view import Runs
         from training.chat import Models
 
-        self.db = db
+        self.db = store_of(db)
         self.chat_models = Models()  # the Compare tab's models, loaded on first use
         # training processes started from the Train tab; starting one frees the app's models for it
-        self.runs = Runs(db, Path(runs_dir), on_launch=self.release_models)
+        self.runs = Runs(self.db, Path(runs_dir), on_launch=self.release_models)
         self.model = model
         self.sampling = sampling or SamplingConfig(model=model)  # what the Sample button uses
         self.overlap = overlap  # annotators per prompt
@@ -141,7 +142,7 @@ def build_app(ctx: AppContext):
 
 
 def launch(
-    db: str,
+    db: Store | str,
     host: str = "127.0.0.1",
     port: int = 7860,
     auth: str | None = None,
@@ -165,8 +166,8 @@ def launch(
         raise UserError(f"--admins names {unknown[0]}, who is not in the auth file")
     if overlap < 1:
         raise UserError(f"--overlap must be at least 1, got {overlap}")
-    hold(db)  # keep the store open while serving; CLI commands still get their turn (store/db.py)
-    ctx = AppContext(db, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set)
+    store = store_of(db).hold()  # open while serving, passed down; CLI commands still get their turn (store/db.py)
+    ctx = AppContext(store, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set)
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8).launch(
         server_name=host,

@@ -93,10 +93,11 @@ def _handoff_file(path: str) -> Path:
     return Path(path + ".handoff")
 
 
-def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True) -> duckdb.DuckDBPyConnection:
-    """Open the file, retrying while another process holds it. A process that keeps the store open (the app,
-    see `hold`) is asked to let go through a handoff file next to the store, touched while we wait (ask=False:
-    only wait, as the app itself does: commands release the file when they finish)."""
+def _open(path: str, timeout: float, ask: bool) -> tuple[duckdb.DuckDBPyConnection, bool]:
+    """(connection, asked): open the file, retrying while another process holds it. A process that keeps the store
+    open (the app, see `Store.hold`) is asked to let go through a handoff file next to the store, touched while we
+    wait; asked=True means the caller got the file that way and must remove the handoff file when it closes (see
+    `Store.connect`). ask=False only waits, as a holding process itself does."""
     deadline = time.monotonic() + timeout
     delay = 0.02
     handoff = _handoff_file(path)
@@ -105,10 +106,8 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True
         while True:
             try:
                 con = duckdb.connect(path)
-                if asked:
-                    _asked_by_us.add(path)  # removed when this connection is closed (see connect)
-                    asked = False
-                return con
+                got, asked = asked, False  # the handoff file is the caller's to remove now
+                return con, got
             except duckdb.IOException as e:
                 if "lock" not in str(e).lower():
                     raise UserError(f"cannot open store {path}: {str(e).splitlines()[0]}") from None
@@ -119,7 +118,7 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True
                         f"store {path} is in use by another process{who}; tried for {timeout:.0f} s. "
                         "Stop that process or wait for it to finish."
                     ) from None
-                if ask and _key(path) not in _held:
+                if ask:
                     handoff.write_text(str(os.getpid()))  # (re)touch: the holder lets go while this is fresh
                     asked = True
                 time.sleep(delay)
@@ -131,121 +130,165 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True
             handoff.unlink(missing_ok=True)
 
 
-# --- A process that keeps the store open (the app) -------------------------------------------------------------
-# Opening the file costs ~10 ms and closing it ~4 ms, too much for every click of 20 annotators. The app keeps one
-# connection open (`hold`), so each transaction reuses the open database (~1 ms). All its store access then takes
-# turns on one lock, and before each turn (and every 50 ms in a watcher thread) it checks for a handoff file: another
-# process (a CLI command) wants the file, so the app closes it, waits until the handoff file is gone (or stale), and
-# opens it again.
+def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True) -> duckdb.DuckDBPyConnection:
+    """A bare connection (no migration, no handoff bookkeeping): for tools that manage the file themselves."""
+    return _open(str(path), timeout, ask)[0]
+
+
+# A process that keeps the store open (the app): opening the file costs ~10 ms and closing it ~4 ms, too much for
+# every click of 20 annotators. The app's Store keeps one connection open (`hold`), so each transaction reuses the
+# open database (~1 ms). All its store access then takes turns on the Store's lock, and before each turn (and every
+# 50 ms in a watcher thread) it checks for a handoff file: another process (a CLI command) wants the file, so the
+# app closes it, waits until the handoff file is gone (or stale), and opens it again.
 HANDOFF_STALE_S = 30.0
-_held: dict[str, duckdb.DuckDBPyConnection | None] = {}
-_held_locks: dict[str, threading.RLock] = {}
-_asked_by_us: set[str] = set()
 
 
-def _key(path: str | os.PathLike) -> str:
-    return os.path.abspath(str(path))
+class Store(os.PathLike):
+    """One store file and this process's way into it: its connections, its locks, the handoff to other processes.
 
+    The CLI makes one per command and the app one for its lifetime (`hold`); both pass it down to every store
+    function, which take a Store or a path (`store_of`). It is a path-like object (`str(store)`, `Path(store)`,
+    `--db store` all give the file), so code that only names the file needs no change. Nothing about the file is
+    kept outside it: two Stores of one file in one process share no state (DuckDB shares the open database)."""
 
-def hold(path: str | os.PathLike) -> None:
-    """Keep the store open in this process until `release` (the app calls it at start)."""
-    key = _key(path)
-    _held_locks.setdefault(key, threading.RLock())
-    with _held_locks[key]:
-        if _held.get(key) is None:
-            con = open_connection(key, ask=False)
-            migrate(con)
-            _held[key] = con
-            threading.Thread(target=_watch, args=(key,), daemon=True, name="store-handoff").start()
+    def __init__(self, path: str | os.PathLike, timeout: float = LOCK_TIMEOUT_S):
+        self.path = str(path)
+        self.timeout = timeout
+        self._held: duckdb.DuckDBPyConnection | None = None
+        self._holding = False
+        self._turn = threading.RLock()  # every use of the held connection, and letting it go
+        self._writers = threading.Lock()  # this process's writers take turns (see `write`)
 
+    def __fspath__(self) -> str:
+        return self.path
 
-def _watch(key: str) -> None:
-    """Let go for a waiting command even while the app is idle (no request would otherwise notice)."""
-    while key in _held:
-        if _handoff_file(key).exists():
-            with _held_locks[key]:
-                if key in _held:
-                    _let_go_if_asked(key)
-        time.sleep(0.05)
+    def __str__(self) -> str:
+        return self.path
 
+    def __repr__(self) -> str:
+        return f"Store({self.path!r}{', held' if self._holding else ''})"
 
-def release(path: str | os.PathLike) -> None:
-    key = _key(path)
-    with _held_locks.get(key, threading.RLock()):
-        con = _held.pop(key, None)
-        if con is not None:
-            con.close()
+    # --- keeping the file open (the app) ---
+    def hold(self) -> Store:
+        """Keep the store open until `release`; a watcher thread lets go whenever another process asks."""
+        with self._turn:
+            if not self._holding:
+                con, _ = _open(self.path, self.timeout, ask=False)
+                migrate(con)
+                self._held, self._holding = con, True
+                threading.Thread(target=self._watch, daemon=True, name="store-handoff").start()
+        return self
 
+    def release(self) -> None:
+        with self._turn:
+            self._holding = False
+            if self._held is not None:
+                self._held.close()
+                self._held = None
 
-def _let_go_if_asked(key: str) -> None:
-    """Called with the process's store lock held, so no other connection of ours is open."""
-    handoff = _handoff_file(key)
-    try:
-        if time.time() - handoff.stat().st_mtime > HANDOFF_STALE_S:  # left by a killed command
-            handoff.unlink(missing_ok=True)
-            return
-    except FileNotFoundError:
-        return
-    con = _held.get(key)
-    if con is not None:
-        con.close()
-        _held[key] = None
-    while True:
+    def _watch(self) -> None:
+        """Let go for a waiting command even while the app is idle (no request would otherwise notice)."""
+        while self._holding:
+            if _handoff_file(self.path).exists():
+                with self._turn:
+                    if self._holding:
+                        self._let_go_if_asked()
+            time.sleep(0.05)
+
+    def _let_go_if_asked(self) -> None:
+        """Called with the turn lock held, so no other connection of ours is open."""
+        handoff = _handoff_file(self.path)
         try:
-            age = time.time() - handoff.stat().st_mtime
+            if time.time() - handoff.stat().st_mtime > HANDOFF_STALE_S:  # left by a killed command
+                handoff.unlink(missing_ok=True)
+                return
         except FileNotFoundError:
-            break
-        if age > HANDOFF_STALE_S:
-            break
-        time.sleep(0.01)
-    _held[key] = None
-    _held[key] = open_connection(key, ask=False)
-
-
-@contextmanager
-def connect(path: str | os.PathLike, *, create: bool = True, timeout: float = LOCK_TIMEOUT_S) -> Iterator:
-    """A connection to an up-to-date store, closed (and, outside a holding process, the file released) on exit.
-
-    create=False refuses a missing file instead of making an empty store (read-only commands use it)."""
-    path = str(path)
-    if not create and path != ":memory:" and not Path(path).exists():
-        raise UserError(f"no store at {path}: run `rlhf init` (or pass --db)")
-    key = _key(path)
-    if key in _held:
-        with _held_locks[key]:
-            _let_go_if_asked(key)
-            if _held[key] is None:  # a reopen failed earlier: try again now
-                _held[key] = open_connection(key, timeout, ask=False)
-            con = _held[key].cursor()
+            return
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+        while True:
             try:
-                yield con
-            finally:
-                con.close()
-        return
-    con = open_connection(path, timeout)
-    try:
-        migrate(con)
-        yield con
-    finally:
-        _close(path, con)
+                age = time.time() - handoff.stat().st_mtime
+            except FileNotFoundError:
+                break
+            if age > HANDOFF_STALE_S:
+                break
+            time.sleep(0.01)
+        self._held = _open(self.path, self.timeout, ask=False)[0]
+
+    # --- connections ---
+    @contextmanager
+    def connect(self, *, create: bool = True, timeout: float | None = None) -> Iterator:
+        """A connection to an up-to-date store, closed (and, unless this Store holds the file, the file released)
+        on exit. create=False refuses a missing file instead of making an empty store (read-only commands)."""
+        timeout = self.timeout if timeout is None else timeout
+        if not create and self.path != ":memory:" and not Path(self.path).exists():
+            raise UserError(f"no store at {self.path}: run `rlhf init` (or pass --db)")
+        if self._holding:
+            with self._turn:
+                self._let_go_if_asked()
+                if self._held is None:  # a reopen failed earlier: try again now
+                    self._held = _open(self.path, timeout, ask=False)[0]
+                con = self._held.cursor()
+                try:
+                    yield con
+                finally:
+                    con.close()
+            return
+        con, asked = _open(self.path, timeout, ask=True)
+        try:
+            migrate(con)
+            yield con
+        finally:
+            _close(self.path, con, asked)
+
+    @contextmanager
+    def write(self, *, timeout: float | None = None) -> Iterator:
+        """Open, run one transaction, close: the usual shape of every write.
+
+        Writers sharing this Store (the app's sessions) take turns: DuckDB would otherwise abort one of two
+        concurrent transactions that touch the same rows (say, two imports adding the same prompt)."""
+        with self._writers, self.connect(timeout=timeout) as con, transaction(con):
+            yield con
+
+    def init(self) -> tuple[int, int]:
+        """Create or migrate the store; returns (schema version before, after)."""
+        if self._holding:  # migrated when it was opened
+            with self.connect() as con:
+                version = schema_version(con)
+            return version, version
+        con, asked = _open(self.path, self.timeout, ask=True)
+        try:
+            return migrate(con)
+        finally:
+            _close(self.path, con, asked)
 
 
-def _close(path: str, con: duckdb.DuckDBPyConnection) -> None:
+def _close(path: str, con: duckdb.DuckDBPyConnection, asked: bool) -> None:
     """Close, and give the file back to a holding process that let go of it for us."""
     con.close()
-    if path in _asked_by_us:
-        _asked_by_us.discard(path)
+    if asked:
         _handoff_file(path).unlink(missing_ok=True)
 
 
-def init_store(path: str | os.PathLike) -> tuple[int, int]:
-    """Create or migrate the store; returns (schema version before, after)."""
-    path = str(path)
-    con = open_connection(path)
-    try:
-        return migrate(con)
-    finally:
-        _close(path, con)
+def store_of(db: Store | str | os.PathLike) -> Store:
+    """The Store passed down, or a one-off Store for a bare path (a single command, a test)."""
+    return db if isinstance(db, Store) else Store(db)
+
+
+def connect(db: Store | str | os.PathLike, *, create: bool = True, timeout: float | None = None):
+    """`Store.connect` on db (a Store, or a path for a one-off Store)."""
+    return store_of(db).connect(create=create, timeout=timeout)
+
+
+def write(db: Store | str | os.PathLike, *, timeout: float | None = None):
+    """`Store.write` on db (a Store, or a path for a one-off Store)."""
+    return store_of(db).write(timeout=timeout)
+
+
+def init_store(db: Store | str | os.PathLike) -> tuple[int, int]:
+    return store_of(db).init()
 
 
 @contextmanager
@@ -258,22 +301,3 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
         con.execute("ROLLBACK")
         raise
     con.execute("COMMIT")
-
-
-_write_locks: dict[str, threading.Lock] = {}
-_write_locks_guard = threading.Lock()
-
-
-def _write_lock(path: str) -> threading.Lock:
-    with _write_locks_guard:
-        return _write_locks.setdefault(_key(path), threading.Lock())
-
-
-@contextmanager
-def write(path: str | os.PathLike, *, timeout: float = LOCK_TIMEOUT_S) -> Iterator:
-    """Open, run one transaction, close: the usual shape of every write.
-
-    Writers in one process (the app's sessions) take turns: DuckDB would otherwise abort one of two concurrent
-    transactions that touch the same rows (say, two imports adding the same prompt)."""
-    with _write_lock(str(path)), connect(path, timeout=timeout) as con, transaction(con):
-        yield con

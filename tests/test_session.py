@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from annotation.session import check_ranks, next_task, progress, skip, submit, submit_and_next, undo_last
-from store.db import hold, release, write
+from store.db import Store, write
 from store.errors import StoreError
 from store.prompts import prompt_ids
 from store.responses import Sample, add_samples
@@ -175,14 +175,14 @@ def test_check_ranks_allows_ties_and_any_order():
 def test_twenty_annotators_at_once(db):
     """20 annotators x 20 rankings submitted concurrently: exactly 400 rankings, no prompt ranked twice."""
     seed_store(db, 400, k=4)
-    hold(db)  # as the app does
+    store = Store(db).hold()  # as the app does: one Store for every session
     errors = []
 
     def annotator(name):
         try:
             for _ in range(20):
-                task = next_task(db, name)
-                submit(db, name, task.assignment_id, [1, 2, 3, 4][::-1])
+                task = next_task(store, name)
+                submit(store, name, task.assignment_id, [1, 2, 3, 4][::-1])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
 
@@ -191,7 +191,7 @@ def test_twenty_annotators_at_once(db):
         t.start()
     for t in threads:
         t.join()
-    release(db)
+    store.release()
     assert errors == []
     assert query(db, "SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key) FROM rankings") == [
         (400, 400, 400)
@@ -217,7 +217,7 @@ def test_each_task_submitted_twice_at_once_is_stored_once(db):
     for 4 tasks in a row: every ranking is stored exactly once with its 4 items, and both clicks get the same next
     task."""
     seed_store(db, 40, k=4)
-    hold(db)  # as the app does
+    store = Store(db).hold()  # as the app does: one Store for every session
     errors, next_ids = [], {}
 
     def click(name, first, barrier, out):
@@ -225,7 +225,7 @@ def test_each_task_submitted_twice_at_once_is_stored_once(db):
         try:
             for _ in range(4):
                 barrier.wait(timeout=30)
-                task, _ = submit_and_next(db, name, task.assignment_id, [4, 3, 2, 1])
+                task, _ = submit_and_next(store, name, task.assignment_id, [4, 3, 2, 1])
                 out.append(task.assignment_id)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
@@ -233,14 +233,14 @@ def test_each_task_submitted_twice_at_once_is_stored_once(db):
     threads = []
     for i in range(8):
         name, barrier = f"a{i}", threading.Barrier(2)
-        first = next_task(db, name)
+        first = next_task(store, name)
         next_ids[name] = ([], [])
         threads += [threading.Thread(target=click, args=(name, first, barrier, out)) for out in next_ids[name]]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    release(db)
+    store.release()
     assert errors == []
     assert all(a == b and len(a) == 4 for a, b in next_ids.values())
     assert query(db, "SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key) FROM rankings") == [

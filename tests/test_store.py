@@ -212,12 +212,12 @@ WRITER = textwrap.dedent(
 
 def test_a_holding_process_hands_the_store_to_a_command_and_takes_it_back(db):
     """The app keeps the store open for speed; a CLI command still gets its turn (handoff file)."""
-    from store.db import hold, release
+    from store.db import Store
     from store.prompts import add_prompts
 
-    hold(db)
+    store = Store(db).hold()
     try:
-        with write(db) as con:
+        with write(store) as con:
             add_prompts(con, ["from the app"], "app")
         cli = subprocess.Popen(
             [sys.executable, "-c", WRITER, db],
@@ -227,15 +227,41 @@ def test_a_holding_process_hands_the_store_to_a_command_and_takes_it_back(db):
         )
         # the app keeps working; at its next turn it sees the handoff file and lets go
         for i in range(200):
-            with write(db) as con:
+            with write(store) as con:
                 add_prompts(con, [f"app {i}"], "app")
             if cli.poll() is not None:
                 break
         assert cli.wait(timeout=60) == 0 and cli.stdout.read().strip() == "written"
-        with write(db) as con:  # and it has the store again
+        with write(store) as con:  # and it has the store again
             add_prompts(con, ["after"], "app")
             texts = {t for (t,) in con.execute("SELECT text FROM prompts").fetchall()}
         assert {"from the app", "from the CLI", "after"} <= texts
         assert not Path(db + ".handoff").exists()
     finally:
-        release(db)
+        store.release()
+
+
+def test_a_store_object_is_its_path_and_owns_its_locks(db):
+    """The CLI and the app pass one Store down; it names its file wherever a path is taken, and no lock or
+    connection lives at module level (two Stores of one file share nothing but DuckDB's open database)."""
+    import threading
+
+    import store.db as module
+    from store.db import Store, store_of
+    from store.prompts import add_prompts
+
+    store = Store(db)
+    assert str(store) == db and Path(store) == Path(db) and f"{store}" == db and store_of(store) is store
+    assert store_of(db) is not store_of(db)  # a bare path is a one-off Store
+    kinds = (dict, set, type(threading.Lock()), type(threading.RLock()), duckdb.DuckDBPyConnection)
+    assert [n for n, v in vars(module).items() if isinstance(v, kinds) and not n.startswith("__")] == []
+    other = Store(db).hold()
+    try:
+        with store._writers:  # one Store's writer turn does not block another's
+            with write(other) as con:
+                add_prompts(con, ["through the held store"], "test")
+        with connect(store) as con:
+            assert con.execute("SELECT count(*) FROM prompts").fetchone() == (1,)
+    finally:
+        other.release()
+    assert other._held is None
