@@ -85,48 +85,45 @@ def _annotation(rows: list[dict]) -> list[str]:
     ]
 
 
-def _reward(rows: list[dict]) -> list[str]:
+def _pairs_trainer_table(rows: list[dict]) -> list[str]:
+    """Both pair trainers' rows (reward model, DPO): one line per data shape and dtype."""
     out = [
-        "## Reward-model training",
-        "",
-        "rlhf-studio (DeepSpeed launcher, one rank, ZeRO 0, a ranking's pairs in one batch) against TRL's "
-        "RewardTrainer on the same pairs, token for token: SmolLM2-135M-Instruct, 128 tokens, 12 pairs per step "
-        "(`bench/reward.py`).",
-        "",
-        "| dtype | pairs | rlhf-studio pairs/s | TRL pairs/s | speed ratio | peak MB (ours / TRL) | memory ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    out += [
-        f"| {r['dtype']} | {r['pairs']} | {r['rlhf_studio']['pairs_per_s']:.2f} | {r['trl']['pairs_per_s']:.2f} | "
-        f"{r['speed_ratio']:.2f}x | {r['rlhf_studio']['peak_rss_mb']:.0f} / {r['trl']['peak_rss_mb']:.0f} | "
-        f"{r['memory_ratio']:.2f}x |"
-        for r in rows
-    ]
-    return out
-
-
-def _dpo(rows: list[dict]) -> list[str]:
-    out = [
-        "## DPO training",
-        "",
-        "rlhf-studio (DeepSpeed launcher, one rank, ZeRO 0) against TRL 1.16's DPOTrainer on the same pairs, token "
-        "for token: SmolLM2-135M-Instruct, 64 prompt + 64 response tokens, 12 pairs per step, sigmoid loss, beta 0.1, "
-        "the reference's log-probs precomputed on both sides, median pairs/s after 4 steps (`bench/dpo.py`). "
-        "*ranking*: K = 4 responses per prompt and all 6 pairs of each ranking (rlhf-studio runs each response "
-        "once: 8 sequences per step against TRL's 24); *independent*: one pair per prompt (24 sequences on both "
-        "sides).",
-        "",
         "| data | dtype | pairs | rlhf-studio pairs/s | TRL pairs/s | speed ratio | peak MB (ours / TRL) "
         "| memory ratio |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    out += [
-        f"| {r['shape']} | {r['dtype']} | {r['pairs']} | {r['rlhf_studio']['pairs_per_s']:.2f} | "
+    return out + [
+        f"| {r.get('shape', 'ranking')} | {r['dtype']} | {r['pairs']} | {r['rlhf_studio']['pairs_per_s']:.2f} | "
         f"{r['trl']['pairs_per_s']:.2f} | {r['speed_ratio']:.2f}x | {r['rlhf_studio']['peak_rss_mb']:.0f} / "
         f"{r['trl']['peak_rss_mb']:.0f} | {r['memory_ratio']:.2f}x |"
         for r in rows
     ]
-    return out
+
+
+SHAPES = (
+    "*ranking*: K = 4 responses per prompt and all 6 pairs of each ranking (rlhf-studio keeps a ranking's pairs in "
+    "one batch and runs each response once: 8 sequences per 12 pairs against TRL's 24); *independent*: one pair "
+    "per prompt (24 sequences per step on both sides)."
+)
+
+
+def _reward(rows: list[dict]) -> list[str]:
+    intro = (
+        "rlhf-studio (DeepSpeed launcher, one rank, ZeRO 0) against TRL's RewardTrainer on the same pairs, token for "
+        "token: SmolLM2-135M-Instruct with a scalar head, 128 tokens per sequence, 12 pairs per step, one epoch "
+        f"(`bench/reward.py`). {SHAPES}"
+    )
+    return ["## Reward-model training", "", intro, ""] + _pairs_trainer_table(rows)
+
+
+def _dpo(rows: list[dict]) -> list[str]:
+    intro = (
+        "rlhf-studio (DeepSpeed launcher, one rank, ZeRO 0) against TRL 1.16's DPOTrainer on the same pairs, token "
+        "for token: SmolLM2-135M-Instruct, 64 prompt + 64 response tokens, 12 pairs per step, sigmoid loss, beta "
+        "0.1, the reference's log-probs precomputed on both sides, median pairs/s after 4 steps (`bench/dpo.py`). "
+        f"{SHAPES}"
+    )
+    return ["## DPO training", "", intro, ""] + _pairs_trainer_table(rows)
 
 
 def _ppo(rows: list[dict]) -> list[str]:

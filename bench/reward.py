@@ -2,7 +2,9 @@
 RewardTrainer on the same model (SmolLM2-135M-Instruct with a 1-output head), the same pairs token for token
 (each side exactly 128 tokens), 12 pairs per step, lr 1e-5, one epoch. The pairs come from K = 4 rankings (6 pairs
 each), as annotation produces them: TRL trains them as independent pairs (12 sequences per ranking), rlhf-studio
-keeps a ranking's pairs in one batch and scores each of its 4 responses once (--group-by-ranking).
+keeps a ranking's pairs in one batch and scores each of its 4 responses once (--group-by-ranking). The same number
+of independent pairs (each its own prompt and two responses: 24 sequences per step on both sides) shows the
+trainers' speed without that advantage.
 Metric: pairs/s after the first 5 steps; peak RSS of the training process. TRL is a bench-only dependency
 (`make bench` installs it)."""
 
@@ -16,21 +18,24 @@ import tempfile
 from pathlib import Path
 
 LENGTH, BATCH, K = 128, 12, 4
+SHAPES = ("ranking", "independent")
 
 
-def make_pairs(n_rankings: int, seed: int = 0) -> list[dict]:
-    """n_rankings prompts x K responses ranked in order: C(K,2) pairs each. Long prompts (cut from the left to fit)
-    and 40-60 word responses: every sequence is exactly LENGTH tokens."""
+def make_pairs(n_rankings: int, seed: int = 0, shape: str = "ranking") -> list[dict]:
+    """n_rankings prompts x K responses ranked in order: C(K,2) pairs each ("ranking"), or as many pairs each with
+    its own prompt and two responses ("independent"). Long prompts (cut from the left to fit) and 40-60 word
+    responses: every sequence is exactly LENGTH tokens."""
     rng = random.Random(seed)
     words = "the a river stone cloud green quick music paper light window garden simple answer because".split()
     text = lambda k: " ".join(rng.choice(words) for _ in range(k))  # noqa: E731
     rows = []
-    for i in range(n_rankings):
-        prompt, responses = text(200), [text(rng.randint(40, 60)) for _ in range(K)]
+    n_prompts, k = (n_rankings, K) if shape == "ranking" else (n_rankings * K * (K - 1) // 2, 2)
+    for i in range(n_prompts):
+        prompt, responses = text(200), [text(rng.randint(40, 60)) for _ in range(k)]
         rows += [
             {"prompt": prompt, "chosen": responses[a], "rejected": responses[b], "margin": b - a, "ranking_id": i}
-            for a in range(K)
-            for b in range(a + 1, K)
+            for a in range(k)
+            for b in range(a + 1, k)
         ]
     return rows
 
@@ -93,34 +98,39 @@ def _trl(tmp: Path, ids: list[tuple[list[int], list[int]]], pad_token: str, dtyp
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run(n_rankings: int = 64, dtypes: tuple[str, ...] = ("bf16", "fp32")) -> list[dict]:
+def run(
+    n_rankings: int = 64, dtypes: tuple[str, ...] = ("bf16", "fp32"), shapes: tuple[str, ...] = SHAPES
+) -> list[dict]:
+    """One row per (shape, dtype); both shapes have the same number of pairs (n_rankings x 6)."""
     from transformers import AutoTokenizer
 
     from training.models import pick_pad_token, resolve_model
     from training.pairs import PairEncoder
 
-    rows = make_pairs(n_rankings)
-    n_pairs = len(rows)
     tok = AutoTokenizer.from_pretrained(resolve_model("default"))
     pick_pad_token(tok)
     enc = PairEncoder(tok, LENGTH)
-    ids = [(enc.encode(r["prompt"], r["chosen"])[0], enc.encode(r["prompt"], r["rejected"])[0]) for r in rows]
-    assert all(len(c) == len(r) == LENGTH for c, r in ids)
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        pairs_file = tmp / "pairs.jsonl"
-        pairs_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        for dtype in dtypes:
-            ours, trl = _ours(tmp, pairs_file, dtype), _trl(tmp, ids, tok.pad_token, dtype)
-            results.append(
-                {
-                    "dtype": dtype,
-                    "pairs": n_pairs,
-                    "rlhf_studio": ours,
-                    "trl": trl,
-                    "speed_ratio": ours["pairs_per_s"] / trl["pairs_per_s"],
-                    "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
-                }
-            )
+    with tempfile.TemporaryDirectory() as d:
+        for shape in shapes:
+            rows = make_pairs(n_rankings, shape=shape)
+            ids = [(enc.encode(r["prompt"], r["chosen"])[0], enc.encode(r["prompt"], r["rejected"])[0]) for r in rows]
+            assert all(len(c) == len(r) == LENGTH for c, r in ids)
+            tmp = Path(d) / shape
+            tmp.mkdir()
+            pairs_file = tmp / "pairs.jsonl"
+            pairs_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            for dtype in dtypes:
+                ours, trl = _ours(tmp, pairs_file, dtype), _trl(tmp, ids, tok.pad_token, dtype)
+                results.append(
+                    {
+                        "shape": shape,
+                        "dtype": dtype,
+                        "pairs": len(rows),
+                        "rlhf_studio": ours,
+                        "trl": trl,
+                        "speed_ratio": ours["pairs_per_s"] / trl["pairs_per_s"],
+                        "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
+                    }
+                )
     return results

@@ -34,8 +34,8 @@ def print_ppo(rows: list[dict]) -> None:
         print(f"| ratio | {r['dtype']} | | | {r['speed_ratio']:.2f}x | | {r['memory_ratio']:.2f}x |")
 
 
-def print_dpo(rows: list[dict]) -> None:
-    print("\n| DPO, 12 pairs/step | dtype | rlhf-studio pairs/s | TRL pairs/s | ratio | peak MB (ours / TRL) |")
+def print_pairs_trainer(title: str, rows: list[dict]) -> None:
+    print(f"\n| {title}, 12 pairs/step | dtype | rlhf-studio pairs/s | TRL pairs/s | ratio | peak MB (ours / TRL) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         a, b = r["rlhf_studio"], r["trl"]
@@ -76,18 +76,10 @@ def main() -> None:
         print("\n" + "\n".join(page.annotation_table(report["annotation"])))
     if args.only in (None, "reward"):
         report["reward"] = reward.run(n_rankings=args.reward_rankings)
-        print("\n| reward model | dtype | rlhf-studio pairs/s | TRL pairs/s | ratio | peak MB (ours / TRL) |")
-        print("|---|---|---|---|---|---|")
-        for r in report["reward"]:
-            a, b = r["rlhf_studio"], r["trl"]
-            print(
-                f"| {r['pairs']} pairs of K=4 rankings, 128 tokens, 12 pairs/step | {r['dtype']} | "
-                f"{a['pairs_per_s']:.2f} | "
-                f"{b['pairs_per_s']:.2f} | {r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / {b['peak_rss_mb']:.0f} |"
-            )
+        print_pairs_trainer("reward model, 128 tokens", report["reward"])
     if args.only in (None, "dpo"):
         report["dpo"] = dpo.run(n_pairs=args.dpo_pairs)
-        print_dpo(report["dpo"])
+        print_pairs_trainer("DPO, 64 + 64 tokens", report["dpo"])
     if args.only in (None, "ppo"):
         report["ppo"] = ppo.run()
         print_ppo(report["ppo"])

@@ -18,7 +18,7 @@ from training.dpo.config import DPOConfig
 from training.dpo.data import Key, collate, sequences
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
-from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model
+from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model, training_attention
 from training.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
 from training.runs import RunFiles
 
@@ -28,18 +28,29 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def load_causal(ref: str, dtype: torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(ref), dtype=dtype, **SAFE_WEIGHTS)
+    # the reference and the policy both: the same kernel gives the same log-probs before the first update
+    kernel = training_attention()
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(ref), dtype=dtype, **SAFE_WEIGHTS, **kernel)
     dropout_off(model)
     return model
 
 
-def response_logprobs(model, ids, attention, response) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum (U,), token count (U,)) of the response tokens' log-probabilities under `model`."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]  # (U, T - 1, V): t predicts t + 1
-    return sequence_logprobs(logits, ids[:, 1:], response), response.sum(-1)
+def response_logprobs(model, ids, attention, response, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum (U,), token count (U,)) of the response tokens' log-probabilities under `model`. The LM head runs only
+    from position `head` on (`logits_to_keep`; about a quarter of a step on 64 + 64 tokens): the prompt's positions
+    need no vocabulary logits. `head` is one rule for the whole run (the shortest prompt's last position, see
+    `head_position`), not per batch, so a sequence gets the same numbers in whichever batch it is scored."""
+    head = min(head, ids.shape[1] - 1)
+    logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=ids.shape[1] - head).logits[:, :-1]
+    return sequence_logprobs(logits, ids[:, head + 1 :], response[:, head:]), response.sum(-1)
 
 
-def reference_logprobs(cfg: DPOConfig, keys: list[Key], pad: int, rank: int, world: int) -> dict[Key, tuple]:
+def head_position(keys: list[Key]) -> int:
+    """The first logits position that predicts a response token in any of the run's sequences."""
+    return max(min(start for start, _ in keys) - 1, 0)
+
+
+def reference_logprobs(cfg: DPOConfig, keys: list[Key], pad: int, rank: int, world: int, head: int) -> dict:
     """{sequence: (sum, count)} under the frozen reference, each sequence once: every rank scores its share, all
     ranks get all of them. The reference is freed afterwards (DPO never needs it again)."""
     from training.pairs import Tokenised
@@ -51,7 +62,7 @@ def reference_logprobs(cfg: DPOConfig, keys: list[Key], pad: int, rank: int, wor
             chunk = mine[i : i + 2 * cfg.batch_pairs]  # one row per sequence: pair each with itself
             pairs = [Tokenised(list(s), list(s), 0.0, 0, False, start, start) for start, s in chunk]
             ids, attention, response, *_ = collate(pairs, pad)
-            logp, count = response_logprobs(model, ids, attention, response)
+            logp, count = response_logprobs(model, ids, attention, response, head)
             out.update(zip(chunk, zip(logp.tolist(), count.tolist(), strict=True), strict=True))
     del model
     gathered = [None] * world
@@ -59,10 +70,10 @@ def reference_logprobs(cfg: DPOConfig, keys: list[Key], pad: int, rank: int, wor
     return {k: v for part in gathered for k, v in part.items()}
 
 
-def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device) -> tuple[torch.Tensor, dict]:
+def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device, head: int) -> tuple[torch.Tensor, dict]:
     """The batch's loss and its per-pair quantities: one policy forward over the distinct sequences."""
     ids, attention, response, ci, ri, keys = collate(raw, pad)
-    logp, count = response_logprobs(engine, ids.to(device), attention.to(device), response.to(device))
+    logp, count = response_logprobs(engine, ids.to(device), attention.to(device), response.to(device), head)
     ref_logp = torch.tensor([ref[k][0] for k in keys], device=device)
     if cfg.loss == "ipo":  # IPO on per-token averages, as TRL computes it
         logp, ref_logp = logp / count.clamp(min=1), ref_logp / count.clamp(min=1)
@@ -89,7 +100,7 @@ def summary(loss: float, terms: list[dict], prefix: str) -> dict:
     }
 
 
-def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device) -> dict:
+def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head) -> dict:
     """Every rank scores its share in lockstep (ZeRO-3 gathers weights collectively); all ranks get every pair."""
     mine, rounds = eval_batches[rank::world], math.ceil(len(eval_batches) / world)
     terms, losses = [], []
@@ -97,7 +108,7 @@ def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device) -> dict:
     with torch.no_grad():
         for i in range(rounds):
             batch = mine[i] if i < len(mine) else eval_batches[0]  # a spare forward keeps ranks in step
-            loss, t = pair_terms(engine, batch, pad, ref, cfg, device)
+            loss, t = pair_terms(engine, batch, pad, ref, cfg, device, head)
             if i < len(mine):
                 terms.append({k: v.cpu() for k, v in t.items()})
                 losses.append((loss.item(), len(batch)))
@@ -140,7 +151,9 @@ def train(cfg: DPOConfig) -> None:
     eval_batches = batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)
     per_epoch, total = step_plan(cfg, train_pairs, world)
     # 2. the reference's log-probs, once per distinct sequence; then the policy on DeepSpeed
-    ref = reference_logprobs(cfg, sequences(train_pairs + eval_pairs), pad, rank, world)
+    keys = sequences(train_pairs + eval_pairs)
+    head = head_position(keys)
+    ref = reference_logprobs(cfg, keys, pad, rank, world, head)
     engine, sched = build_engine(cfg, total)
     device = engine.device
     run.metrics(
@@ -166,9 +179,9 @@ def train(cfg: DPOConfig) -> None:
         return {**row, "lr": sched.get_last_lr()[0]}
 
     def heldout() -> dict:
-        return evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device)
+        return evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head)
 
-    micro_step = lambda raw: pair_terms(engine, raw, pad, ref, cfg, device)  # noqa: E731
+    micro_step = lambda raw: pair_terms(engine, raw, pad, ref, cfg, device, head)  # noqa: E731
     micro = pair_loop(engine, run, cfg, total, mine, micro_step, step_row, heldout if eval_batches else None)
     if micro is not None:  # None: a Stop ended it, checkpointed
         # 4. the final evaluation and the policy as a plain HF folder

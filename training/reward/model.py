@@ -10,17 +10,21 @@ from pathlib import Path
 
 import torch
 
-from training.models import SAFE_LOAD, SAFE_WEIGHTS, dropout_off, pick_pad_token
+from training.models import SAFE_LOAD, SAFE_WEIGHTS, dropout_off, pick_pad_token, training_attention
 
 
-def load_reward_model(folder: str | Path, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) from a causal-LM folder (new scalar head) or a saved reward model."""
+def load_reward_model(folder: str | Path, dtype: torch.dtype = torch.float32, training: bool = False):
+    """(model, tokenizer) from a causal-LM folder (new scalar head) or a saved reward model; training=True picks
+    the attention kernel that trains fastest here (`training_attention`)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
     added = pick_pad_token(tokenizer)
     tokenizer.padding_side = "right"
-    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=dtype, **SAFE_WEIGHTS)
+    attention = training_attention() if training else {}
+    model = AutoModelForSequenceClassification.from_pretrained(
+        folder, num_labels=1, dtype=dtype, **SAFE_WEIGHTS, **attention
+    )
     if added:
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id

@@ -75,7 +75,7 @@ def load_model(cfg: RewardConfig):
     """(model, tokenizer): the SFT base with a new score head, seeded so it starts the same on every rank and
     every resume; gradient checkpointing and LoRA as configured."""
     torch.manual_seed(cfg.seed)
-    model, tokenizer = load_reward_model(resolve_model(cfg.model))
+    model, tokenizer = load_reward_model(resolve_model(cfg.model), training=True)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.lora_rank:
