@@ -16,6 +16,14 @@ import pyarrow.parquet as pq
 from training.models import DataError, chat_prompt
 
 
+def jsonl_texts(path: Path, key: str) -> list[str]:
+    """The `key` field of every line of a .jsonl file (DataError unless each line has it as a string)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not all(isinstance(r, dict) and isinstance(r.get(key), str) for r in rows):
+        raise DataError(f"{path}: every line needs a text '{key}' field")
+    return [r[key] for r in rows]
+
+
 def read_prompts(source: str) -> list[str]:
     """Distinct non-empty prompts, in file order."""
     path = Path(source)
@@ -27,10 +35,7 @@ def read_prompts(source: str) -> list[str]:
             info = json.loads(manifest.read_text())
             texts = pq.read_table(path / info["splits"]["train"]["file"], columns=["prompt"]).column(0).to_pylist()
         elif path.suffix == ".jsonl":
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            if not all(isinstance(r, dict) and isinstance(r.get("prompt"), str) for r in rows):
-                raise DataError(f"{path}: every line needs a text 'prompt' field")
-            texts = [r["prompt"] for r in rows]
+            texts = jsonl_texts(path, "prompt")
         elif path.suffix == ".txt" and path.is_file():
             texts = path.read_text(encoding="utf-8").splitlines()
         elif path.exists():  # never a CSV read line by line, header and all
@@ -66,3 +71,42 @@ def prompt_batches(n: int, batch_size: int, world: int, seed: int, epoch: int) -
     random.Random(f"{seed}:{epoch}").shuffle(order)
     size = batch_size * world
     return [order[i : i + size] for i in range(0, n - size + 1, size)]
+
+
+def read_texts(source: str) -> list[str]:
+    """Unlabelled text for PPO-ptx: .txt (one text per line) or .jsonl (a "text" field per line), non-empty."""
+    path = Path(source)
+    try:
+        if path.suffix == ".jsonl" and path.is_file():
+            texts = jsonl_texts(path, "text")
+        elif path.suffix == ".txt" and path.is_file():
+            texts = path.read_text(encoding="utf-8").splitlines()
+        elif path.exists():
+            raise DataError(f"{source}: unsupervised text comes from a .txt or .jsonl file")
+        else:
+            raise DataError(f"{source}: no such unsupervised data file")
+    except (OSError, ValueError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"cannot read unsupervised data from {source}: {str(e).splitlines()[0][:200]}") from None
+    out = [t for t in texts if t.strip()]
+    if not out:
+        raise DataError(f"{source}: no text")
+    return out
+
+
+def unsup_batch(texts: list[list[int]], batch_size: int, seed: int, index: int, pad_id: int):
+    """The `index`-th language-modelling batch (input_ids, attention_mask, labels; pad positions labelled -100):
+    batches cycle through a fixed shuffle of the texts, so a resumed run takes the same ones."""
+    import torch
+
+    order = list(range(len(texts)))
+    random.Random(f"unsup:{seed}").shuffle(order)
+    rows = [texts[order[(index * batch_size + j) % len(texts)]] for j in range(batch_size)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch_size, width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    return ids, mask, ids.masked_fill(mask == 0, -100)
