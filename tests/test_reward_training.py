@@ -278,3 +278,33 @@ def test_lora_with_zero_3_is_refused(cli, tmp_path, tiny_model_dir):
         str(tmp_path / "runs"),
     )
     assert code == 1 and "LoRA with ZeRO-3 is not supported yet" in err
+
+
+def test_an_ensemble_run_saves_members_that_disagree_on_new_data(tmp_path, tiny_model_dir):
+    """--ensemble 2: two members on alternate halves of the training prompts (same held-out prompts), each a whole
+    run in RUN/members/i; RUN/model is member 0 without a second copy; on texts neither saw they score differently."""
+    from training.reward.model import load_reward_model, scores
+    from training.runs import ensemble_members as member_models
+
+    run = train_rm(tmp_path, tiny_model_dir, 120, "--ensemble", "2", "--epochs", "2", "--lr", "1e-3")
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished" and status["final"]["ensemble/members"] == 2
+    ensemble = json.loads((run / "ensemble.json").read_text())
+    assert [m["model"] for m in ensemble["members"]] == ["members/0/model", "members/1/model"]
+    assert member_models(run) == [run / "members/0/model", run / "members/1/model"]
+    assert (run / "model/model.safetensors").stat().st_ino == (run / "members/0/model/model.safetensors").stat().st_ino
+    starts = [json.loads((run / f"members/{i}/metrics.jsonl").read_text().splitlines()[0]) for i in (0, 1)]
+    assert starts[0]["eval_pairs"] == starts[1]["eval_pairs"] > 0  # one held-out split
+    assert 20 < starts[0]["train_pairs"] < 70 and 20 < starts[1]["train_pairs"] < 70  # a half each
+    assert starts[0]["train_pairs"] + starts[1]["train_pairs"] + starts[0]["eval_pairs"] == 120
+    for m in ensemble["members"]:
+        assert m["eval/rm_accuracy"] >= 0.8  # each learnt the preference from its half
+    new = [" ".join(random.Random(i).choice(WORDS) for _ in range(8)) for i in range(12)]
+    got = []
+    for folder in member_models(run):
+        model, tok = load_reward_model(folder)
+        batch = tok(new, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            got.append(scores(model, batch["input_ids"], batch["attention_mask"]))
+    assert (got[0] - got[1]).abs().max().item() > 1e-3
+    assert ensemble["heldout"]["min_correlation"] < 1.0

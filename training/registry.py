@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from training.config_file import ConfigFile
@@ -36,8 +36,10 @@ class Trainer:
 
     @property
     def form_skip(self) -> tuple[str, ...]:
-        """Fields the form leaves out: the data the buttons choose, and the folder the launcher sets."""
-        return ("data" if self.data == "pairs" else "prompts", "output_dir")
+        """Fields the form leaves out: the data the buttons choose, the folder the launcher sets, and the fields
+        a trainer sets for itself (metadata internal=True)."""
+        internal = tuple(f.name for f in fields(self.config) if f.metadata.get("internal"))
+        return ("data" if self.data == "pairs" else "prompts", "output_dir", *internal)
 
     @property
     def form_prefix(self) -> str:
@@ -65,14 +67,26 @@ def _reward_progress(row: dict) -> str | None:
 def _ppo_headline(final: dict) -> str:
     if "reward/score_mean" not in final:
         return ""
-    return f"score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
+    line = f"score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
+    if "best/step" in final:  # the checkpoint the held-out judge scores best (training/ppo/checkpoints.py)
+        judge = final.get("best/heldout_score_mean", final.get("best/score_mean"))
+        line += f", best checkpoint: step {final['best/step']} (held-out {judge:.3f})"
+    return line
 
 
 def _ppo_progress(row: dict) -> str | None:
+    if row.get("event") == "alarm":
+        then = (
+            "stopping (resume with --resume)"
+            if row.get("stopping")
+            else "training on (--stop-on-overoptimization stops)"
+        )
+        return f"step {row['step']}: OVER-OPTIMISATION ALARM: {row['reason']}; {then}"
     if "loss/actor" not in row:
         return None
+    judge = f", held-out judge {row['watch/heldout_score_mean']:.3f}" if "watch/heldout_score_mean" in row else ""
     return (
-        f"step {row['step']}: score {row['reward/score_mean']:.3f}, KL {row['reward/kl']:.3f}, "
+        f"step {row['step']}: score {row['reward/score_mean']:.3f}{judge}, KL {row['reward/kl']:.3f}, "
         f"length {row['response/length_mean']:.1f}, {row['perf/step_s']:.1f} s "
         f"({row['perf/tokens_per_s']:.0f} tokens/s)"
     )
@@ -135,6 +149,12 @@ TRAINERS: dict[str, Trainer] = {
                 "policy/clipfrac",
                 "response/length_mean",
                 "perf/tokens_per_s",
+                "watch/heldout_score_mean",
+                "watch/length_score_corr",
+                "watch/ref_logprob_mean",
+                "response/eos_rate",
+                "checkpoint/heldout_score_mean",
+                "checkpoint/score_mean",
             ),
             headline=_ppo_headline,
             progress=_ppo_progress,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -37,6 +38,27 @@ class RunFiles:
 
 
 STOP_FILE = "stop"
+MEMBERS, ENSEMBLE_FILE = "members", "ensemble.json"  # a reward ensemble's run (training/reward/ensemble.py)
+
+
+def link_tree(src: Path, dst: Path) -> None:
+    """dst as a copy of src made of hard links (the weights once on disk), or a plain copy across file systems."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    try:
+        shutil.copytree(src, dst, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
+
+
+def ensemble_members(run: str | Path) -> list[Path]:
+    """The members' model folders of a reward ensemble's run, in order; [RUN/model] for a single reward model."""
+    run = Path(run)
+    path = run / ENSEMBLE_FILE
+    if not path.is_file():
+        return [run / "model"]
+    return [run / m["model"] for m in json.loads(path.read_text())["members"]]
 
 
 def request_stop(folder: str | Path) -> None:
@@ -48,7 +70,11 @@ def stop_requested(folder: str | Path, device=None) -> bool:
     """True on every rank once rank 0 has seen the stop file, so all ranks leave the loop at the same step."""
     import torch
 
-    seen = (Path(folder) / STOP_FILE).exists()
+    folder = Path(folder)
+    # an ensemble member's folder (RUN/members/i) stops with its run
+    seen = (folder / STOP_FILE).exists() or (
+        folder.parent.name == "members" and (folder.parent.parent / STOP_FILE).exists()
+    )
     if not torch.distributed.is_initialized():
         return seen
     flag = torch.tensor([1 if seen else 0], dtype=torch.int32, device=device)

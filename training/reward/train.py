@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ from training.models import add_lora, resolve_model
 from training.pairs import rank_batches, step_plan
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, load_pairs
+from training.reward.ensemble import half_of, train_ensemble
 from training.reward.losses import pair_accuracy, pairwise_loss
 from training.reward.model import load_reward_model, scores
 from training.runs import RunFiles
@@ -72,9 +74,9 @@ def histogram(chosen: list[float], rejected: list[float], bins: int = 20) -> dic
 
 
 def load_model(cfg: RewardConfig):
-    """(model, tokenizer): the SFT base with a new score head, seeded so it starts the same on every rank and
-    every resume; gradient checkpointing and LoRA as configured."""
-    torch.manual_seed(cfg.seed)
+    """(model, tokenizer): the SFT base with a new score head, seeded (seed + member) so it starts the same on
+    every rank and every resume; gradient checkpointing and LoRA as configured."""
+    torch.manual_seed(cfg.seed + cfg.member)
     model, tokenizer = load_reward_model(resolve_model(cfg.model), training=True)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -84,14 +86,25 @@ def load_model(cfg: RewardConfig):
 
 
 def train(cfg: RewardConfig) -> None:
+    """One reward model, or an ensemble's members one after the other (training/reward/ensemble.py)."""
+    rank, _ = setup_distributed()
+    if cfg.ensemble > 1:
+        train_ensemble(cfg, train_one, rank)
+    else:
+        train_one(cfg)
+
+
+def train_one(cfg: RewardConfig) -> None:
     # 1. ranks, seeds, the model, the pairs tokenised as every trainer presents them
     rank, world = setup_distributed()
     run = RunFiles(cfg.output_dir, rank)
     run.status("running", step=0)
-    random.seed(cfg.seed)
+    random.seed(cfg.seed + cfg.member)
     model, tokenizer = load_model(cfg)
     enc = PairEncoder(tokenizer, cfg.max_length)
-    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)
+    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)  # one held-out split for all members
+    if cfg.ensemble > 1:
+        train_rows = half_of(train_rows, cfg.member % 2)
     train_pairs = [enc.pair(r, cfg.margin_scale) for r in train_rows]
     eval_pairs = [enc.pair(r, 0.0) for r in eval_rows]
     pad = tokenizer.pad_token_id
@@ -112,8 +125,10 @@ def train(cfg: RewardConfig) -> None:
     )
 
     # 3. the updates: the Bradley-Terry loss on each batch's distinct sequences, each scored once
+    order = replace(cfg, seed=cfg.seed + cfg.member)  # each ensemble member its own data order
+
     def mine(epoch: int) -> list:
-        return rank_batches(cfg, train_pairs, epoch, rank, world, per_epoch)
+        return rank_batches(order, train_pairs, epoch, rank, world, per_epoch)
 
     def micro_step(raw):
         c, r, margin = forward_scores(engine, collate(raw, pad), device)
