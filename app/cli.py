@@ -51,6 +51,34 @@ def cmd_sample(args: argparse.Namespace) -> None:
     print(report.line())
 
 
+def cmd_best_of_n(args: argparse.Namespace) -> None:
+    """`rlhf best-of-n`: best-of-N of a policy under a reward model, for each N (training/best_of_n.py)."""
+    from pathlib import Path
+
+    from annotation.prompt_files import read_prompts
+    from app.training import heldout_prompts
+    from training import best_of_n
+    from training.generation import Sampler
+
+    try:
+        ns = best_of_n.parse_ns(args.n)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    args.model = args.policy
+    config = dataclass_from_args(SamplingConfig, args)
+    prompts = read_prompts(args.prompts) if args.prompts else heldout_prompts(args.db)
+    from training.ppo.models import reward_folder
+
+    reward_folder(args.reward)  # a bad --reward is one error line before any sampling
+    sampler = Sampler(config)
+    out = Path(args.out)
+    rows = best_of_n.run(sampler, args.reward, prompts, ns, out, seed=config.seed)
+    print(f"best-of-n of {args.policy} under {args.reward} on {len(prompts)} prompts ({sampler.dtype_line}):")
+    for r in rows:
+        print(f"  n={r['n']}: mean score {r['score_mean']:.3f}, KL <= {r['kl_bound']:.3f} nats")
+    print(f"wrote {out} (rankings by the reward model: `rlhf import {out}` reads it)")
+
+
 def _progress_bar(desc: str):
     from tqdm import tqdm
 
@@ -305,6 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, help="sample at most this many prompts")
     add_dataclass_args(s, SamplingConfig)
     s.set_defaults(func=cmd_sample)
+
+    s = sub.add_parser("best-of-n", help="best-of-N of a policy under a reward model, for each N (PPO's baseline)")
+    s.add_argument("--policy", default="default", help="the policy sampled: 'default' or a model folder")
+    s.add_argument("--reward", required=True, help="a reward run folder or a reward-model folder")
+    s.add_argument("--n", default="1,2,4,8,16", help="the Ns, separated by commas (default: 1,2,4,8,16)")
+    s.add_argument("--prompts", help="a prompts file (.txt/.jsonl/.csv; default: the store's held-out prompts)")
+    s.add_argument("--out", default="best-of-n.jsonl", help="the output file (native ranking format + picks)")
+    add_dataclass_args(s, SamplingConfig, skip=("model",))
+    s.set_defaults(func=cmd_best_of_n)
 
     s = sub.add_parser("import", help="import rankings in the native JSONL format")
     s.add_argument("file")

@@ -5,6 +5,7 @@ stored as 'compare' rankings; the win-rate table. The conversation lives in a pe
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 
 from annotation.response_html import response_html
@@ -12,7 +13,7 @@ from annotation.winrate import win_table
 from store.compare import compare_votes, record_vote
 from store.db import connect, write
 from store.errors import UserError
-from training.chat import ChatParams, Models, model_folder, score_reply, stream_pair
+from training.chat import ChatParams, Models, best_of_reply, model_folder, score_reply, stream_pair
 from training.models import DEFAULT_MODEL, model_id
 from training.registry import TRAINERS, policy_folder, run_config
 
@@ -21,9 +22,23 @@ BLIND_LINE = "Blind: the reward model's scores are shown with the names after yo
 BLIND_NAMES_LINE = "Blind: the names are shown after your vote."
 
 
+def best_of_ref(reference: str, n: int) -> str:
+    """The contestant 'best-of-N of the reference' (N > 1): N replies of the reference, the reward model's pick."""
+    return reference if n <= 1 else f"best-of-{n}:{reference}"
+
+
+def split_best_of(ref: str) -> tuple[int, str]:
+    """(N, model) of a side: (1, ref) for a plain model."""
+    m = re.fullmatch(r"best-of-(\d+):(.+)", ref or "", flags=re.S)
+    return (int(m.group(1)), m.group(2)) if m else (1, ref)
+
+
 def model_name(ref: str) -> str:
-    """The id stored with each reply: 'default:<name>' for the default model, else the resolved folder."""
-    return model_id(ref) if ref == DEFAULT_MODEL else str(model_folder(ref).resolve())
+    """The id stored with each reply: 'default:<name>' for the default model, else the resolved folder; a
+    best-of-N side is 'best-of-N:' and its model's id."""
+    n, base = split_best_of(ref)
+    name = model_id(base) if base == DEFAULT_MODEL else str(model_folder(base).resolve())
+    return f"best-of-{n}:{name}" if n > 1 else name
 
 
 def tuned_runs(db: str) -> list[tuple[str, str]]:
@@ -34,7 +49,40 @@ def tuned_runs(db: str) -> list[tuple[str, str]]:
             "SELECT run_id, path FROM runs WHERE kind IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at DESC",
             [kinds],
         ).fetchall()
-    return [(run_id, path) for run_id, path in rows if policy_folder(path) is not None]
+    out = []
+    for run_id, path in rows:
+        if policy_folder(path) is not None:
+            out.append((run_id, path))
+            out += checkpoint_choices(run_id, path)
+    return out
+
+
+def checkpoint_choices(run_id: str, run: str) -> list[tuple[str, str]]:
+    """A PPO run's evaluated checkpoints (training/ppo/checkpoints.py) still on disk, the best one marked, besides
+    the run's own actor: (label, folder)."""
+    from pathlib import Path
+
+    from training.ppo.checkpoints import best_checkpoint, read_checkpoints
+
+    rows = [r for r in read_checkpoints(run) if Path(r.get("actor", "")).is_dir()]
+    best = best_checkpoint(rows)
+    return [
+        (f"{run_id} · step {r['step']}{' (best)' if r is best else ''}", r["actor"])
+        for r in rows
+        if Path(r["actor"]).resolve() != (Path(run) / "actor").resolve()
+    ]
+
+
+def owning_run(ref: str) -> str:
+    """The run a checkpoint folder belongs to (RUN/checkpoints/actor-stepN, RUN/actor_last), else ref itself."""
+    from pathlib import Path
+
+    path = Path(ref)
+    if path.parent.name == "checkpoints":
+        return str(path.parent.parent)
+    if path.name == "actor_last":
+        return str(path.parent)
+    return ref
 
 
 ppo_runs = tuned_runs  # its name before DPO runs were listed too
@@ -44,7 +92,7 @@ def run_defaults(run: str) -> tuple[str, str]:
     """(reference, reward model) a tuned run was trained with: PPO's starting actor and reward model; a pairs
     trainer's (DPO's) reference, its SFT model unless it named another, and no reward model."""
     try:
-        cfg = run_config(run)
+        cfg = run_config(owning_run(run))
     except ValueError:
         return DEFAULT_MODEL, ""
     if "actor" in cfg:
@@ -71,12 +119,15 @@ def new_conversation(actor: str, reference: str, blind: bool, seed: int | None =
     }
 
 
-def respond(models: Models, state: dict, message: str, params: ChatParams) -> Iterator[tuple[list, list, dict]]:
-    """Stream both replies to `message`; yields (left chat, right chat, state). Each side keeps its own history."""
+def respond(
+    models: Models, state: dict, message: str, params: ChatParams, reward: str = ""
+) -> Iterator[tuple[list, list, dict]]:
+    """Stream both replies to `message`; yields (left chat, right chat, state). Each side keeps its own history. A
+    best-of-N side first samples its N replies and shows the reward model's pick whole; the other side streams."""
     if not message.strip():
         raise UserError("type a message first")
-    left, right = (models.causal(ref) for ref in state["sides"])
     histories = [h + [{"role": "user", "content": message}] for h in state["history"]]
+    left, right = (side_model(models, ref, h, params, reward) for ref, h in zip(state["sides"], histories, strict=True))
     # the last replies' scores go with them: they must never show under the new ones
     state = {**state, "replies": None, "scores": None, "prompt": message, "voted": False}
     state["multi_turn"] = bool(state["history"][0])
@@ -87,6 +138,16 @@ def respond(models: Models, state: dict, message: str, params: ChatParams) -> It
     state["replies"] = [a, b]
     state["params"] = {k: getattr(params, k) for k in ("temperature", "top_p", "top_k", "max_new_tokens", "seed")}
     yield state["history"][0], state["history"][1], state
+
+
+def side_model(models: Models, ref: str, history: list[dict], params: ChatParams, reward: str):
+    """(model, tokenizer) to stream from, or a best-of-N side's finished reply."""
+    n, base = split_best_of(ref)
+    if n == 1:
+        return models.causal(base)
+    if not reward:
+        raise UserError("best-of-N picks with a reward model: fill in the reward model field")
+    return best_of_reply(models.causal(base), models.reward(reward), history, params, n)[0]
 
 
 def _reply(text: str) -> dict:

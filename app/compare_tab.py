@@ -6,6 +6,7 @@ the vote; votes become 'compare' rankings and feed a win-rate table. Messages sh
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 
 from app.compare import (
+    best_of_ref,
     blind_line,
     chat_html,
     new_conversation,
@@ -37,6 +38,14 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         reward = gr.Textbox(label="Reward model for scores (a run or folder; empty = none)", elem_id="cmp-reward")
         blind = gr.Checkbox(
             label="Blind (sides shuffled; names and scores after the vote)", value=True, elem_id="cmp-blind"
+        )
+        best_of = gr.Number(
+            label="Best-of-N of the reference (N replies, the reward model's pick; 1 = plain)",
+            value=1,
+            precision=0,
+            minimum=1,
+            maximum=64,
+            elem_id="cmp-best-of",
         )
     with gr.Row():
         temperature = gr.Number(label="temperature", value=0.8, minimum=0.01)
@@ -91,13 +100,14 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         if bad is not None:
             raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
 
-    def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s, request: gr.Request):
-        check_models(request, actor_v, ref_v)
+    def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s, rm_v, n_best, request: gr.Request):
+        check_models(request, actor_v, ref_v, rm_v)
+        ref_v = best_of_ref(ref_v, int(n_best or 1))
         if st is None or st.get("sides") != [actor_v, ref_v] and st.get("sides") != [ref_v, actor_v]:
             st = new_conversation(actor_v, ref_v, bool(blind_v))
         params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=int(n), seed=int(s))
         names = ("A", "B") if st["blind"] else tuple(st["roles"])
-        for a, b, new in respond(ctx.chat_models, st, msg, params):
+        for a, b, new in respond(ctx.chat_models, st, msg, params, rm_v):
             left_chat, right_chat = gr.Chatbot(chat_html(a), label=names[0]), gr.Chatbot(chat_html(b), label=names[1])
             yield left_chat, right_chat, new, "", "", "", "", *voting(False), msg
 
@@ -122,7 +132,7 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
     def on_clear():
         return None, [], [], "", "", "", *voting(False)
 
-    send_inputs = [message, state, actor, reference, blind, temperature, top_p, max_new, seed]
+    send_inputs = [message, state, actor, reference, blind, temperature, top_p, max_new, seed, reward, best_of]
     # a new message clears the scores and the line under the chats with the vote's reveal
     send_outputs = [left, right, state, message, reveal, left_score, right_score, *vote_buttons, last_message]
     # every event here is named compare_* (or vote_*): the annotator's part of the app, next to annotate_*

@@ -195,6 +195,8 @@ def status_line(run: Path) -> str:
         parts.append(dtype)
     if s.get("error"):
         parts.append(f"error: {s['error']}")
+    if s.get("alarm"):  # the over-optimisation watch fired (training/watch.py)
+        parts.append(f"⚠ over-optimisation alarm: {s['alarm']}")
     if s.get("state") == "finished":
         out = "model" if (run / "model").exists() else "actor"
         parts.append(f"output: {run / out}")

@@ -26,10 +26,10 @@ from training.launcher import launch
 from training.models import DataError, ModelError, resolve_model
 from training.pairs import load_pairs
 from training.ppo.config import PPOConfig
-from training.ppo.data import read_prompts
+from training.ppo.data import read_prompts, read_texts
 from training.ppo.models import reward_folder
 from training.registry import kind_of, trainer
-from training.runs import STOP_FILE, read_metrics, read_status, write_json_atomic
+from training.runs import ENSEMBLE_FILE, STOP_FILE, read_metrics, read_status, write_json_atomic
 
 
 def new_run_dir(runs_dir: Path, kind: str) -> Path:
@@ -113,16 +113,38 @@ def run_kind(run: Path) -> str:
         raise UserError(str(e)) from None
 
 
+def split_prompts(db: str, side: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
+    """The store's prompts on one side ("train" or "eval") of the snapshot split, in the order they were added."""
+    with connect(db, create=False) as con:
+        texts = [t for (t,) in con.execute("SELECT text FROM prompts ORDER BY prompt_id").fetchall()]
+    return [t for t in texts if split_of(t, eval_fraction, seed) == side]
+
+
 def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0) -> Path:
     """The store's prompts on the train side of the snapshot split (the held-out ones stay unseen by PPO), as
     RUN/prompts.jsonl: the run keeps its own frozen copy."""
-    with connect(db, create=False) as con:
-        texts = [t for (t,) in con.execute("SELECT text FROM prompts ORDER BY prompt_id").fetchall()]
-    kept = [t for t in texts if split_of(t, eval_fraction, seed) == "train"]
+    kept = split_prompts(db, "train", eval_fraction, seed)
     if not kept:
         raise UserError("the store has no prompts for PPO: add some with `rlhf prompts add` or pass --prompts")
     out.write_text(_prompts_jsonl(kept))
     return out
+
+
+def store_eval_prompts(db: str, out: Path) -> str:
+    """The store's held-out prompts as RUN/eval_prompts.jsonl (its path), or "" when it has none."""
+    kept = split_prompts(db, "eval")
+    if not kept:
+        return ""
+    out.write_text(_prompts_jsonl(kept))
+    return str(out.resolve())
+
+
+def heldout_prompts(db: str) -> list[str]:
+    """The store's held-out prompts (the eval side of the split, never trained on): where policies are compared."""
+    kept = split_prompts(db, "eval")
+    if not kept:
+        raise UserError("the store has no held-out prompts: add prompts with `rlhf prompts add` or pass --prompts")
+    return kept
 
 
 def _prompts_jsonl(texts: list[str]) -> str:
@@ -164,19 +186,37 @@ def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None
     file is given; a prompts file is frozen by `frozen_prompts`) and record the run; returns the run folder."""
     try:
         cfg.check()
-        reward = str(reward_folder(cfg.reward).resolve())
-        critic = str(reward_folder(cfg.critic).resolve()) if cfg.critic else reward
+        folder = reward_folder(cfg.reward)
+        critic = str(reward_folder(cfg.critic).resolve()) if cfg.critic else str(folder.resolve())
+        # an ensemble's run folder stays the reference: PPO reads its members from it (training/ppo/models.py)
+        ensemble = (Path(cfg.reward) / ENSEMBLE_FILE).is_file()
+        reward = str((Path(cfg.reward) if ensemble else folder).resolve())
     except (ValueError, ModelError) as e:
         raise UserError(str(e)) from None
     resolve_model(cfg.actor)
+    if cfg.unsupervised_data:  # PPO-ptx's text: a bad file is one error line before the run exists
+        try:
+            read_texts(cfg.unsupervised_data)
+        except DataError as e:
+            raise UserError(str(e)) from None
+        cfg = dataclasses.replace(cfg, unsupervised_data=str(Path(cfg.unsupervised_data).resolve()))
     source = frozen_prompts(prompts, runs_dir.parent / "snapshots") if prompts else None
+    held = frozen_prompts(cfg.eval_prompts, runs_dir.parent / "snapshots") if cfg.eval_prompts else ""
     run = new_run_dir(runs_dir, "ppo")
     try:
         if not source:
             source = str(store_prompts(db, run / "prompts.jsonl").resolve())
+            if not held and (cfg.save_every or cfg.keep_best):  # checkpoints are judged on the held-out prompts
+                held = store_eval_prompts(db, run / "eval_prompts.jsonl")
         actor = cfg.actor if cfg.actor == "default" else str(Path(cfg.actor).resolve())
         cfg = dataclasses.replace(
-            cfg, actor=actor, reward=reward, critic=critic, prompts=source, output_dir=str(run.resolve())
+            cfg,
+            actor=actor,
+            reward=reward,
+            critic=critic,
+            prompts=source,
+            eval_prompts=held,
+            output_dir=str(run.resolve()),
         )
         cfg.save(run / "config.json")
         with write(db) as con:

@@ -10,6 +10,7 @@ import pytest
 from tests.app_server import AppServer
 from tests.conftest import query, write_jsonl
 from tests.test_browser import ARTIFACTS, browser  # noqa: F401 (the module's browser fixture)
+from tests.test_ppo_watch import length_ensemble, talker  # noqa: F401 (fixtures)
 from tests.test_reward_training import separable_pairs
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
@@ -186,3 +187,63 @@ def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, t
     assert [v[1] for v in votes] == [2, 1] and votes[0][0] == ["blind"]  # the right side won
     models = {v[2] for v in votes}
     assert any(re.search(r"ppo-.*/actor$", m) for m in models) and any(re.search(r"dpo-.*/policy$", m) for m in models)
+
+
+@pytest.mark.browser
+def test_the_watch_plots_fill_live_and_the_alarm_shows(browser, cli, db, tmp_path, talker, length_ensemble):  # noqa: F811
+    """A PPO run started from the Train tab on the hackable setup of tests/test_ppo_watch.py (the optimised reward
+    model pays for length, the held-out judge for brevity): the watch's plots draw while it runs, and the alarm
+    appears in the run's status line when it fires (--stop-on-overoptimization stops the run there)."""
+    from training.registry import trainer
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"Tell me something about topic number {i}.\n" for i in range(48)))
+    assert cli("prompts", "add", str(prompts))[0] == 0
+    cfg = tmp_path / "ppo.json"
+    PPOConfig(
+        actor=str(talker),
+        reward=str(length_ensemble),
+        max_steps=24,
+        epochs=10,
+        max_new_tokens=16,
+        actor_lr=3e-3,
+        critic_lr=1e-3,
+        watch_patience=3,
+        stop_on_overoptimization=True,
+    ).save(cfg)
+    plots = trainer("ppo").plots
+    watch_plots = [plots.index(k) for k in ("watch/heldout_score_mean", "watch/length_score_corr")]
+    app = AppServer(db, "--runs-dir", str(tmp_path / "runs"))
+    page = browser.new_page(viewport={"width": 1400, "height": 2600})
+    try:
+        page.goto(app.url)
+        # nothing ranked yet: the page opens on the Data tab once its load answers (tests/test_browser.py)
+        page.wait_for_selector("button[role=tab][aria-selected=true]:has-text('Data')", timeout=10_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.get_by_role("tab", name="Train").click()
+        page.get_by_text("PPO settings").click()
+        page.set_input_files("#ppo-config-file input[type=file]", str(cfg))
+        page.wait_for_function("document.querySelector('#ppo-max-steps input').value === '24'")
+        page.click("#run-ppo")
+        page.wait_for_function("document.querySelector('#train-action').innerText.includes('started ppo-')")
+        # while the run goes (a step logged), the watch's plots are there under their names
+        page.wait_for_function(
+            "/running, step [1-9]/.test(document.querySelector('#run-status').innerText)", timeout=900_000
+        )
+        for i, key in zip(watch_plots, ("watch/heldout_score_mean", "watch/length_score_corr"), strict=True):
+            page.wait_for_function(f"document.querySelector('#plot-{i}').innerText.includes('{key}')")
+        page.screenshot(path=str(ARTIFACTS / "train-watch-live.png"), full_page=True)
+        page.wait_for_function(
+            "document.querySelector('#run-status').innerText.includes('over-optimisation alarm')", timeout=900_000
+        )
+        status = page.inner_text("#run-status")
+        assert "the held-out judge's score fell" in status
+        page.wait_for_function("document.querySelector('#run-status').innerText.includes('stopped')", timeout=120_000)
+        page.screenshot(path=str(ARTIFACTS / "train-watch.png"), full_page=True)
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "train-watch-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
+        app.stop()

@@ -79,6 +79,7 @@ DB_AFTER = {
     "init": ["init"],
     "prompts": ["prompts", "add", "p.txt"],
     "sample": ["sample", "--k", "2"],
+    "best-of-n": ["best-of-n", "--reward", "runs/rm"],
     "import": ["import", "r.jsonl"],
     "import-ls": ["import-ls", "e.json"],
     "export-ls": ["export-ls", "out"],

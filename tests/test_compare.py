@@ -1,5 +1,7 @@
 """Side-by-side compare: win rates by hand, votes as rankings in the store, the streamed chat with tiny models."""
 
+import json
+
 import pytest
 
 from annotation.winrate import bootstrap_ci, wilson_interval, win_rate, win_table
@@ -210,3 +212,62 @@ def test_a_new_message_hides_the_last_scores_again(tiny_model_dir):
     state = {**state, "sides": [str(tiny_model_dir)] * 2}
     *_, (_, _, fresh) = respond(Models(), state, "again", params)
     assert fresh["scores"] is None and not fresh["voted"] and score_lines(fresh) == ("", "")
+
+
+def test_the_compare_list_offers_a_ppo_runs_checkpoints_with_the_best_marked(db, tmp_path):
+    """A PPO run with evaluated checkpoints (training/ppo/checkpoints.py) lists each saved one beside its actor; a
+    checkpoint's reference and reward model are its run's."""
+    from app.compare import run_defaults, tuned_runs
+    from store.db import write
+    from store.runs import record_run
+
+    run = tmp_path / "runs" / "ppo-1"
+    for folder in ("actor", "checkpoints/actor-step2", "checkpoints/actor-step4"):
+        (run / folder).mkdir(parents=True)
+        (run / folder / "config.json").write_text("{}")
+    cfg = {"kind": "ppo", "actor": "/models/sft", "reward": "/runs/rm-1"}
+    (run / "config.json").write_text(json.dumps(cfg))
+    rows = [
+        {"step": 2, "score_mean": 1.0, "heldout_score_mean": 0.9, "actor": str(run / "checkpoints/actor-step2")},
+        {"step": 4, "score_mean": 2.0, "heldout_score_mean": 0.4, "actor": str(run / "checkpoints/actor-step4")},
+        {"step": 6, "score_mean": 3.0, "heldout_score_mean": 0.2, "actor": str(run / "actor")},
+    ]
+    (run / "checkpoints.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with write(db) as con:
+        record_run(con, "ppo-1", "ppo", str(run), cfg, None)
+    assert tuned_runs(db) == [
+        ("ppo-1", str(run)),
+        ("ppo-1 · step 2 (best)", str(run / "checkpoints/actor-step2")),
+        ("ppo-1 · step 4", str(run / "checkpoints/actor-step4")),
+    ]
+    assert run_defaults(str(run / "checkpoints/actor-step4")) == ("/models/sft", "/runs/rm-1")
+
+
+def test_best_of_n_of_the_reference_is_a_contestant(db, tiny_model_dir, tmp_path):
+    """N = 3: the reference side shows the reward model's pick among the reference's replies with seeds seed ..
+    seed + 2 (checked by sampling and scoring each directly), the actor streams beside it, and the vote is stored
+    under 'best-of-3:' and the reference's id."""
+    from app.compare import best_of_ref, model_name, new_conversation, respond, split_best_of, vote
+    from tests.test_ppo_training import build_liked_token_rm
+    from training.chat import ChatParams, Models, sample_reply, score_reply
+
+    rm = str(build_liked_token_rm(tiny_model_dir, tmp_path / "rm"))
+    ref = best_of_ref(str(tiny_model_dir), 3)
+    assert split_best_of(ref) == (3, str(tiny_model_dir)) and best_of_ref("default", 1) == "default"
+    assert model_name(ref) == f"best-of-3:{tiny_model_dir.resolve()}"
+    models = Models()
+    state = new_conversation("default", ref, blind=False)
+    params = ChatParams(max_new_tokens=6, seed=11)
+    frames = list(respond(models, state, "Tell me a joke", params, rm))
+    state = frames[-1][2]
+    history = [{"role": "user", "content": "Tell me a joke"}]
+    model = models.causal(str(tiny_model_dir))
+    replies = [sample_reply(model, history, ChatParams(max_new_tokens=6, seed=11 + j)) for j in range(3)]
+    scores = [score_reply(models.reward(rm), history, r) for r in replies]
+    assert state["replies"][1] == replies[scores.index(max(scores))]
+    assert all(f[1][-1]["content"] == state["replies"][1] for f in frames)  # shown whole from the first frame
+    vote(db, state, "right", "rev")
+    ids = query(db, "SELECT s.model_id FROM ranking_items i JOIN responses s USING (response_id) ORDER BY 1")
+    assert f"best-of-3:{tiny_model_dir.resolve()}" in {m for (m,) in ids}
+    with pytest.raises(Exception, match="picks with a reward model"):
+        list(respond(models, new_conversation("default", ref, blind=False), "hi", params, ""))

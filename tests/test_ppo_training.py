@@ -30,13 +30,13 @@ METRICS = (
 )
 
 
-def build_liked_token_rm(actor_dir: Path, out: Path) -> Path:
-    """A reward model whose score is a known function of the text: it rises with the share of even token ids.
+def build_share_rm(actor_dir: Path, out: Path, feature: torch.Tensor, weight: float) -> Path:
+    """A reward model whose score is a known function of the text: weight x an increasing function of the mean of
+    `feature` (one value per token id) over the sequence.
 
-    Hand-set weights: token t embeds as [s_t, 1, 0, ...] with s_t = +1 for even ids, -1 for odd ones (0 for EOS);
-    layer 0 attends uniformly (q = k = 0) and copies s into dimension 2, so at the last token dimension 2 holds
-    4 * mean(s) over the sequence; everything else is zero. After the final RMSNorm the score is
-    0.5 * 4m * sqrt(32) / sqrt(1 + 16 m^2), increasing in m = mean(s)."""
+    Hand-set weights: token t embeds as [f_t, 1, 0, ...]; layer 0 attends uniformly (q = k = 0) and copies f into
+    dimension 2, so at the last token dimension 2 holds 4 * mean(f) over the sequence; everything else is zero.
+    After the final RMSNorm the score is weight * 4m * sqrt(32) / sqrt(1 + 16 m^2), increasing in m = mean(f)."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
 
     tok = AutoTokenizer.from_pretrained(actor_dir)
@@ -47,19 +47,29 @@ def build_liked_token_rm(actor_dir: Path, out: Path) -> Path:
         for p in model.parameters():
             p.zero_()
         emb = model.model.embed_tokens.weight
-        emb[:, 0] = torch.where(torch.arange(emb.shape[0]) % 2 == 0, 1.0, -1.0)
+        emb[:, 0] = feature
         emb[:, 1] = 1.0
-        emb[tok.eos_token_id, 0] = 0.0
         for layer in model.model.layers:
             layer.input_layernorm.weight.fill_(1.0)
             layer.post_attention_layernorm.weight.fill_(1.0)
         model.model.layers[0].self_attn.v_proj.weight[0, 0] = 1.0
         model.model.layers[0].self_attn.o_proj.weight[2, 0] = 1.0
         model.model.norm.weight.fill_(1.0)
-        model.score.weight[0, 2] = 0.5
+        model.score.weight[0, 2] = weight
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def build_liked_token_rm(actor_dir: Path, out: Path) -> Path:
+    """A reward model that rises with the share of even token ids: f_t = +1 for even ids, -1 for odd ones, 0 for
+    EOS, weight 0.5 (see build_share_rm)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(actor_dir)
+    feature = torch.where(torch.arange(len(tok)) % 2 == 0, 1.0, -1.0)
+    feature[tok.eos_token_id] = 0.0
+    return build_share_rm(actor_dir, out, feature, 0.5)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -93,13 +93,25 @@ def _tokens(model, tokenizer, messages: list[dict], params: ChatParams) -> Itera
 
 
 def stream_pair(
-    left: tuple, right: tuple, left_messages: list[dict], right_messages: list[dict], params: ChatParams
+    left: tuple | str, right: tuple | str, left_messages: list[dict], right_messages: list[dict], params: ChatParams
 ) -> Iterator[tuple[str, str, bool, bool]]:
     """(left text, right text, left done, right done) after each step; both sides advance together.
-    left/right: (model, tokenizer); each side has its own history (its own earlier replies)."""
-    streams = [_tokens(*left, left_messages, params), _tokens(*right, right_messages, params)]
+    left/right: (model, tokenizer), or a finished reply (best-of-N's pick) shown whole from the first step; each
+    side has its own history (its own earlier replies)."""
+    sides = (left, right)
+    messages = (left_messages, right_messages)
+    streams = [None if isinstance(x, str) else _tokens(*x, m, params) for x, m in zip(sides, messages, strict=True)]
     ids: list[list[int]] = [[], []]
-    done = [False, False]
+    done = [isinstance(x, str) for x in sides]
+
+    def texts() -> list[str]:
+        return [
+            x if isinstance(x, str) else x[1].decode(i, skip_special_tokens=True)
+            for x, i in zip(sides, ids, strict=True)
+        ]
+
+    if all(done):
+        yield *texts(), True, True
     while not all(done):
         for side in (0, 1):
             if done[side]:
@@ -109,8 +121,27 @@ def stream_pair(
                 done[side] = True
             else:
                 ids[side].append(t)
-        texts = [tok.decode(i, skip_special_tokens=True) for (_, tok), i in zip((left, right), ids, strict=True)]
-        yield texts[0], texts[1], done[0], done[1]
+        yield *texts(), done[0], done[1]
+
+
+def sample_reply(model: tuple, messages: list[dict], params: ChatParams) -> str:
+    """One whole reply of (model, tokenizer) to the conversation."""
+    ids = []
+    for t in _tokens(*model, messages, params):
+        if t is None:
+            break
+        ids.append(t)
+    return model[1].decode(ids, skip_special_tokens=True)
+
+
+def best_of_reply(model: tuple, reward: tuple, messages: list[dict], params: ChatParams, n: int) -> tuple:
+    """(the pick, every reply, their scores): n replies (seeds seed .. seed + n - 1), the reward model's favourite
+    (training/best_of_n.py's rule: the first of the highest)."""
+    from training.best_of_n import best_index
+
+    replies = [sample_reply(model, messages, replace(params, seed=params.seed + j)) for j in range(n)]
+    scores = [score_reply(reward, messages, r) for r in replies]
+    return replies[best_index(scores)], replies, scores
 
 
 @torch.no_grad()

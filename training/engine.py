@@ -99,11 +99,17 @@ def ds_config(micro_batch: int, grad_accum: int, zero_stage: int, dtype: str) ->
     }
 
 
-def save_hf(engine, model, tokenizer, out: Path, rank: int, zero3: bool, lora: bool) -> None:
+def save_hf(engine, model, tokenizer, out: Path, rank: int, zero3: bool, lora: bool, keep: bool = False) -> None:
     """`model` (the HF model inside the engine) as a plain HF folder (safetensors + tokenizer): gathered from
-    all ranks under ZeRO-3, LoRA adapters merged into the weights, so any tool loads it as a plain model."""
+    all ranks under ZeRO-3, LoRA adapters merged into the weights, so any tool loads it as a plain model.
+    keep=True (a checkpoint in the middle of a run): LoRA is merged into a copy, the training model keeps its
+    adapters."""
     if lora:  # (ZeRO-3 with LoRA is refused by the configs)
         if rank == 0:
+            if keep:
+                import copy
+
+                model = copy.deepcopy(model)
             merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
             merged.save_pretrained(out, safe_serialization=True)
             tokenizer.save_pretrained(out)

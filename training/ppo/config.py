@@ -72,6 +72,37 @@ class PPOConfig(ConfigFile):
     sample_every: int = field(default=1, metadata={"help": "log sample completions every N steps (0 = never)"})
     tensorboard: bool = field(default=False, metadata={"help": "also write TensorBoard events to RUN/tensorboard"})
     seed: int = field(default=0, metadata={"help": "seed for prompt order and sampling"})
+    unsupervised_data: str = field(
+        default="",
+        metadata={"help": "PPO-ptx: a .txt/.jsonl of unlabelled text; an LM step on it follows each actor step"},
+    )
+    unsup_coef: float = field(default=27.8, metadata={"help": "PPO-ptx: weight of the LM loss (InstructGPT: 27.8)"})
+    # the over-optimisation watch (training/watch.py)
+    reward_combine: str = field(
+        default="first",
+        metadata={"help": "score from the optimised ensemble members: first, mean, min or mean-minus-std"},
+    )
+    heldout_judges: int = field(
+        default=-1,
+        metadata={"help": "ensemble members PPO never optimises, only watches (-1: 1 if the ensemble has 2+ members)"},
+    )
+    kl_budget: float = field(default=0.0, metadata={"help": "the watch's alarm fires when KL passes this (0 = off)"})
+    watch_patience: int = field(
+        default=5,
+        metadata={"help": "steps the held-out judge may fall, while the optimised score rises, before the alarm"},
+    )
+    eval_prompts: str = field(
+        default="",
+        metadata={"help": "held-out prompts for the checkpoints' evaluation (the store's held-out ones by default)"},
+    )
+    eval_limit: int = field(default=32, metadata={"help": "evaluate checkpoints on at most this many held-out prompts"})
+    keep_best: bool = field(
+        default=False,
+        metadata={"help": "RUN/actor = the checkpoint the held-out judge scores best (the last one in RUN/actor_last)"},
+    )
+    stop_on_overoptimization: bool = field(
+        default=False, metadata={"help": "when the alarm fires, checkpoint and stop (resumable)"}
+    )
 
     @property
     def single_pass(self) -> bool:
@@ -106,3 +137,9 @@ class PPOConfig(ConfigFile):
             raise ValueError("--tensorboard needs the tensorboard package: pip install 'rlhf-studio[tensorboard]'")
         if not 0.0 <= self.ema_beta < 1.0:
             raise ValueError("ema_beta must be in [0, 1)")
+        from training.watch import RULES
+
+        if self.reward_combine not in RULES:
+            raise ValueError(f"reward_combine must be one of {', '.join(RULES)}, got {self.reward_combine}")
+        if self.kl_budget < 0 or self.watch_patience < 1 or self.heldout_judges < -1:
+            raise ValueError("kl_budget must be >= 0, watch_patience >= 1 and heldout_judges >= -1")

@@ -9,7 +9,7 @@ import torch
 
 from training.ppo.decode import sample
 from training.ppo.losses import compute_rewards, get_advantages_and_returns, masked_whiten, zero_after_end
-from training.ppo.models import response_logprobs, reward_scores
+from training.ppo.models import response_logprobs
 
 
 @dataclass
@@ -23,12 +23,13 @@ class Experience:
     logprobs: torch.Tensor  # (B, T) old log-probs of the response tokens under the actor
     ref_logprobs: torch.Tensor  # (B, T) the same under the frozen reference
     values: torch.Tensor  # (B, T) critic values, zeroed after each response's end
-    raw_scores: torch.Tensor  # (B,) reward-model scores as read
+    raw_scores: torch.Tensor  # (B,) reward-model scores as read (the optimised members' combination)
     scores: torch.Tensor  # (B,) after normalisation and the missing-EOS penalty (before the clip)
     rewards: torch.Tensor | None = None  # (B, T) per-token rewards
     advantages: torch.Tensor | None = None  # (B, T)
     returns: torch.Tensor | None = None  # (B, T)
     live: tuple | None = None  # (logprobs, values) still attached to their graphs (single-pass PPO)
+    heldout_scores: torch.Tensor | None = None  # (B,) the held-out judges' standardised scores, if any
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -93,10 +94,11 @@ def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = Fals
     return batch
 
 
-def score(batch: dict, actor, ref, critic, reward, stats: tuple[float, float], cfg, live: bool = False) -> Experience:
+def score(batch: dict, actor, ref, critic, judges, stats: tuple[float, float], cfg, live: bool = False) -> Experience:
     """Old log-probs, reference log-probs, values and reward-model scores of a rollout (dropout is off in all four
-    models). With live=True the actor and critic forwards keep their graphs (Experience.live) for the update to
-    reuse: in single-pass PPO these forwards are the update's own."""
+    models); judges(ids, attention, last) gives (score, held-out score or None), see training/ppo/models.py.
+    With live=True the actor and critic forwards keep their graphs (Experience.live) for the update to reuse: in
+    single-pass PPO these forwards are the update's own."""
     P, ids, attn = batch["prompt_len"], batch["ids"], batch["attention_mask"]
     logprobs = batch.pop("logprobs", None)
     with torch.set_grad_enabled(live):
@@ -106,7 +108,7 @@ def score(batch: dict, actor, ref, critic, reward, stats: tuple[float, float], c
     with torch.no_grad():
         ref_logprobs = response_logprobs(ref, ids, attn, P)
         last = P + batch["lengths"] - 1  # EOS, or the last token of a cut response: where the RM was trained to read
-        raw = reward_scores(reward, ids, attn, last)
+        raw, heldout = judges(ids, attn, last)
     scores = shape_scores(raw, batch["ended"], *stats, cfg.missing_eos_penalty)
     return Experience(
         **batch,
@@ -116,6 +118,7 @@ def score(batch: dict, actor, ref, critic, reward, stats: tuple[float, float], c
         raw_scores=raw,
         scores=scores,
         live=(logprobs, values) if live else None,
+        heldout_scores=heldout,
     )
 
 

@@ -11,6 +11,7 @@ in scoring and training as in `generate` (DeepSpeed-Chat leaves this to the mode
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import torch
@@ -117,6 +118,55 @@ def reward_scores(model, ids: torch.Tensor, attention_mask: torch.Tensor, last: 
     ).last_hidden_state
     rows = torch.arange(ids.shape[0], device=ids.device)
     return model.score(hidden[rows, last]).squeeze(-1).float()
+
+
+def judge_folders(ref: str) -> list[Path]:
+    """The reward model's folders: an ensemble run's members in order (training/reward/ensemble.py), else one."""
+    from training.runs import ENSEMBLE_FILE, ensemble_members
+
+    path = Path(ref).expanduser()
+    return ensemble_members(path) if (path / ENSEMBLE_FILE).is_file() else [reward_folder(ref)]
+
+
+def held_stats(folder: Path) -> tuple[float, float]:
+    """(mean, std) of a reward model's held-out scores (its reward_stats.json), (0, 1) where it has none."""
+    path = folder / "reward_stats.json"
+    stats = json.loads(path.read_text()) if path.is_file() else {}
+    if "score_mean" not in stats:
+        return 0.0, 1.0
+    return float(stats["score_mean"]), max(float(stats["score_std"]), 1e-6)
+
+
+class Judges:
+    """The reward model PPO optimises and the held-out judges that only watch (training/watch.py).
+
+    One member: its score, as before. Several optimised members: each member's score standardised by its own
+    held-out statistics, combined by `rule`, and put back on member 0's scale (so clipping, normalisation and the
+    KL coefficient mean what they mean for one model). Held-out judges: the mean of their standardised scores."""
+
+    def __init__(self, models: list, stats: list[tuple[float, float]], heldout: int, rule: str):
+        from training.watch import split_members
+
+        self.models, self.stats, self.rule = models, stats, rule
+        self.optimised, self.heldout = split_members(len(models), heldout)
+
+    def _standard(self, i: int, ids, attention_mask, last) -> torch.Tensor:
+        mean, std = self.stats[i]
+        return (reward_scores(self.models[i], ids, attention_mask, last) - mean) / std
+
+    def __call__(self, ids, attention_mask, last) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(optimised score (B,), held-out judges' mean standardised score (B,) or None)."""
+        from training.watch import combine
+
+        if len(self.optimised) == 1:
+            score = reward_scores(self.models[self.optimised[0]], ids, attention_mask, last)
+        else:
+            z = torch.stack([self._standard(i, ids, attention_mask, last) for i in self.optimised])
+            mean, std = self.stats[self.optimised[0]]
+            score = combine(z, self.rule) * std + mean
+        if not self.heldout:
+            return score, None
+        return score, torch.stack([self._standard(i, ids, attention_mask, last) for i in self.heldout]).mean(0)
 
 
 def param_fingerprint(model) -> str:

@@ -19,12 +19,16 @@ import torch
 from training.engine import ds_config, lr_lambda, peak_memory, run_main, save_hf, setup_distributed
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.models import add_lora
+from training.ppo.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
 from training.ppo.config import PPOConfig
-from training.ppo.data import encode_prompts, prompt_batches, read_prompts
+from training.ppo.data import encode_prompts, prompt_batches, read_prompts, read_texts, unsup_batch
 from training.ppo.experience import Experience, add_advantages, rollout, score
 from training.ppo.losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, critic_loss_fn, masked_mean
 from training.ppo.models import (
     Critic,
+    Judges,
+    held_stats,
+    judge_folders,
     load_causal_lm,
     load_scalar_model,
     load_tokenizer,
@@ -32,7 +36,8 @@ from training.ppo.models import (
     response_logprobs,
     reward_folder,
 )
-from training.runs import RunFiles, read_metrics, stop_requested
+from training.runs import RunFiles, link_tree, read_metrics, request_stop, stop_requested
+from training.watch import Watch, pearson
 
 
 class Models:
@@ -45,7 +50,8 @@ class Models:
         actor = load_causal_lm(cfg.actor, cfg.dtype)
         ref = load_causal_lm(cfg.actor, cfg.dtype)
         critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype))
-        reward = load_scalar_model(cfg.reward, cfg.dtype)
+        folders = judge_folders(cfg.reward)
+        judges = [load_scalar_model(str(f), cfg.dtype) for f in folders]
         if cfg.gradient_checkpointing:
             actor.gradient_checkpointing_enable()
             critic.model.gradient_checkpointing_enable()
@@ -63,9 +69,15 @@ class Models:
         self.actor, self.critic = engines
         self.device = self.actor.device
         self.ref_fingerprint = param_fingerprint(ref) if cfg.zero_stage < 3 else None
-        self.ref, self.reward = (self._frozen(m) for m in (ref, reward))
+        self.ref = self._frozen(ref)
+        heldout = cfg.heldout_judges if cfg.heldout_judges >= 0 else int(len(judges) > 1)
+        stats = [held_stats(f) for f in folders]
+        self.judges = Judges([self._frozen(j) for j in judges], stats, heldout, cfg.reward_combine)
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.ema = [p.detach().float().clone() for p in self.actor.module.parameters()] if cfg.ema_beta else None
+        self.eval_prompts: list[list[int]] = []  # held-out prompts for the checkpoints (training/ppo/checkpoints.py)
+        self.tokenizer = None
+        self.unsup: list[list[int]] = []  # PPO-ptx texts, tokenised (empty: off)
 
     def _frozen(self, model):
         """Eval mode, no gradients; partitioned with an inference-only ZeRO-3 engine when the actor is ZeRO-3."""
@@ -147,7 +159,23 @@ def experience_stats(buffer: list[Experience], kl_ctl: float, cfg: PPOConfig) ->
         "returns/mean": torch.cat([masked_mean(e.returns, e.mask, 1) for e in buffer]).mean().item(),
         "response/length_mean": cat(lambda e: e.lengths.float()).mean().item(),
         "response/eos_rate": cat(lambda e: e.ended.float()).mean().item(),
+        **watch_stats(buffer),
     }
+
+
+def watch_stats(buffer: list[Experience]) -> dict:
+    """The watch's per-step numbers (training/watch.py): the length-score correlation within the batch, the
+    reference's per-token log-likelihood of the actor's samples, and the held-out judges' mean score."""
+    lengths = torch.cat([e.lengths.float() for e in buffer])
+    row = {
+        "watch/length_score_corr": pearson(lengths.cpu(), torch.cat([e.raw_scores for e in buffer]).cpu()),
+        "watch/ref_logprob_mean": (
+            sum((e.ref_logprobs * e.mask).sum() for e in buffer) / sum(e.mask.sum() for e in buffer)
+        ).item(),
+    }
+    if buffer[0].heldout_scores is not None:
+        row["watch/heldout_score_mean"] = torch.cat([e.heldout_scores for e in buffer]).mean().item()
+    return row
 
 
 def mean_across_ranks(row: dict, device) -> dict:
@@ -228,7 +256,7 @@ def make_experience(
         if cfg.single_pass:
             m.actor.train()
             m.critic.train()
-        exp = score(batch, m.actor, m.ref, m.critic, m.reward, ctx["stats"], cfg, live=cfg.single_pass)
+        exp = score(batch, m.actor, m.ref, m.critic, m.judges, ctx["stats"], cfg, live=cfg.single_pass)
         buffer.append(add_advantages(exp, ctx["kl_ctl"], cfg))
         score_s += time.time() - t
     return buffer, gen_s, score_s
@@ -245,8 +273,24 @@ def ppo_epochs(m: Models, buffer: list[Experience], cfg: PPOConfig, step: int) -
             for i in range(0, len(e), cfg.minibatch_size)
         ]
         rng.shuffle(chunks)
-        updates += [ppo_update(m, mb, cfg) for mb in chunks]
+        for mb in chunks:
+            updates.append(ppo_update(m, mb, cfg))
+            if m.unsup:  # PPO-ptx: an LM step on unlabelled text after each actor step (DeepSpeed-Chat's order)
+                per_step = cfg.ppo_epochs * len(chunks)
+                updates[-1]["loss/unsup"] = unsup_step(m, cfg, step * per_step + len(updates) - 1)
     return updates
+
+
+def unsup_step(m: Models, cfg: PPOConfig, index: int) -> float:
+    """DeepSpeed-Chat's train_unsupervised: the actor's language-modelling loss on the index-th batch of
+    unlabelled text, times unsup_coef, in its own optimizer step (InstructGPT's PPO-ptx term)."""
+    pad = m.tokenizer.pad_token_id if m.tokenizer.pad_token_id is not None else m.tokenizer.eos_token_id
+    ids, mask, labels = unsup_batch(m.unsup, cfg.minibatch_size, cfg.seed, index, pad)
+    m.actor.train()
+    out = m.actor(input_ids=ids.to(m.device), attention_mask=mask.to(m.device), labels=labels.to(m.device))
+    m.actor.backward(cfg.unsup_coef * out.loss)
+    m.actor.step()
+    return out.loss.item()
 
 
 def step_metrics(
@@ -281,6 +325,16 @@ def setup(cfg: PPOConfig, rank: int, world: int) -> tuple:
     m = Models(cfg, total * updates_per_step, world)
     state = load_checkpoint(m, Path(cfg.output_dir) / "checkpoints") or {"step": 0, "kl_ctl": cfg.kl_ctl}
     info = {"prompts": len(prompts), "skipped_prompts": skipped, "world_size": world, "total_steps": total}
+    if cfg.eval_prompts and (cfg.save_every or cfg.keep_best):
+        held, _ = encode_prompts(tokenizer, read_prompts(cfg.eval_prompts)[: cfg.eval_limit], cfg.max_prompt_length)
+        info["eval_prompts"] = len(held)
+        m.eval_prompts = held
+    m.tokenizer = tokenizer
+    if cfg.unsupervised_data:
+        limit = cfg.max_prompt_length + cfg.max_new_tokens
+        texts = read_texts(cfg.unsupervised_data)
+        m.unsup = [tokenizer(t + tokenizer.eos_token, add_special_tokens=False)["input_ids"][:limit] for t in texts]
+        info["unsupervised_texts"] = len(m.unsup)
     return tokenizer, prompts, per_epoch, total, m, state, info
 
 
@@ -299,6 +353,7 @@ def train(cfg: PPOConfig) -> None:
         {"rank": rank, "tokenizer": tokenizer, "stats": reward_stats(cfg), "kl_ctl": state["kl_ctl"]},
     )
     board = tensorboard_writer(cfg, rank)
+    watch = resume_watch(cfg, step)
     while step < total:
         epoch, index = divmod(step, per_epoch)
         order = prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, epoch)
@@ -314,42 +369,120 @@ def train(cfg: PPOConfig) -> None:
         times = {"gen_s": gen_s, "score_s": score_s, "train_s": time.time() - t, "step_s": time.time() - t0}
         row, next_kl = step_metrics(m, cfg, buffer, updates, times, ctx["kl_ctl"], world)
         ctx["kl_ctl"] = next_kl
-        log_step(run, board, cfg, step, epoch, row, buffer, tokenizer, total)
-        # 6. checkpoint; a Stop from the app or `rlhf` checkpoints and ends the run here, resumable
-        if not step_end(m, cfg, run, step, total, ctx["kl_ctl"]):
+        fired = watch_step(watch, step, row)
+        log_step(run, board, cfg, step, epoch, row, buffer, tokenizer, total, watch.reason)
+        if fired:
+            on_alarm(run, cfg, step, fired)
+        # 6. checkpoint; a Stop from the app or `rlhf` (or the alarm) checkpoints and ends the run here, resumable
+        if not step_end(m, cfg, run, step, total, ctx["kl_ctl"], watch.reason):
             break
     else:
-        finish(m, cfg, run, step, ctx["kl_ctl"], total, tokenizer)
+        finish(m, cfg, run, step, ctx["kl_ctl"], total, tokenizer, watch.reason)
     if board:
         board.close()
 
 
-def log_step(run: RunFiles, board, cfg: PPOConfig, step: int, epoch: int, row: dict, buffer, tokenizer, total) -> None:
+def new_watch(cfg: PPOConfig) -> Watch:
+    return Watch(patience=cfg.watch_patience, kl_budget=cfg.kl_budget or None)
+
+
+def watch_step(watch: Watch, step: int, row: dict) -> str | None:
+    """Feed the step's row (the same on every rank: it is averaged across them); the alarm's reason the step it
+    fires. Adds watch/alarm (1 once fired)."""
+    fired = watch.update(step, row["reward/score_mean"], row.get("watch/heldout_score_mean"), row["reward/kl"])
+    row["watch/alarm"] = float(watch.reason is not None)
+    return fired
+
+
+def resume_watch(cfg: PPOConfig, step: int) -> Watch:
+    """The watch as it was after `step`: the logged rows of steps 1..step replayed (a step logged twice, by a run
+    killed after it and the resumed one, counts once: resumed steps repeat the same numbers)."""
+    watch = new_watch(cfg)
+    rows = {r["step"]: r for r in read_metrics(cfg.output_dir) if "reward/score_mean" in r and r["step"] <= step}
+    for s in sorted(rows):
+        watch_step(watch, s, dict(rows[s]))
+    return watch
+
+
+def on_alarm(run: RunFiles, cfg: PPOConfig, step: int, reason: str) -> None:
+    """Say so in the metrics (the CLI prints it, the Train tab shows it); stop, resumable, if asked to."""
+    run.metrics({"event": "alarm", "step": step, "reason": reason, "stopping": cfg.stop_on_overoptimization})
+    if cfg.stop_on_overoptimization and run.rank == 0:
+        request_stop(cfg.output_dir)
+
+
+def log_step(
+    run: RunFiles, board, cfg: PPOConfig, step: int, epoch: int, row: dict, buffer, tokenizer, total, alarm=None
+) -> None:
     run.metrics({"step": step, "epoch": epoch, **row})
     if board:
         for key, value in row.items():
             board.add_scalar(key, value, step)
     if cfg.sample_every and step % cfg.sample_every == 0:
         log_samples(run, step, buffer[0], tokenizer)
-    run.status("running", step=step, total_steps=total)
+    run.status("running", step=step, total_steps=total, **alarm_field(alarm))
 
 
-def step_end(m: Models, cfg: PPOConfig, run: RunFiles, step: int, total: int, kl_ctl: float) -> bool:
+def alarm_field(alarm: str | None) -> dict:
+    return {"alarm": alarm} if alarm else {}
+
+
+def step_end(m: Models, cfg: PPOConfig, run: RunFiles, step: int, total: int, kl_ctl: float, alarm=None) -> bool:
     """A Stop checkpoints and ends the run (False); checkpoints every `save_every` steps."""
     ckpt = Path(cfg.output_dir) / "checkpoints"
     if step < total and stop_requested(cfg.output_dir, m.device):
         save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
         run.metrics({"event": "stopped", "step": step})
-        run.status("stopped", step=step, total_steps=total)
+        run.status("stopped", step=step, total_steps=total, **alarm_field(alarm))
         return False
     if cfg.save_every and step % cfg.save_every == 0 and step < total:
         save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
+        evaluate_checkpoint(m, cfg, run, step)
     return True
 
 
-def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, total: int, tokenizer) -> None:
+def evaluate_checkpoint(m: Models, cfg: PPOConfig, run: RunFiles, step: int) -> None:
+    """The actor on the held-out prompts (training/ppo/checkpoints.py), saved as RUN/checkpoints/actor-stepN."""
+    if not m.eval_prompts:
+        return
+    row = evaluate(m, m.eval_prompts, m.tokenizer, cfg, step)
+    row["actor"] = str(checkpoint_folder(cfg.output_dir, step))
+    lora = bool(cfg.actor_lora_rank)
+    save_hf(m.actor, m.actor.module, m.tokenizer, Path(row["actor"]), run.rank, cfg.zero_stage == 3, lora, keep=True)
+    record_checkpoint(run, cfg, row)
+
+
+def record_checkpoint(run: RunFiles, cfg: PPOConfig, row: dict) -> None:
+    """A row in RUN/checkpoints.jsonl and a `checkpoint` metrics line (the Train tab plots it)."""
+    if run.rank == 0:
+        with (Path(cfg.output_dir) / CHECKPOINTS_FILE).open("a") as f:
+            f.write(json.dumps(row) + "\n")
+    run.metrics(
+        {"event": "checkpoint", "step": row["step"], **{f"checkpoint/{k}": v for k, v in row.items() if k != "step"}}
+    )
+
+
+def keep_best(run: RunFiles, cfg: PPOConfig, last: dict) -> dict:
+    """The best evaluated checkpoint, the last one included; with --keep-best it becomes RUN/actor (the last one
+    moves to RUN/actor_last). Returns the final metrics' best/... keys."""
+    out = Path(cfg.output_dir)
+    last["actor"] = str(out / "actor")
+    best = best_checkpoint([r for r in read_checkpoints(out) if r["step"] < last["step"]] + [last])
+    if cfg.keep_best and best["step"] != last["step"]:
+        last["actor"] = str(out / "actor_last")
+        if run.rank == 0:
+            (out / "actor").rename(out / "actor_last")
+            link_tree(Path(best["actor"]), out / "actor")
+    record_checkpoint(run, cfg, last)
+    return {f"best/{k}": v for k, v in best.items() if k != "actor"}
+
+
+def finish(
+    m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, total: int, tokenizer, alarm=None
+) -> None:
     out = Path(cfg.output_dir)
     save_checkpoint(m, out / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
+    last = evaluate(m, m.eval_prompts, tokenizer, cfg, step) if m.eval_prompts else None  # before LoRA merges
     zero3 = cfg.zero_stage == 3
     if m.ema is not None and run.rank == 0:  # first: saving a LoRA actor merges its adapters in place
         ema = copy.deepcopy(m.actor.module)
@@ -365,9 +498,11 @@ def finish(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, t
     if m.ref_fingerprint:
         final["reference/sha256_start"] = m.ref_fingerprint
         final["reference/sha256_end"] = param_fingerprint(m.ref)
+    if last is not None:
+        final.update(keep_best(run, cfg, last))
     final.update(peak_memory())
     run.metrics({"event": "final", "step": step, **final})
-    run.status("finished", step=step, total_steps=total, final=final)
+    run.status("finished", step=step, total_steps=total, final=final, **alarm_field(alarm))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,184 @@
+"""The over-optimisation watch in a real PPO run on tiny models (training/watch.py, training/ppo/train.py): an
+ensemble's held-out judge, the length-score correlation, the alarm, and --stop-on-overoptimization.
+
+The hackable setup: the actor is the quick demo's talking model (it ends each reply with probability 0.15 per
+token, so lengths vary); the reward model PPO optimises pays for length, and the held-out judge is the same
+construction paying for brevity. PPO learns to hold EOS back; the optimised score rises, the judge's falls."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_ppo_training import build_share_rm, ppo, rows_of, steps_of
+
+
+@pytest.fixture(scope="module")
+def talker(tmp_path_factory) -> Path:
+    from training.tiny import build_talking_model
+
+    return build_talking_model(tmp_path_factory.mktemp("talker"), n_words=48, eos_rate=0.15)
+
+
+def hand_ensemble(folder: Path, members: list[Path]) -> Path:
+    """A reward run folder holding an ensemble, as `rlhf train-rm --ensemble` leaves it."""
+    for i, m in enumerate(members):
+        shutil.copytree(m, folder / "members" / str(i) / "model")
+    shutil.copytree(members[0], folder / "model")
+    entries = [{"model": f"members/{i}/model"} for i in range(len(members))]
+    (folder / "ensemble.json").write_text(json.dumps({"members": entries}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def length_ensemble(tmp_path_factory, talker) -> Path:
+    """Member 0 pays for length, member 1 (the held-out judge) for brevity. The feature is 1 on every token but the
+    talker's words and EOS: its mean is the prompt's share of the sequence, which falls as the reply grows."""
+    from transformers import AutoTokenizer
+
+    from training.tiny import word_tokens
+
+    tok = AutoTokenizer.from_pretrained(talker)
+    feature = torch.ones(len(tok))
+    feature[word_tokens(tok, 48)] = 0.0
+    feature[tok.eos_token_id] = 0.0
+    tmp = tmp_path_factory.mktemp("length-rms")
+    longer = build_share_rm(talker, tmp / "longer", feature, -0.5)
+    shorter = build_share_rm(talker, tmp / "shorter", feature, 0.5)
+    return hand_ensemble(tmp / "ensemble", [longer, shorter])
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("watch-prompts") / "prompts.txt"
+    path.write_text("\n".join(f"Tell me something about topic number {i}." for i in range(48)) + "\n")
+    return path
+
+
+def test_the_length_rm_scores_longer_replies_higher(talker, length_ensemble):
+    from training.ppo.models import load_scalar_model, reward_scores
+
+    longer = load_scalar_model(str(length_ensemble / "members/0/model"), "fp32")
+    judge = load_scalar_model(str(length_ensemble / "members/1/model"), "fp32")
+    from transformers import AutoTokenizer
+
+    from training.tiny import word_tokens
+
+    tok = AutoTokenizer.from_pretrained(talker)
+    prompt = tok("Tell me about", add_special_tokens=False)["input_ids"]
+    word = word_tokens(tok, 48)[0]
+
+    def score(model, n_words):
+        ids = torch.tensor([prompt + [word] * n_words + [tok.eos_token_id]])
+        return reward_scores(model, ids, torch.ones_like(ids), torch.tensor([ids.shape[1] - 1])).item()
+
+    lengths = [score(longer, n) for n in (1, 4, 12)]
+    assert lengths == sorted(lengths) and lengths[2] > lengths[0] + 0.5
+    assert [score(judge, n) for n in (1, 4, 12)] == pytest.approx([-v for v in lengths], abs=1e-5)
+
+
+def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(tmp_path, talker, length_ensemble, prompts):
+    flags = ["--max-steps", "24", "--epochs", "10", "--actor-lr", "3e-3", "--critic-lr", "1e-3"]
+    flags += ["--watch-patience", "3", "--stop-on-overoptimization"]
+    run = ppo(tmp_path, talker, length_ensemble, prompts, *flags)
+    status = json.loads((run / "status.json").read_text())
+    rows = rows_of(run)
+    alarm = next(r for r in rows if r.get("event") == "alarm")
+    assert status["state"] == "stopped" and status["alarm"] == alarm["reason"] and alarm["stopping"]
+    assert "the held-out judge's score fell" in alarm["reason"]
+    steps = steps_of(run)
+    assert status["step"] == alarm["step"] == max(steps) < 24  # stopped at the alarm's step, checkpointed
+    assert (run / "checkpoints" / "actor" / "latest").read_text().strip() == f"step{alarm['step']}"
+    for row in steps.values():
+        assert {"watch/heldout_score_mean", "watch/length_score_corr", "watch/ref_logprob_mean"} <= row.keys()
+    first, last = steps[1], steps[max(steps)]
+    assert last["reward/score_mean"] > first["reward/score_mean"]  # the optimised score rose
+    assert last["watch/heldout_score_mean"] < first["watch/heldout_score_mean"]  # the judge's fell
+    assert last["response/length_mean"] > first["response/length_mean"]  # by making replies longer
+    corr = [r["watch/length_score_corr"] for r in steps.values()]
+    assert sum(corr) / len(corr) > 0.8  # the score is length, and the watch sees it
+    assert steps[alarm["step"]]["watch/alarm"] == 1.0 and steps[1]["watch/alarm"] == 0.0
+    # resumable: the run continues from the checkpoint to the end (the alarm does not fire twice)
+    from app.cli import main
+
+    assert main(["--db", str(tmp_path / "s.duckdb"), "train-ppo", "--resume", str(run)]) == 0
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished" and status["alarm"] == alarm["reason"]
+    assert sorted(steps_of(run)) == list(range(1, 25))
+    assert sum(r.get("event") == "alarm" for r in rows_of(run)) == 1
+
+
+def test_a_single_reward_model_has_no_judge_but_still_the_watch(tmp_path, talker, length_ensemble, prompts):
+    flags = ["--max-steps", "3", "--kl-budget", "1e-3", "--actor-lr", "1e-2"]
+    run = ppo(tmp_path, talker, length_ensemble / "members/0/model", prompts, *flags)
+    steps = steps_of(run)
+    assert "watch/heldout_score_mean" not in steps[1] and "watch/length_score_corr" in steps[2]
+    assert steps[2]["watch/ref_logprob_mean"] < 0  # a log-likelihood per token
+    # the KL budget fires the alarm at the first step past it (step 1's KL is 0: actor = reference), and the run
+    # goes on without --stop-on-overoptimization
+    over = min(s for s, r in steps.items() if r["reward/kl"] > 1e-3)
+    alarm = next(r for r in rows_of(run) if r.get("event") == "alarm")
+    assert over > 1 and alarm["step"] == over and "passed the budget of 0.001" in alarm["reason"]
+    assert not alarm["stopping"] and json.loads((run / "status.json").read_text())["state"] == "finished"
+
+
+def test_the_best_checkpoint_by_hand():
+    from training.ppo.checkpoints import best_checkpoint
+
+    rows = [
+        {"step": 2, "score_mean": 1.0, "heldout_score_mean": 0.5},
+        {"step": 4, "score_mean": 2.0, "heldout_score_mean": 0.7},
+        {"step": 6, "score_mean": 3.0, "heldout_score_mean": 0.7},
+        {"step": 8, "score_mean": 4.0, "heldout_score_mean": 0.1},
+    ]
+    assert best_checkpoint(rows)["step"] == 4  # the judge's best, the earlier of a tie; not the last
+    assert best_checkpoint([{k: v for k, v in r.items() if k != "heldout_score_mean"} for r in rows])["step"] == 8
+    assert best_checkpoint([]) is None
+
+
+def test_checkpoints_are_judged_on_held_out_prompts_and_the_best_is_kept(tmp_path, talker, length_ensemble, prompts):
+    from safetensors.torch import load_file
+
+    held = tmp_path / "held.txt"
+    held.write_text("".join(f"A held-out question {i}?\n" for i in range(6)))
+    flags = ["--max-steps", "6", "--save-every", "2", "--actor-lr", "3e-3", "--critic-lr", "1e-3"]
+    flags += ["--eval-prompts", str(held), "--keep-best"]
+    run = ppo(tmp_path, talker, length_ensemble, prompts, *flags)
+    rows = [json.loads(x) for x in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4, 6] and all(r["prompts"] == 6 for r in rows)
+    for r in rows:
+        assert {"score_mean", "heldout_score_mean", "kl", "length_mean"} <= r.keys()
+        # the judge pays for brevity and the optimised model for length: on the same replies they are opposite
+        assert r["heldout_score_mean"] == pytest.approx(-r["score_mean"], abs=1e-4)
+    best = max(rows, key=lambda r: (r["heldout_score_mean"], -r["step"]))
+    final = json.loads((run / "status.json").read_text())["final"]
+    assert final["best/step"] == best["step"]
+    events = [r for r in rows_of(run) if r.get("event") == "checkpoint"]
+    assert [e["step"] for e in events] == [2, 4, 6] and "checkpoint/heldout_score_mean" in events[0]
+    weights = lambda folder: load_file(str(folder / "model.safetensors"))  # noqa: E731
+    if best["step"] != 6:  # --keep-best: RUN/actor is the best checkpoint, the last one is kept beside it
+        kept, chosen = weights(run / "actor"), weights(run / "checkpoints" / f"actor-step{best['step']}")
+        assert all(torch.equal(kept[k], chosen[k]) for k in kept)
+        assert (run / "actor_last" / "model.safetensors").is_file()
+        assert rows[-1]["actor"] == str(run / "actor_last")
+    else:
+        assert not (run / "actor_last").exists()
+    assert (run / "checkpoints" / "actor-step2" / "config.json").is_file()  # Compare loads any of them
+
+
+def test_ppo_ptx_mixes_a_language_modelling_step_on_unlabelled_text(tmp_path, talker, length_ensemble, prompts, cli):
+    """--unsupervised-data: after each actor step, an LM step on the text (weight --unsup-coef); its loss is in
+    the metrics and falls as the actor learns the text; a bad file is one error line."""
+    text = tmp_path / "text.txt"
+    text.write_text("".join("the same short sentence about rivers and stones\n" for _ in range(8)))
+    flags = ["--max-steps", "6", "--unsupervised-data", str(text), "--unsup-coef", "1.0", "--actor-lr", "3e-3"]
+    run = ppo(tmp_path, talker, length_ensemble / "members/0/model", prompts, *flags)
+    steps = steps_of(run)
+    assert all("loss/unsup" in r for r in steps.values())
+    assert steps[6]["loss/unsup"] < steps[1]["loss/unsup"]
+    start = next(r for r in rows_of(run) if r.get("event") == "start")
+    assert start["unsupervised_texts"] == 8
+    code, _, err = cli("train-ppo", "--reward", str(length_ensemble), "--unsupervised-data", str(tmp_path / "x.csv"))
+    assert code == 1 and "no such unsupervised data file" in err and len(err.strip().splitlines()) == 1
