@@ -35,7 +35,10 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         reference = gr.Textbox(
             label="Reference (the SFT model, or another tuned run)", value="default", elem_id="cmp-reference"
         )
-        reward = gr.Textbox(label="Reward model for scores (a run or folder; empty = none)", elem_id="cmp-reward")
+        # value "": an API caller may leave it out (compare_send's reward and best-of-N came after its first release)
+        reward = gr.Textbox(
+            label="Reward model for scores (a run or folder; empty = none)", value="", elem_id="cmp-reward"
+        )
         blind = gr.Checkbox(
             label="Blind (sides shuffled; names and scores after the vote)", value=True, elem_id="cmp-blind"
         )

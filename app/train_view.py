@@ -165,10 +165,13 @@ def plot_frames(run: Path) -> dict[str, list[tuple[int, float]]]:
         return {}
     rows = [r for r in read_metrics(run) if "step" in r]
     steps = step_rows(kind, rows)
-    return {
+    frames = {
         k: [(r["step"], r[k]) for r in (steps if any(k in r for r in steps) else rows) if k in r]
         for k in trainer(kind).plots
     }
+    # a metric the run does not log (no held-out judge, no evaluated checkpoints) gets no empty plot, once it has
+    # logged a step
+    return {k: v for k, v in frames.items() if v or not steps}
 
 
 def samples_rows(run: Path, n: int = 6) -> list[list]:

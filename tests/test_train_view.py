@@ -49,7 +49,9 @@ def test_reward_model_then_ppo_and_what_the_tab_shows(db, tmp_path, tiny_model_d
     assert len(released) == 2  # the app's models were freed before each launch
     rm_plots, ppo_plots = plot_frames(rm_run), plot_frames(ppo_run)
     assert list(rm_plots) == list(RM_PLOTS) and rm_plots["loss/rm"] and rm_plots["eval/rm_accuracy"]
-    assert list(ppo_plots) == list(PPO_PLOTS) and all(len(v) == 2 for v in ppo_plots.values())
+    # no held-out judge (one reward model) and no evaluated checkpoints here: those plots are left out
+    logged = [k for k in PPO_PLOTS if not k.startswith(("watch/heldout", "checkpoint/"))]
+    assert list(ppo_plots) == logged and all(len(v) == 2 for v in ppo_plots.values())
     assert samples_rows(ppo_run) and "deepspeed" in log_tail(ppo_run).lower()
     # an app restart: a new process reads the same table from the store and the run folders
     assert runs_rows(db) == rows
