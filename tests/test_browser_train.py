@@ -226,9 +226,10 @@ def test_the_watch_plots_fill_live_and_the_alarm_shows(browser, cli, db, tmp_pat
         page.wait_for_function("document.querySelector('#ppo-max-steps input').value === '24'")
         page.click("#run-ppo")
         page.wait_for_function("document.querySelector('#train-action').innerText.includes('started ppo-')")
-        # while the run goes (a step logged), the watch's plots are there under their names
+        # once the run has logged a step, the watch's plots are there under their names (steps take about a
+        # second here and the tab polls every 2 s: the alarm may already have stopped it by then)
         page.wait_for_function(
-            "/running, step [1-9]/.test(document.querySelector('#run-status').innerText)", timeout=900_000
+            "/(running|stopped), step [1-9]/.test(document.querySelector('#run-status').innerText)", timeout=900_000
         )
         for i, key in zip(watch_plots, ("watch/heldout_score_mean", "watch/length_score_corr"), strict=True):
             page.wait_for_function(f"document.querySelector('#plot-{i}').innerText.includes('{key}')")
