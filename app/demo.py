@@ -43,6 +43,7 @@ from training.ppo.config import PPOConfig
 from training.registry import step_rows, trainer
 from training.reward.config import RewardConfig
 from training.runs import read_metrics, read_status
+from training.scoring import score_texts
 
 DEMO_PROMPTS = "demo_prompts.txt"
 SAMPLE_KEYS = (("reference", "reference"), ("actor", "ppo"), ("dpo", "dpo"))  # samples.jsonl key, method
@@ -142,32 +143,6 @@ def sample_texts(sampler: Sampler, prompts: list[str], k: int, seed: int) -> lis
     return out
 
 
-def score_texts(
-    reward_model: Path, prompts: list[str], texts: list[list[str]], dtype: str, max_length: int
-) -> list[list[float]]:
-    """The reward model's score of each response, encoded by the reward model's own PairEncoder (chat template +
-    response + EOS, cut as in training) and read at EOS."""
-    import torch
-
-    from training.pairs import PairEncoder
-    from training.ppo.models import load_scalar_model, load_tokenizer, reward_scores
-
-    model, tok = load_scalar_model(str(reward_model), dtype), load_tokenizer(reward_model)
-    encoder = PairEncoder(tok, max_length)
-    flat = [(p, t) for p, ts in zip(prompts, texts, strict=True) for t in ts]
-    scores = []
-    with torch.no_grad():
-        for start in range(0, len(flat), 16):
-            seqs = [encoder.encode(p, t)[0] for p, t in flat[start : start + 16]]
-            width = max(map(len, seqs))
-            ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in seqs])
-            mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
-            last = torch.full((len(seqs),), width - 1)
-            scores += reward_scores(model, ids, mask, last).tolist()
-    k = len(texts[0]) if texts else 0
-    return [scores[i * k : (i + 1) * k] for i in range(len(texts))]
-
-
 def pair_accuracy(texts: list[list[str]], scores: list[list[float]]) -> tuple[float, int]:
     """Share of the annotator's pairs (within each prompt; ties make no pair) that the reward model orders the
     same way; a tied score counts as wrong."""
@@ -222,9 +197,8 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
-    from training.models import resolve_model
+    from app.demo_watch import run_watch_part
     from training.precision import with_resolved_dtype
-    from training.tiny import build_plain_model, build_talking_model
 
     t0 = time.time()
     timings: dict[str, float] = {}
@@ -237,60 +211,20 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         return time.time()
 
     t = time.time()
-    if cfg.model == "tiny":
-        model = str(build_talking_model(folder / "models" / "actor"))
-        reward_base = cfg.reward_base or str(build_plain_model(folder / "models" / "reward-base"))
-    else:
-        resolve_model(cfg.model)
-        model, reward_base = cfg.model, cfg.reward_base or cfg.model
-    train, heldout = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
-    (folder / "heldout_prompts.txt").write_text("\n".join(heldout) + "\n")
-    db = str(folder / "store.duckdb")
-    with write(db) as con:
-        add_prompts(con, train, source="demo")
+    model, reward_base, train, heldout, db = set_up(cfg, folder)
     t = lap("set-up", t)
-
-    sampler = Sampler(sampling_config(cfg, model))
-    report = run_sampling(db, sampler, cfg.k)
-    log(report.line())
-    reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
-    del sampler
+    reference, ranked = sample_and_rank(cfg, db, model, heldout, log)
     t = lap("sampling (training prompts, and the reference on held-out prompts)", t)
-
-    ranked = rank_samples(db)
-    log(f"scripted annotator: {ranked.added} rankings, {ranked.pairs} pairs")
-    if ranked.pairs == 0:
-        raise UserError("the scripted annotator found no pair to rank: every prompt's responses tied")
-
     runs = folder / "runs"
-    rm_cfg = RewardConfig(model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed)
+    rm_cfg = RewardConfig(
+        model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed, ensemble=cfg.rm_ensemble
+    )
     rm_run = prepare_reward_run(db, rm_cfg, runs)
     _finished("reward", rm_run, run_training("reward", rm_run))
     rm_final = read_status(rm_run)["final"]
     log(f"reward model: held-out accuracy {rm_final['eval/rm_accuracy']:.3f} on {rm_final['eval/pairs']} pairs")
     t = lap("reward model", t)
-
-    ppo_cfg = PPOConfig(
-        actor=model,
-        reward=str(rm_run),
-        max_new_tokens=cfg.max_new_tokens,
-        min_new_tokens=cfg.min_new_tokens,
-        epochs=cfg.ppo_epochs,
-        max_steps=cfg.ppo_steps,
-        actor_lr=cfg.actor_lr,
-        critic_lr=cfg.critic_lr,
-        kl_ctl=cfg.kl_ctl,
-        dtype=cfg.dtype,
-        seed=cfg.seed,
-    )
-    ppo_run = prepare_ppo_run(db, ppo_cfg, runs)
-
-    def show(row: dict) -> None:
-        line = trainer("ppo").progress(row)
-        if line:
-            log(f"PPO {line}")
-
-    _finished("PPO", ppo_run, run_training("ppo", ppo_run, on_metrics=show))
+    ppo_run = train_ppo(cfg, db, model, rm_run, runs, log)
     t = lap("PPO", t)
 
     actor_sampler = Sampler(sampling_config(cfg, str(ppo_run / "actor")))
@@ -302,12 +236,12 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     ppo_vs_ref = compare(actor, reference, cfg.seed)
     t = lap("evaluation", t)
     texts = {"reference": reference, "ppo": actor}
+    watch = run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log)
+    t = lap("checkpoints and best-of-N", t)
     dpo = run_dpo(cfg, db, model, rm_run, heldout, texts, log) if "dpo" in methods_of(cfg) else {}
     if dpo:
         t = lap("DPO (training and evaluation)", t)
 
-    curve = ppo_curve(ppo_run)
-    bars = QUICK_BARS if quick else FULL_BARS
     results = {
         "quick": quick,
         "config": dataclasses.asdict(cfg),
@@ -328,12 +262,13 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "words_actor": mean_words(actor),
         "win_rate": ppo_vs_ref["win_rate"],
         "win_rate_ci95": ppo_vs_ref["ci95"],
-        **curve,
+        **ppo_curve(ppo_run),
+        **watch,
         **dpo,
         "timings_s": timings,
         "total_s": round(time.time() - t0, 1),
     }
-    results["checks"] = checks(results, bars)
+    results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (folder / "samples.jsonl").write_text(
         "".join(
@@ -345,6 +280,71 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
 
     write_report(folder, results, rm_run, ppo_run)
     return results
+
+
+def set_up(cfg: DemoConfig, folder: Path) -> tuple[str, str, list[str], list[str], str]:
+    """The models (tiny ones built on the spot for --quick), the prompts split, and the demo's store with the
+    training prompts: (model, reward base, training prompts, held-out prompts, store path)."""
+    from training.models import resolve_model
+    from training.tiny import build_plain_model, build_talking_model
+
+    if cfg.model == "tiny":
+        model = str(build_talking_model(folder / "models" / "actor"))
+        reward_base = cfg.reward_base or str(build_plain_model(folder / "models" / "reward-base"))
+    else:
+        resolve_model(cfg.model)
+        model, reward_base = cfg.model, cfg.reward_base or cfg.model
+    train, heldout = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
+    (folder / "heldout_prompts.txt").write_text("\n".join(heldout) + "\n")
+    db = str(folder / "store.duckdb")
+    with write(db) as con:
+        add_prompts(con, train, source="demo")
+    return model, reward_base, train, heldout, db
+
+
+def sample_and_rank(
+    cfg: DemoConfig, db: str, model: str, heldout: list[str], log: Callable[[str], None]
+) -> tuple[list[list[str]], ImportSummary]:
+    """K samples of the SFT model per training prompt into the store, ranked there by the scripted annotator;
+    returns the reference's samples on the held-out prompts and the ranking summary."""
+    sampler = Sampler(sampling_config(cfg, model))
+    report = run_sampling(db, sampler, cfg.k)
+    log(report.line())
+    reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
+    del sampler
+    ranked = rank_samples(db)
+    log(f"scripted annotator: {ranked.added} rankings, {ranked.pairs} pairs")
+    if ranked.pairs == 0:
+        raise UserError("the scripted annotator found no pair to rank: every prompt's responses tied")
+    return reference, ranked
+
+
+def train_ppo(cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, log: Callable[[str], None]) -> Path:
+    """PPO from the SFT model against the reward run (its ensemble's member 0, the last member watching),
+    checkpointing every cfg.save_every steps, through the launcher as `rlhf train-ppo` runs it."""
+    ppo_cfg = PPOConfig(
+        actor=model,
+        reward=str(rm_run),
+        max_new_tokens=cfg.max_new_tokens,
+        min_new_tokens=cfg.min_new_tokens,
+        epochs=cfg.ppo_epochs,
+        max_steps=cfg.ppo_steps,
+        actor_lr=cfg.actor_lr,
+        critic_lr=cfg.critic_lr,
+        kl_ctl=cfg.kl_ctl,
+        save_every=cfg.save_every,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+    )
+    ppo_run = prepare_ppo_run(db, ppo_cfg, runs)
+
+    def show(row: dict) -> None:
+        line = trainer("ppo").progress(row)
+        if line:
+            log(f"PPO {line}")
+
+    _finished("PPO", ppo_run, run_training("ppo", ppo_run, on_metrics=show))
+    return ppo_run
 
 
 def ppo_curve(run: Path) -> dict:
@@ -374,7 +374,10 @@ def _finite(x: object) -> bool:
 
 
 def checks(r: dict, bars: dict) -> dict[str, bool]:
-    """The demo's claims, each true or false."""
+    """The demo's claims, each true or false (the watch's two only in the full demo: on tiny models they are noise,
+    and the report states them either way)."""
+    from app.demo_watch import watch_checks
+
     kl = r["kl_per_step"]
     return {
         f"reward-model accuracy on held-out prompts {_bar(bars['rm_accuracy'])}": _passes(
@@ -392,6 +395,7 @@ def checks(r: dict, bars: dict) -> dict[str, bool]:
             if "dpo_vs_reference" in r
             else {}
         ),
+        **(watch_checks(r["watch"]) if r.get("watch") and not r.get("quick") else {}),
     }
 
 
@@ -412,6 +416,10 @@ def headline(r: dict) -> list[str]:
     ]
     if "dpo_vs_reference" in r:
         lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
+    if r.get("watch"):
+        from app.demo_watch import finding_lines
+
+        lines += finding_lines(r["watch"], r["config"]["best_of"])
     lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
     lines.append(f"report: {Path(r['folder']) / 'report.md'} ({r['total_s'] / 60:.1f} min)")
     return lines

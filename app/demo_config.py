@@ -15,17 +15,23 @@ class DemoConfig:
     max_new_tokens: int = field(default=64, metadata={"help": "longest response (sampling, PPO, evaluation)"})
     min_new_tokens: int = field(default=8, metadata={"help": "shortest response in tokens (EOS held back until then)"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 where the CPU or GPU computes it), fp32 or bf16"})
-    rm_epochs: int = field(default=2, metadata={"help": "reward-model epochs"})
+    rm_epochs: int = field(default=3, metadata={"help": "reward-model epochs"})
+    rm_ensemble: int = field(
+        default=2,
+        metadata={"help": "reward models on alternate halves of the prompts: PPO optimises the first, the last judges"},
+    )
     rm_lr: float = field(default=1e-5, metadata={"help": "reward-model learning rate"})
     ppo_epochs: int = field(default=2, metadata={"help": "PPO passes over the training prompts"})
     ppo_steps: int = field(default=0, metadata={"help": "stop PPO after this many steps (0 = all epochs)"})
     actor_lr: float = field(default=1e-5, metadata={"help": "actor learning rate"})
     critic_lr: float = field(default=5e-6, metadata={"help": "critic learning rate"})
     kl_ctl: float = field(default=0.1, metadata={"help": "KL penalty coefficient"})
+    save_every: int = field(default=16, metadata={"help": "PPO checkpoints every N steps, each judged held out"})
+    best_of: int = field(default=16, metadata={"help": "best-of-N of the reference for N = 1, 2, 4, ... up to this"})
     methods: str = field(default="ppo,dpo", metadata={"help": "ppo, or ppo,dpo: DPO from the same pairs too"})
-    dpo_lr: float = field(default=1e-6, metadata={"help": "DPO learning rate"})
+    dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
-    dpo_epochs: int = field(default=1, metadata={"help": "DPO passes over the training pairs"})
+    dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})
     seed: int = field(default=0, metadata={"help": "seed of sampling, training and evaluation"})
 
 
@@ -41,6 +47,7 @@ QUICK = dict(
     ppo_epochs=3,
     actor_lr=5e-3,
     critic_lr=1e-3,
+    save_every=6,
     dpo_lr=5e-3,
     dpo_epochs=2,
 )

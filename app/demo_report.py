@@ -65,6 +65,12 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
     samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
     ppo_rows = step_rows("ppo", read_metrics(ppo_run))
     _plots(folder, read_metrics(rm_run), ppo_rows, samples)
+    watch = ""
+    if r.get("checkpoints") is not None:
+        from app.demo_watch import plot_watch, watch_section
+
+        plot_watch(folder, r, ppo_rows)
+        watch = watch_section(r)
     c = r["config"]
     kl_rows = "\n".join(
         f"| {row['step']} | {row['reward/score_mean']:.3f} | {row['reward/kl']:.3f} | "
@@ -111,6 +117,7 @@ wrong).
 |---:|---:|---:|---:|
 {kl_rows}
 
+{watch}
 ## Held-out lengths
 
 ![held-out lengths](heldout_lengths.png)

@@ -70,6 +70,17 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         assert f"({png})" in report
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.count("\n| ") == r["ppo_steps"] + 1  # one table row per PPO step, KL in each
+    # the watch: the ensemble's judge scored every checkpoint; best-of-N for N = 1..16; the plots are in the report
+    assert [p["n"] for p in r["best_of_n"]] == [1, 2, 4, 8, 16]
+    assert [p["kl"] for p in r["best_of_n"]] == pytest.approx([0.0, 0.1931, 0.6363, 1.2044, 1.8351], abs=1e-4)
+    steps = [p["step"] for p in r["checkpoints"]]
+    assert steps == sorted(steps) and steps[-1] == r["ppo_steps"] and len(steps) >= 3
+    assert sum(p["chosen"] for p in r["checkpoints"]) == 1
+    assert all(p["heldout_score_mean"] is not None and 0 <= p["win_rate"] <= 1 for p in r["checkpoints"])
+    assert r["checkpoints"][-1]["win_rate"] == r["win_rate"]  # the last checkpoint is the actor the demo judged
+    assert r["watch"]["chosen_step"] in steps and "checkpoint chosen by the held-out judge" in out
+    for png in ("win_rate_vs_kl.png", "watch.png"):
+        assert f"({png})" in report and (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(
@@ -191,3 +202,35 @@ def test_a_dpo_at_chance_fails_its_check():
     assert dpo is False
     r["dpo_vs_reference"]["win_rate"] = 0.55
     assert all(checks(r, QUICK_BARS).values())
+
+
+def test_best_of_n_points_and_the_findings_by_hand():
+    from app.demo_watch import best_of_ns, findings, interpolate, watch_checks
+
+    assert best_of_ns(16) == [1, 2, 4, 8, 16] and best_of_ns(6) == [1, 2, 4, 6] and best_of_ns(1) == [1]
+    # best-of-N at sqrt(KL) 0, 1 and 2 with win rates 0.5, 0.7 and 0.8
+    bon = [{"kl": 0.0, "win_rate": 0.5}, {"kl": 1.0, "win_rate": 0.7}, {"kl": 4.0, "win_rate": 0.8}]
+    assert interpolate(bon, 0.25) == pytest.approx(0.6)  # sqrt 0.5: halfway from 0.5 to 0.7
+    assert interpolate(bon, 2.25) == pytest.approx(0.75)  # sqrt 1.5: halfway from 0.7 to 0.8
+    assert interpolate(bon, -0.1) == 0.5  # a sampled KL below 0 reads as 0
+    assert interpolate(bon, 9.0) is None  # beyond best-of-N's reach
+
+    def ckpt(step, kl, win, chosen=False):
+        return {"step": step, "kl": kl, "win_rate": win, "chosen": chosen}
+
+    # PPO peaks at step 20 (KL 2.25: best-of-N there 0.75), the held-out judge chose step 20, the last is worse
+    points = [ckpt(10, 0.25, 0.62), ckpt(20, 2.25, 0.78, chosen=True), ckpt(30, 9.0, 0.70)]
+    f = findings(points, bon, {"step": 25, "reason": "held-out judge fell"})
+    assert (f["chosen_step"], f["last_step"], f["peak_step"]) == (20, 30, 20)
+    assert f["chosen_at_least_last"] and f["best_of_n_at_peak_kl"] == pytest.approx(0.75)
+    assert f["ppo_beats_best_of_n"] and not f["peak_kl_beyond_best_of_n"] and f["alarm_step"] == 25
+    assert all(watch_checks(f).values())
+    # the peak beyond best-of-N's KL is compared with its largest N, and said so; a last checkpoint that wins more
+    points = [ckpt(10, 0.25, 0.55, chosen=True), ckpt(20, 9.0, 0.79)]
+    f = findings(points, bon, None)
+    assert f["peak_kl_beyond_best_of_n"] and f["best_of_n_at_peak_kl"] == 0.8 and not f["ppo_beats_best_of_n"]
+    assert not f["chosen_at_least_last"] and f["alarm_step"] is None
+    assert watch_checks(f) == {
+        "the held-out judge's checkpoint wins at least as often as the last one": False,
+        "PPO's best checkpoint beats best-of-N at the same KL": False,
+    }

@@ -1,0 +1,293 @@
+"""The demo's over-optimisation part: is PPO earning what the annotator wants, or only what the reward model pays?
+
+- PPO trains against member 0 of a two-member reward ensemble (alternate halves of the training prompts); member 1
+  is the held-out judge it never optimises (training/watch.py), and PPO checkpoints every `save_every` steps, each
+  scored by both on the store's held-out prompts (training/ppo/checkpoints.py), which names the chosen one.
+- Here every checkpoint also samples the demo's held-out prompts and the scripted annotator judges it against the
+  reference: the true win rate, against the KL the run measured for that checkpoint.
+- Best-of-N of the reference (N = 1, 2, 4, ...), picked by the same reward model PPO optimised, is the baseline at
+  the same KL (Gao et al. 2022): its KL is the analytic log N - (N - 1) / N.
+
+The report plots win rate against sqrt(KL) for both, the watch's per-step numbers with the step its alarm fired
+(if it did), and says whether the chosen checkpoint wins at least as often as the last one, and whether PPO's
+best point beats best-of-N at its KL."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from app.demo_config import DemoConfig
+from training.best_of_n import best_index
+from training.ppo.checkpoints import best_checkpoint, read_checkpoints
+from training.runs import read_metrics
+from training.watch import best_of_n_kl
+
+CHECKPOINT_SEED = 2 * 10**6  # the PPO actor's own held-out samples use this seed: every checkpoint samples alike
+BEST_OF_SEED = 5 * 10**6
+
+
+def best_of_ns(largest: int) -> list[int]:
+    """1, 2, 4, ... up to `largest` (which is included)."""
+    ns, n = [], 1
+    while n < largest:
+        ns.append(n)
+        n *= 2
+    return ns + [largest]
+
+
+def checkpoint_points(
+    cfg: DemoConfig, ppo_run: Path, heldout: list[str], texts: dict[str, list[list[str]]], log: Callable
+) -> list[dict]:
+    """Every evaluated checkpoint of the run still on disk: the run's own numbers (KL, the optimised and the held-out
+    judge's score on the store's held-out prompts) and the scripted annotator's win rate over the reference on the
+    demo's held-out prompts. The run's final actor reuses the samples the demo already drew from it."""
+    from app.demo import compare, mean_words, sample_texts, sampling_config
+    from training.generation import Sampler
+
+    rows = [r for r in read_checkpoints(ppo_run) if Path(r.get("actor", "")).is_dir()]
+    chosen = best_checkpoint(rows)
+    points = []
+    for r in rows:
+        if Path(r["actor"]).resolve() == (ppo_run / "actor").resolve():
+            samples = texts["ppo"]
+        else:
+            sampler = Sampler(sampling_config(cfg, r["actor"]))
+            samples = sample_texts(sampler, heldout, cfg.k, cfg.seed + CHECKPOINT_SEED)
+            del sampler
+        won = compare(samples, texts["reference"], cfg.seed)
+        log(f"checkpoint step {r['step']}: KL {r['kl']:.2f}, win rate {won['win_rate']:.1%}")
+        points.append(
+            {
+                "step": r["step"],
+                "kl": r["kl"],  # sampled (k1): can dip below 0, where sqrt(KL) reads it as 0
+                "score_mean": r["score_mean"],
+                "heldout_score_mean": r.get("heldout_score_mean"),
+                "chosen": r is chosen,
+                "words": mean_words(samples),
+                **won,
+            }
+        )
+    return points
+
+
+def best_of_n_points(
+    cfg: DemoConfig, model: str, reward_model: Path, heldout: list[str], reference: list[list[str]], max_length: int
+) -> list[dict]:
+    """Best-of-n of the reference for n = 1, 2, 4, ..., cfg.best_of: one set of cfg.best_of samples per held-out
+    prompt, the pick among the first n by the reward model PPO optimised, judged against the reference's samples."""
+    from app.demo import compare, mean_words, sample_texts, sampling_config
+    from training.generation import Sampler
+    from training.scoring import score_texts
+
+    sampler = Sampler(sampling_config(cfg, model))
+    samples = sample_texts(sampler, heldout, cfg.best_of, cfg.seed + BEST_OF_SEED)
+    del sampler
+    scores = score_texts(reward_model, heldout, samples, cfg.dtype, max_length)
+    points = []
+    for n in best_of_ns(cfg.best_of):
+        picks = [[s[best_index(sc[:n])]] for s, sc in zip(samples, scores, strict=True)]
+        score = sum(sc[best_index(sc[:n])] for sc in scores) / len(scores)
+        points.append(
+            {
+                "n": n,
+                "kl": best_of_n_kl(n),
+                "score_mean": score,
+                "words": mean_words(picks),
+                **compare(picks, reference, cfg.seed),
+            }
+        )
+    return points
+
+
+def interpolate(points: list[dict], kl: float) -> float | None:
+    """Best-of-N's win rate at `kl`, linear in sqrt(KL) between its two nearest points; None beyond its range."""
+    xs, x = [_sqrt(p["kl"]) for p in points], _sqrt(kl)
+    for i in range(len(points) - 1):
+        x0, x1 = xs[i], xs[i + 1]
+        if x0 <= x <= x1:
+            t = (x - x0) / (x1 - x0) if x1 > x0 else 0.0
+            return points[i]["win_rate"] + t * (points[i + 1]["win_rate"] - points[i]["win_rate"])
+    return None
+
+
+def alarm_of(ppo_run: Path) -> dict | None:
+    """The watch's alarm event of the run (step and reason), None if it never fired."""
+    events = [r for r in read_metrics(ppo_run) if r.get("event") == "alarm"]
+    return {"step": events[0]["step"], "reason": events[0]["reason"]} if events else None
+
+
+def findings(checkpoints: list[dict], best_of: list[dict], alarm: dict | None) -> dict:
+    """What the points say: the chosen and the last checkpoint's win rates, PPO's best point (the highest win rate)
+    against best-of-N at its KL (the largest N's point, said so, where PPO's KL is beyond best-of-N's), and where the
+    alarm fired beside where PPO peaked."""
+    if not checkpoints or not best_of:
+        return {}
+    chosen = next(p for p in checkpoints if p["chosen"])
+    last, peak = checkpoints[-1], max(checkpoints, key=lambda p: (p["win_rate"], -p["step"]))
+    at_kl = interpolate(best_of, peak["kl"])
+    beyond = at_kl is None
+    baseline = best_of[-1]["win_rate"] if beyond else at_kl
+    return {
+        "chosen_step": chosen["step"],
+        "chosen_win_rate": chosen["win_rate"],
+        "last_step": last["step"],
+        "last_win_rate": last["win_rate"],
+        "chosen_at_least_last": chosen["win_rate"] >= last["win_rate"],
+        "peak_step": peak["step"],
+        "peak_kl": peak["kl"],
+        "peak_win_rate": peak["win_rate"],
+        "best_of_n_at_peak_kl": baseline,
+        "peak_kl_beyond_best_of_n": beyond,
+        "ppo_beats_best_of_n": peak["win_rate"] > baseline,
+        "alarm_step": alarm["step"] if alarm else None,
+        "alarm_reason": alarm["reason"] if alarm else None,
+    }
+
+
+def finding_lines(f: dict, largest_n: int) -> list[str]:
+    """The findings as report sentences."""
+    if not f:
+        return ["no evaluated checkpoint or best-of-N point: nothing to compare"]
+    where = (
+        f"best-of-{largest_n}'s {f['best_of_n_at_peak_kl']:.1%} (its KL bound, {best_of_n_kl(largest_n):.2f} nats, is "
+        f"below PPO's {f['peak_kl']:.2f}: best-of-N cannot spend that much KL here)"
+        if f["peak_kl_beyond_best_of_n"]
+        else f"best-of-N's {f['best_of_n_at_peak_kl']:.1%} at the same KL ({f['peak_kl']:.2f} nats)"
+    )
+    alarm = (
+        f"the watch's alarm fired at step {f['alarm_step']} ({f['alarm_reason']})"
+        if f["alarm_step"] is not None
+        else "the watch's alarm did not fire"
+    )
+    return [
+        f"checkpoint chosen by the held-out judge: step {f['chosen_step']}, win rate {f['chosen_win_rate']:.1%}; the "
+        f"last one (step {f['last_step']}): {f['last_win_rate']:.1%}",
+        f"PPO peaked at step {f['peak_step']} (win rate {f['peak_win_rate']:.1%}, KL {f['peak_kl']:.2f} nats) against "
+        f"{where}",
+        f"{alarm}; PPO's win rate peaked at step {f['peak_step']}",
+    ]
+
+
+def watch_checks(f: dict) -> dict[str, bool]:
+    """The full demo's claims about the watch (the quick one reports them without a bar: tiny models are noise)."""
+    if not f:
+        return {}
+    return {
+        "the held-out judge's checkpoint wins at least as often as the last one": f["chosen_at_least_last"],
+        "PPO's best checkpoint beats best-of-N at the same KL": f["ppo_beats_best_of_n"],
+    }
+
+
+def run_watch_part(
+    cfg: DemoConfig,
+    model: str,
+    rm_run: Path,
+    ppo_run: Path,
+    heldout: list[str],
+    texts: dict[str, list[list[str]]],
+    max_length: int,
+    log: Callable,
+) -> dict:
+    """The checkpoints' and best-of-N's points and what they say, for results.json."""
+    checkpoints = checkpoint_points(cfg, ppo_run, heldout, texts, log)
+    best_of = best_of_n_points(cfg, model, rm_run / "model", heldout, texts["reference"], max_length)
+    for p in best_of:
+        log(f"best-of-{p['n']}: KL <= {p['kl']:.2f}, win rate {p['win_rate']:.1%}")
+    watch = findings(checkpoints, best_of, alarm_of(ppo_run))
+    return {"checkpoints": checkpoints, "best_of_n": best_of, "watch": watch}
+
+
+def plot_watch(folder: Path, r: dict, ppo_rows: list[dict]) -> list[str]:
+    """win_rate_vs_kl.png (best-of-N and PPO's checkpoints) and watch.png (the watch's per-step numbers)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    curves = ((r["best_of_n"], "best-of-N of the reference", "n"), (r["checkpoints"], "PPO checkpoints", "step"))
+    for points, label, key in curves:
+        xs = [_sqrt(p["kl"]) for p in points]
+        ys = [p["win_rate"] for p in points]
+        err = [[p["win_rate"] - p["ci95"][0] for p in points], [p["ci95"][1] - p["win_rate"] for p in points]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        for x, y, p in zip(xs, ys, points, strict=True):
+            ax.annotate(f"{key[0]}={p[key]}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    chosen = [p for p in r["checkpoints"] if p["chosen"]]
+    if chosen:
+        star = ([_sqrt(chosen[0]["kl"])], [chosen[0]["win_rate"]])
+        ax.plot(*star, "k*", ms=14, label="chosen by the held-out judge")
+    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set(title="win rate over the reference (scripted annotator)", xlabel="sqrt(KL to the reference), sqrt(nats)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(folder / "win_rate_vs_kl.png", dpi=110)
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.4))
+    steps = [row["step"] for row in ppo_rows]
+    a.plot(steps, [row.get("reward/score_mean") for row in ppo_rows], lw=1, label="optimised reward model")
+    if any("watch/heldout_score_mean" in row for row in ppo_rows):
+        a.plot(steps, [row.get("watch/heldout_score_mean") for row in ppo_rows], lw=1, label="held-out judge")
+    b.plot(steps, [row.get("watch/length_score_corr") for row in ppo_rows], lw=1)
+    alarm = r.get("watch", {}).get("alarm_step")
+    for ax in (a, b):
+        if alarm is not None:
+            ax.axvline(alarm, color="red", ls="--", lw=1, label="the watch's alarm")
+        for p in chosen:
+            ax.axvline(p["step"], color="black", ls=":", lw=1, label="chosen checkpoint")
+    a.set(title="PPO: rollout score per step", xlabel="PPO step")
+    a.legend(fontsize=8)
+    b.set(title="PPO: correlation of length and score", xlabel="PPO step", ylim=(-1.05, 1.05))
+    fig.tight_layout()
+    fig.savefig(folder / "watch.png", dpi=110)
+    plt.close("all")
+    return ["win_rate_vs_kl.png", "watch.png"]
+
+
+def watch_section(r: dict) -> str:
+    """The report's section on the watch: the two plots, the points as tables and the findings."""
+    rows = "\n".join(
+        f"|{p['step']}{' (chosen)' if p['chosen'] else ''}|{p['kl']:.2f}|{p['score_mean']:.3f}|"
+        f"{_num(p['heldout_score_mean'])}|{p['words']:.1f}|{p['win_rate']:.1%}|{p['ci95'][0]:.1%}-{p['ci95'][1]:.1%}|"
+        for p in r["checkpoints"]
+    )
+    bon = "\n".join(
+        f"|{p['n']}|{p['kl']:.2f}|{p['score_mean']:.3f}|{p['words']:.1f}|{p['win_rate']:.1%}|"
+        f"{p['ci95'][0]:.1%}-{p['ci95'][1]:.1%}|"
+        for p in r["best_of_n"]
+    )
+    lines = "\n".join("- " + x for x in finding_lines(r["watch"], r["config"]["best_of"]))
+    return f"""## Is it hacking the reward model?
+
+PPO optimised reward-model member 0; member 1, trained on the other half of the training prompts, judged every
+rollout without PPO seeing its gradient (the watch, `training/watch.py`). Each checkpoint's KL and scores are the
+run's own, on the store's held-out prompts; its win rate is the scripted annotator's on the demo's held-out prompts.
+A sampled KL (k1, the mean of log pi - log pi_ref over the actor's own replies) can come out below 0; the plot reads
+it as 0. Best-of-N picks, among N samples of the reference, the one the optimised reward model scores highest; its
+KL is the bound log N - (N - 1)/N.
+
+{lines}
+
+![win rate against sqrt(KL)](win_rate_vs_kl.png)
+
+![the watch](watch.png)
+
+|PPO checkpoint (step)|KL (nats)|optimised score|held-out judge|words|win rate|95% interval|
+|---:|---:|---:|---:|---:|---:|---|
+{rows}
+
+|best-of-N (N)|KL bound (nats)|optimised score|words|win rate|95% interval|
+|---:|---:|---:|---:|---:|---|
+{bon}
+"""
+
+
+def _sqrt(kl: float) -> float:
+    """sqrt(KL), a negative sampled estimate read as 0."""
+    return math.sqrt(max(kl, 0.0))
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"

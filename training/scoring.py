@@ -1,0 +1,37 @@
+"""Scoring many replies with a reward model, batched: the demo's evaluation, best-of-N's picks and a round's
+selection read scores the way the model was trained (training/pairs.py's PairEncoder: chat template + reply + EOS,
+cut as in training, read at EOS)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BATCH = 16
+
+
+def score_texts(
+    reward_model: str | Path, prompts: list[str], texts: list[list[str]], dtype: str, max_length: int
+) -> list[list[float]]:
+    """The reward model's score of each reply: texts[i] are prompt i's replies (any number per prompt)."""
+    import torch
+
+    from training.pairs import PairEncoder
+    from training.ppo.models import load_scalar_model, load_tokenizer, reward_scores
+
+    model, tok = load_scalar_model(str(reward_model), dtype), load_tokenizer(reward_model)
+    encoder = PairEncoder(tok, max_length)
+    flat = [(p, t) for p, ts in zip(prompts, texts, strict=True) for t in ts]
+    scores: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(flat), BATCH):
+            seqs = [encoder.encode(p, t)[0] for p, t in flat[start : start + BATCH]]
+            width = max(map(len, seqs))
+            ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in seqs])
+            mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+            last = torch.full((len(seqs),), width - 1)
+            scores += reward_scores(model, ids, mask, last).tolist()
+    out, i = [], 0
+    for ts in texts:
+        out.append(scores[i : i + len(ts)])
+        i += len(ts)
+    return out
