@@ -12,6 +12,7 @@ import sys
 
 from app.config_args import add_dataclass_args, dataclass_from_args, given_args
 from app.demo_config import QUICK, DemoConfig
+from app.round_config import RoundConfig
 from store.errors import UserError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
@@ -271,6 +272,41 @@ def cmd_runs(args: argparse.Namespace) -> None:
         print(f"{run_id}  {kind}  {created[:19]}  {status.get('state')}{error}  {step}{headline}  {path}")
 
 
+def cmd_rounds(args: argparse.Namespace) -> None:
+    from store.db import connect
+    from store.rounds import list_rounds
+
+    with connect(args.db, create=False) as con:
+        rounds = list_rounds(con)
+    if not rounds:
+        print("no rounds yet: sample (rlhf sample) or start one (rlhf round start --policy MODEL)")
+    for r in rounds:
+        print(round_line(r))
+
+
+def round_line(r: dict) -> str:
+    """One round of `rlhf rounds` (and the Data tab's table): its counts, who won its mixed rankings, its runs."""
+    mixed = f" + {r['previous_policy']} (previous)" if r["previous_policy"] else ""
+    wins = ", ".join(f"{m}: {w:g}" for m, w in r["wins"].items()) if r["previous_policy"] else ""
+    runs = ", ".join(f"{kind} {run}" for run, kind in r["runs"]) or "none"
+    return (
+        f"round {r['round']}  {r['selection']}  policy {r['policy']}{mixed}  {r['prompts']} prompts, "
+        f"{r['responses']} responses, {r['rankings']} rankings, {r['pairs']} pairs, {r['labels_spent']} rankings "
+        f"so far{'  first place: ' + wins if wins else ''}  runs: {runs}"
+    )
+
+
+def cmd_round_start(args: argparse.Namespace) -> None:
+    from app.rounds import start_round
+
+    r = start_round(args.db, dataclass_from_args(RoundConfig, args))
+    mixed = f" + responses of {r['previous_policy']}" if r["previous_policy"] else ""
+    print(
+        f"round {r['round']} started: {r['prompts']} of {r['candidates']} candidate prompts, {r['responses']} "
+        f"responses from {r['policy']}{mixed} ({r['duplicates']} identical to another); rank them in the Annotate tab"
+    )
+
+
 def cmd_ui(args: argparse.Namespace) -> None:
     from app.ui import launch
 
@@ -400,6 +436,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("runs", help="list training runs with status and headline metrics")
     s.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("rounds", help="list annotation rounds: policy, prompts, rankings, pairs, runs")
+    s.set_defaults(func=cmd_rounds)
+
+    s = sub.add_parser("round", help="annotation rounds")
+    rs = s.add_subparsers(dest="round_command", required=True, metavar="ACTION")
+    a = rs.add_parser("start", help="sample the next round from a policy, on prompts chosen by --select")
+    add_dataclass_args(a, RoundConfig)
+    a.set_defaults(func=cmd_round_start)
 
     s = sub.add_parser("pairs", help="expand rankings to chosen/rejected pairs")
     s.add_argument("--out", help="FILE.jsonl, FILE.parquet or FILE.csv (CSV cells never start a formula)")

@@ -27,16 +27,23 @@ def claim_next(
 ) -> tuple[int, int, list[int]] | None:
     """Assign the next prompt this annotator has not had and fewer than `overlap` annotators have had.
 
-    Every browser ranking comes from an assignment, so assignments alone say who has (had) a prompt. Prompts with
-    the fewest annotators go first, then the oldest. Returns (assignment id, prompt id, shown order), or None."""
+    Every browser ranking comes from an assignment, so assignments alone say who has (had) a prompt. A prompt asked
+    again in a later round (store/rounds.py) is a new task: only its latest round's responses are shown, and only
+    that round's assignments count. Prompts with the fewest annotators go first, then the newest round's, in the
+    order its selection chose them, then the oldest. Returns (assignment id, prompt id, shown order), or None."""
     row = con.execute(
-        f"""WITH held AS (SELECT prompt_id, count(*) AS n, bool_or(annotator = ?) AS mine
-                          FROM assignments GROUP BY prompt_id),
-                 rankable AS (SELECT r.prompt_id FROM responses r WHERE {RANKABLE}
-                              GROUP BY r.prompt_id HAVING count(*) >= 2)
-            SELECT k.prompt_id FROM rankable k LEFT JOIN held h USING (prompt_id)
+        f"""WITH cur AS (SELECT prompt_id, max(round) AS round FROM response_round GROUP BY prompt_id),
+                 held AS (SELECT a.prompt_id, count(*) AS n, bool_or(a.annotator = ?) AS mine
+                          FROM assignments a JOIN response_round x ON x.response_id = a.shown_order[1]
+                          JOIN cur ON cur.prompt_id = a.prompt_id AND cur.round = x.round
+                          GROUP BY a.prompt_id),
+                 rankable AS (SELECT r.prompt_id FROM responses r JOIN response_round x USING (response_id)
+                              JOIN cur ON cur.prompt_id = r.prompt_id AND cur.round = x.round
+                              WHERE {RANKABLE} GROUP BY r.prompt_id HAVING count(*) >= 2)
+            SELECT k.prompt_id, cur.round FROM rankable k JOIN cur USING (prompt_id) LEFT JOIN held h USING (prompt_id)
+            LEFT JOIN round_prompts q ON q.prompt_id = k.prompt_id AND q.round = cur.round
             WHERE coalesce(h.n, 0) < ? AND NOT coalesce(h.mine, false)
-            ORDER BY coalesce(h.n, 0), k.prompt_id LIMIT 1""",
+            ORDER BY coalesce(h.n, 0), cur.round DESC, q.position NULLS LAST, k.prompt_id LIMIT 1""",
         [annotator, overlap],
     ).fetchone()
     if row is None:
@@ -44,8 +51,9 @@ def claim_next(
     ids = [
         i
         for (i,) in con.execute(
-            f"SELECT r.response_id FROM responses r WHERE r.prompt_id = ? AND {RANKABLE} ORDER BY r.response_id",
-            [row[0]],
+            f"""SELECT r.response_id FROM responses r JOIN response_round x USING (response_id)
+                WHERE r.prompt_id = ? AND x.round = ? AND {RANKABLE} ORDER BY r.response_id""",
+            [row[0], row[1]],
         ).fetchall()
     ]
     rng.shuffle(ids)  # each annotator sees their own order; it is stored with the ranking
@@ -98,11 +106,18 @@ def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
 
 def annotation_counts(con: duckdb.DuckDBPyConnection, annotator: str, source: str, overlap: int) -> tuple:
     """(rankings by this annotator, rankings by everyone, prompts still needing rankings, pairs in the store);
-    one query, since it runs after every submission."""
+    one query, since it runs after every submission. A prompt waits while its latest round (store/rounds.py) has
+    fewer than `overlap` of the source's rankings (or skips), each found through the assignment that made it."""
     return con.execute(
-        f"""WITH rankable AS (SELECT r.prompt_id FROM responses r WHERE {RANKABLE}
-                              GROUP BY r.prompt_id HAVING count(*) >= 2),
-                 done AS (SELECT prompt_id, count(*) AS n FROM rankings WHERE source = $source GROUP BY prompt_id)
+        f"""WITH cur AS (SELECT prompt_id, max(round) AS round FROM response_round GROUP BY prompt_id),
+                 rankable AS (SELECT r.prompt_id FROM responses r JOIN response_round x USING (response_id)
+                              JOIN cur ON cur.prompt_id = r.prompt_id AND cur.round = x.round
+                              WHERE {RANKABLE} GROUP BY r.prompt_id HAVING count(*) >= 2),
+                 done AS (SELECT a.prompt_id, count(*) AS n FROM rankings k
+                          JOIN assignments a ON a.ranking_id = k.ranking_id
+                          JOIN response_round x ON x.response_id = a.shown_order[1]
+                          JOIN cur ON cur.prompt_id = a.prompt_id AND cur.round = x.round
+                          WHERE k.source = $source GROUP BY a.prompt_id)
             SELECT
               (SELECT count(*) FROM rankings WHERE source = $source AND NOT skipped AND annotator = $annotator),
               (SELECT count(*) FROM rankings WHERE source = $source AND NOT skipped),

@@ -21,8 +21,10 @@ class Sample:
     params: dict = field(default_factory=dict)
 
 
-def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id: str) -> int:
-    """Store samples, marking each exact repeat of an earlier sample of the same prompt as a duplicate.
+def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id: str, round_: int | None = None) -> int:
+    """Store samples, marking each exact repeat of an earlier sample of the same prompt as a duplicate. With a
+    round, the samples belong to it (store/rounds.py) and only a repeat within that round is a duplicate: a round
+    ranks its own responses, whatever earlier rounds drew.
 
     Returns how many were duplicates. Runs inside the caller's transaction."""
     duplicates = 0
@@ -32,7 +34,11 @@ def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id:
         dup = first.get(key)
         if dup is None:
             row = con.execute(
-                "SELECT min(response_id) FROM responses WHERE prompt_id = ? AND text = ?", list(key)
+                "SELECT min(response_id) FROM responses WHERE prompt_id = ? AND text = ?"
+                if round_ is None
+                else "SELECT min(response_id) FROM response_round JOIN responses USING (response_id, prompt_id) "
+                "WHERE prompt_id = ? AND text = ? AND round = ?",
+                list(key) if round_ is None else [*key, round_],
             ).fetchone()
             dup = row[0]
         new_id = con.execute(
@@ -41,6 +47,8 @@ def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id:
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING response_id""",
             [s.prompt_id, s.text, model_id, json.dumps(s.params), s.seed, s.position, s.n_tokens, s.finish_reason, dup],
         ).fetchone()[0]
+        if round_ is not None:
+            con.execute("INSERT INTO response_rounds (response_id, round) VALUES (?, ?)", [new_id, round_])
         if dup is None:
             first[key] = new_id
         else:

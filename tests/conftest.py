@@ -12,7 +12,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # `auto` dtypes mean fp32 in the tests: the same numbers on a CPU with bf16 and one without (test_precision clears it)
 os.environ.setdefault("RLHF_DTYPE", "fp32")
 DATA = Path(__file__).parent / "data"
-TABLES = ("prompts", "responses", "rankings", "ranking_items", "imports", "snapshots", "assignments", "runs")
+TABLES = (
+    "prompts",
+    "responses",
+    "rankings",
+    "ranking_items",
+    "imports",
+    "snapshots",
+    "assignments",
+    "runs",
+    "rounds",
+    "round_prompts",
+    "response_rounds",
+)
 
 
 @pytest.fixture

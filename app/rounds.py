@@ -1,0 +1,219 @@
+"""`rlhf round start` and the Train tab's "Start the next round": the tuned policy goes back into the annotation
+queue (issue 13, Llama 2's practice).
+
+1. The candidates: fresh prompts from a file, else the store's prompts no round has asked yet (`--reask`: all).
+2. The choice (annotation/selection.py): `random` takes n of them by a seeded shuffle; `uncertain` and `disagree`
+   first sample K replies of every candidate from the policy and score them with the latest reward run (its
+   members, for `disagree`), then keep the n the reward model is least sure about.
+3. K replies of the chosen prompts from the policy, plus M from the previous round's policy (`--mix-previous`), so
+   each ranking puts old and new side by side and says which one won.
+4. One transaction: the round, its prompts in asking order (the Annotate queue hands them out so), its responses.
+
+Models are loaded while the store is closed; nothing is written until every sample exists."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from annotation import selection
+from app.round_config import RoundConfig
+from store.db import connect, write
+from store.errors import UserError
+from store.prompts import add_prompts
+from store.responses import Sample, add_samples
+from store.rounds import asked_prompts, latest_round, record_round, round_policies
+
+
+def policy_ref(ref: str) -> str:
+    """What a round samples from: 'default', a HF folder, or a run folder's saved policy (PPO's actor, DPO's)."""
+    from training.registry import policy_folder
+
+    if ref == "default":
+        return ref
+    path = Path(ref).expanduser()
+    if not path.is_dir():
+        raise UserError(f"--policy {ref}: no such model or run folder")
+    if (path / "config.json").is_file() and (path / "status.json").is_file():  # a run folder
+        folder = policy_folder(path)
+        if folder is None:
+            raise UserError(f"--policy {ref}: this run saved no policy (a reward model, or not finished)")
+        return str(folder.resolve())
+    return str(path.resolve())
+
+
+def sampling_ref(model_id: str | None, round_: int) -> str:
+    """A stored model id back to something a Sampler loads ('default:<name>' -> 'default', a folder -> itself)."""
+    if model_id and model_id.startswith("default:"):
+        return "default"
+    if model_id and Path(model_id).is_dir():
+        return model_id
+    raise UserError(
+        f"round {round_}'s responses came from {model_id or 'no model'}, which cannot be sampled again: "
+        "--mix-previous needs the previous round's policy as a model"
+    )
+
+
+def candidates(db, cfg: RoundConfig) -> list[tuple[int, str]]:
+    """(prompt id, text) the round may ask, oldest first: a file's prompts (added to the store), else the store's
+    prompts no round has asked yet (all of them with --reask)."""
+    if cfg.prompts:
+        from annotation.prompt_files import read_prompts
+
+        texts = read_prompts(cfg.prompts)
+        with write(db) as con:
+            add_prompts(con, texts, source=Path(cfg.prompts).name)
+            rows = con.execute(
+                "SELECT prompt_id, text FROM prompts WHERE text IN (SELECT unnest(?::VARCHAR[])) ORDER BY prompt_id",
+                [texts],
+            ).fetchall()
+    else:
+        with connect(db) as con:
+            rows = con.execute("SELECT prompt_id, text FROM prompts ORDER BY prompt_id").fetchall()
+    if cfg.reask:
+        return rows
+    with connect(db) as con:
+        asked = asked_prompts(con)
+    return [r for r in rows if r[0] not in asked]
+
+
+def latest_reward(db, ref: str) -> Path:
+    """The reward run a selection scores with: --reward, else the store's newest finished reward run."""
+    from training.runs import effective_status
+
+    if ref:
+        path = Path(ref)
+        if not (path / "model").is_dir():
+            raise UserError(f"--reward {ref}: not a finished reward-model run (no model/ folder)")
+        return path
+    with connect(db) as con:
+        rows = con.execute("SELECT path FROM runs WHERE kind = 'reward' ORDER BY created_at DESC").fetchall()
+    paths = [p for (p,) in rows]
+    for p in paths:
+        if effective_status(p).get("state") == "finished" and (Path(p) / "model").is_dir():
+            return Path(p)
+    raise UserError("uncertain and disagree selections score with a reward model: train one first (rlhf train-rm)")
+
+
+def scorer(db, cfg: RoundConfig) -> list[Path]:
+    """The reward models a selection scores with, checked before anything is sampled: the latest reward run's model
+    for `uncertain`, its ensemble's members for `disagree`; [] for `random`."""
+    from training.runs import ensemble_members
+
+    if cfg.select == "random":
+        return []
+    run = latest_reward(db, cfg.reward)
+    members = ensemble_members(run)
+    if cfg.select == "uncertain":
+        return members[:1]
+    if len(members) < 2:
+        raise UserError(f"--select disagree needs a reward ensemble (rlhf train-rm --ensemble 2+); {run.name} has none")
+    return members
+
+
+def selection_values(models: list[Path], cfg: RoundConfig, prompts: list[str], replies: list[list[str]]) -> list:
+    """Per candidate: the mean score gap of its replies (uncertain) or the ensemble's order disagreement."""
+    from training.reward.config import RewardConfig
+    from training.scoring import score_texts
+
+    max_length = RewardConfig().max_length
+    per_member = [score_texts(m, prompts, replies, cfg.dtype, max_length) for m in models]
+    if cfg.select == "uncertain":
+        return [selection.mean_gap(s) for s in per_member[0]]
+    return [selection.order_disagreement([pm[i] for pm in per_member]) for i in range(len(prompts))]
+
+
+def draw(ref: str, cfg: RoundConfig, prompts: list[str], k: int, seed: int) -> tuple[list[list], str, dict]:
+    """k replies per prompt from one model: (Generated lists, its model id, the stored sampling parameters)."""
+    from training.generation import Sampler, SamplingConfig
+
+    sampler = Sampler(
+        SamplingConfig(
+            model=ref, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, dtype=cfg.dtype, seed=cfg.seed
+        )
+    )
+    out = []
+    for i in range(0, len(prompts), sampler.config.batch_prompts):
+        out += sampler(prompts[i : i + sampler.config.batch_prompts], k, seed + i)
+    return out, sampler.model_id, sampler.params(k)
+
+
+def check(cfg: RoundConfig) -> None:
+    if cfg.k < 1 or cfg.mix_previous < 0 or cfg.k + cfg.mix_previous < 2:
+        raise UserError("a round needs --k >= 1 and --mix-previous >= 0 with at least 2 responses per prompt")
+    if cfg.select not in selection.RULES:
+        raise UserError(f"--select must be one of {', '.join(selection.RULES)}, got {cfg.select!r}")
+    if cfg.select != "random" and cfg.k < 2:
+        raise UserError(f"--select {cfg.select} compares the policy's own replies: it needs --k >= 2")
+    if cfg.n < 0:
+        raise UserError(f"--n must be >= 0, got {cfg.n}")
+
+
+def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print) -> dict:
+    """Sample, choose and store the next round; returns its summary."""
+    check(cfg)
+    policy = policy_ref(cfg.policy)
+    with connect(db) as con:
+        round_ = latest_round(con) + 1
+        if cfg.mix_previous and round_ == 1:
+            raise UserError("--mix-previous mixes in the previous round's policy: round 1 has none")
+        previous = sampling_ref(round_policies(con, round_ - 1)[0], round_ - 1) if cfg.mix_previous else None
+    judges = scorer(db, cfg)
+    pool = candidates(db, cfg)
+    if not pool:
+        raise UserError("no prompts to ask: add some (--prompts FILE) or ask ranked ones again (--reask)")
+    n = min(cfg.n or len(pool), len(pool))
+    texts = [t for _, t in pool]
+    if cfg.select == "random":
+        order, values = selection.select([0.0] * len(pool), n, "random", cfg.seed), None
+        drawn, model_id, params = draw(policy, cfg, [texts[i] for i in order], cfg.k, cfg.seed)
+    else:
+        everything, model_id, params = draw(policy, cfg, texts, cfg.k, cfg.seed)
+        values = selection_values(judges, cfg, texts, [[g.text for g in gens] for gens in everything])
+        order = selection.select(values, n, cfg.select, cfg.seed)
+        drawn = [everything[i] for i in order]
+    chosen = [pool[i] for i in order]
+    log(f"round {round_}: {len(chosen)} of {len(pool)} candidate prompts chosen ({cfg.select})")
+    old = draw(previous, cfg, [t for _, t in chosen], cfg.mix_previous, cfg.seed + 1) if previous else None
+    with write(db) as con:
+        if latest_round(con) + 1 != round_:
+            raise UserError(f"another round {round_} was started meanwhile: nothing of this one was stored")
+        record_round(
+            con,
+            round_,
+            model_id,
+            old[1] if old else None,
+            cfg.select,
+            {**dataclasses.asdict(cfg), "policy": policy, "candidates": len(pool)},
+            [(pid, values[i] if values else None) for (pid, _), i in zip(chosen, order, strict=True)],
+        )
+        dup = add_samples(con, samples(chosen, drawn, 0, cfg.seed, params), model_id, round_)
+        if old:
+            dup += add_samples(con, samples(chosen, old[0], cfg.k, cfg.seed + 1, old[2]), old[1], round_)
+    return {
+        "round": round_,
+        "policy": model_id,
+        "previous_policy": old[1] if old else None,
+        "prompts": len(chosen),
+        "candidates": len(pool),
+        "responses": len(chosen) * (cfg.k + cfg.mix_previous),
+        "duplicates": dup,
+    }
+
+
+def samples(chosen: list[tuple[int, str]], drawn: list[list], first: int, seed: int, params: dict) -> list[Sample]:
+    """Store rows for each chosen prompt's replies, positions from `first` (the previous policy's come after)."""
+    return [
+        Sample(
+            prompt_id=pid,
+            text=g.text,
+            position=first + j,
+            n_tokens=g.n_tokens,
+            finish_reason=g.finish_reason,
+            seed=seed,
+            params=params,
+        )
+        for (pid, _), gens in zip(chosen, drawn, strict=True)
+        for j, g in enumerate(gens)
+    ]
