@@ -174,6 +174,12 @@ def cmd_train_pairs(args: argparse.Namespace) -> None:
     if status.get("state") != "finished":
         raise UserError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; {'policy' if spec.policy else 'model'} in {run / spec.output}")
+    if spec.kind == "reward" and not args.pairs:
+        from app.rounds import fresh_pairs, fresh_pairs_line
+
+        fresh = fresh_pairs(args.db, run)
+        if fresh:
+            print(fresh_pairs_line(fresh))
 
 
 def cmd_train_ppo(args: argparse.Namespace) -> None:

@@ -17,6 +17,7 @@ from annotation.actions import (
 )
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
 from app.handlers import admin_only
+from app.rounds_ui import ROUND_HEADERS, rounds_rows
 from app.sampling import run_sampling
 from store.errors import UserError
 
@@ -97,6 +98,8 @@ def build_data_tab(ctx, demo) -> None:
     agreement_df = gr.Dataframe(
         headers=["annotators", "shared prompts", "mean tau"], interactive=False, elem_id="agreement"
     )
+    gr.Markdown("### Rounds (`rlhf rounds`; start the next one from the Train tab)")
+    rounds_df = gr.Dataframe(headers=ROUND_HEADERS, interactive=False, elem_id="rounds-table", wrap=True)
     gr.Markdown("### Pairs for reward-model training")
     with gr.Row(equal_height=True):
         fmt = gr.Radio(["jsonl", "parquet", "csv"], value="jsonl", label="Format")
@@ -125,6 +128,7 @@ def build_data_tab(ctx, demo) -> None:
         return sample_from_app(ctx, k_value, limit_value, progress)
 
     demo.load(refresh, outputs=shown, api_name="counts")
+    demo.load(admin_only(ctx, lambda: rounds_rows(ctx.db), quiet=1), outputs=[rounds_df], api_name="counts_by_round")
     for trigger, fn, inputs, outputs, name in [
         (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
         (prompts_file.upload, on_prompts, [prompts_file], status, "add_prompts"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.config_form import build_form, config_from_form, form_values_from_file
 from app.handlers import admin_only
+from app.rounds_ui import build_next_round
 from app.train_view import log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
 from app.train_view import status_line as run_status_line
 from training.registry import TRAINERS
@@ -63,6 +64,7 @@ def build_train_tab(ctx, demo) -> None:
         selected = gr.Textbox(label="Run folder (click a row)", elem_id="selected-run", scale=4)
         stop_btn = gr.Button("Stop", elem_id="stop-run", scale=1)
         resume_btn = gr.Button("Resume", elem_id="resume-run", scale=1)
+    build_next_round(ctx, selected, action)
     status = gr.Markdown(elem_id="run-status")
     with gr.Row():
         plots = [gr.LinePlot(visible=False, height=220, elem_id=f"plot-{i}") for i in range(PLOTS)]

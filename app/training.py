@@ -25,6 +25,7 @@ from training.config_file import ConfigFile
 from training.launcher import launch
 from training.models import DataError, ModelError, resolve_model
 from training.pairs import load_pairs
+from training.pairs_config import round_numbers
 from training.ppo.config import PPOConfig
 from training.ppo.data import read_prompts, read_texts
 from training.ppo.models import reward_folder
@@ -64,11 +65,19 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
             resolve_model(ref)  # a bad --model fails here, in one line, before anything starts
     snapshot_id = None
     data = str(Path(pairs).resolve()) if pairs else None
+    if data and cfg.rounds:
+        raise UserError("--rounds picks pairs from the store by round; a pairs file has no rounds")
     if data:  # a pairs file is read before the store is opened, so the store is held only for the record
         _check_pairs(data, cfg)
     with write(db) as con:
         if not data:
-            folder = write_snapshot(con, runs_dir.parent / "snapshots", eval_fraction=cfg.eval_fraction, seed=cfg.seed)
+            folder = write_snapshot(
+                con,
+                runs_dir.parent / "snapshots",
+                eval_fraction=cfg.eval_fraction,
+                seed=cfg.seed,
+                rounds=round_numbers(cfg.rounds),
+            )
             data, snapshot_id = str(folder.resolve()), latest_snapshot_id(con)  # the ranks run in the run folder
             _check_pairs(data, cfg)
         run = new_run_dir(runs_dir, cfg.KIND)
@@ -181,6 +190,36 @@ def frozen_prompts(prompts: str, snapshots: Path) -> str:
     return str(out.resolve())
 
 
+def continued_actor(cfg: PPOConfig) -> PPOConfig:
+    """PPO that continues an earlier PPO run (the next round): `--actor RUN` starts from RUN's actor, and an actor
+    saved by a PPO run (RUN/actor, RUN/actor_last, RUN/checkpoints/actor-stepN) keeps that run's reference as the
+    KL anchor unless --reference names another, so every round stays anchored to the SFT model."""
+    from training.registry import policy_folder, run_config
+
+    if cfg.actor == "default" or not Path(cfg.actor).is_dir():
+        return cfg
+    path = Path(cfg.actor)
+    if (path / "status.json").is_file() and kind_of_or_none(path) == "ppo":
+        folder = policy_folder(path)
+        if folder is None:
+            raise UserError(f"--actor {cfg.actor}: this PPO run saved no actor (did it finish?)")
+        path = folder
+    for run in (path.parent, path.parent.parent):
+        if cfg.reference or not (run / "status.json").is_file() or kind_of_or_none(run) != "ppo":
+            continue
+        earlier = run_config(run)
+        cfg = dataclasses.replace(cfg, reference=earlier.get("reference") or earlier.get("actor", ""))
+        break
+    return dataclasses.replace(cfg, actor=str(path))
+
+
+def kind_of_or_none(run: Path) -> str | None:
+    try:
+        return kind_of(run)
+    except ValueError:
+        return None
+
+
 def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None = None) -> Path:
     """Check the models and prompts, write RUN/config.json (and RUN/prompts.jsonl from the store when no prompts
     file is given; a prompts file is frozen by `frozen_prompts`) and record the run; returns the run folder."""
@@ -193,7 +232,10 @@ def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None
         reward = str((Path(cfg.reward) if ensemble else folder).resolve())
     except (ValueError, ModelError) as e:
         raise UserError(str(e)) from None
+    cfg = continued_actor(cfg)
     resolve_model(cfg.actor)
+    if cfg.reference:
+        resolve_model(cfg.reference)
     if cfg.unsupervised_data:  # PPO-ptx's text: a bad file is one error line before the run exists
         try:
             read_texts(cfg.unsupervised_data)
@@ -208,10 +250,10 @@ def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None
             source = str(store_prompts(db, run / "prompts.jsonl").resolve())
             if not held and (cfg.save_every or cfg.keep_best):  # checkpoints are judged on the held-out prompts
                 held = store_eval_prompts(db, run / "eval_prompts.jsonl")
-        actor = cfg.actor if cfg.actor == "default" else str(Path(cfg.actor).resolve())
         cfg = dataclasses.replace(
             cfg,
-            actor=actor,
+            actor=_local(cfg.actor),
+            reference=_local(cfg.reference),
             reward=reward,
             critic=critic,
             prompts=source,

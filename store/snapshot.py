@@ -56,8 +56,10 @@ def write_snapshot(
     eval_fraction: float = 0.1,
     seed: int = 0,
     drop_flagged: bool = False,
+    rounds: list[int] | None = None,
 ) -> Path:
-    """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns the folder.
+    """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns the folder. With
+    `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt.
 
     The folder appears whole (written aside, then renamed) and its files are read-only."""
     if not 0 <= eval_fraction < 1:
@@ -66,6 +68,11 @@ def write_snapshot(
     root.mkdir(parents=True, exist_ok=True)
     _assign_splits(con, eval_fraction, seed)
     where = "AND NOT p.flagged" if drop_flagged else ""
+    if rounds is not None:
+        have = {r for (r,) in con.execute("SELECT DISTINCT round FROM pairs").fetchall()}
+        if not set(rounds) & have:
+            raise UserError(f"no pairs in round(s) {', '.join(map(str, rounds))}: the store has rounds {sorted(have)}")
+        where += f" AND p.round IN ({', '.join(str(int(r)) for r in rounds)})"  # ints, not text
     tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=root))
     try:
         splits = {}
@@ -95,6 +102,7 @@ def write_snapshot(
             "eval_fraction": eval_fraction,
             "seed": seed,
             "drop_flagged": drop_flagged,
+            **({"rounds": sorted(rounds)} if rounds is not None else {}),
             "columns": [c.strip() for c in PAIR_COLUMNS.split(",")],
             "splits": splits,
             "content_sha256": content,

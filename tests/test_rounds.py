@@ -2,6 +2,7 @@
 policy on every response, --mix-previous, the Annotate queue's order), `rlhf rounds`, and bad input."""
 
 import json
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from annotation.session import next_task, submit
 from store.backup import MANIFEST, _counts, restore
 from store.db import connect, latest_version, migrate
+from store.errors import StoreError
 from store.rounds import list_rounds
 from tests.conftest import query, store_rows
 
@@ -191,3 +193,102 @@ def test_a_bad_round_is_one_error_line_and_changes_nothing(cli, db, tmp_path, ti
 def test_a_round_with_no_prompts_left_says_so(cli, db, tiny_model_dir):
     code, _, err = cli("round", "start", "--policy", str(tiny_model_dir))
     assert code == 1 and "no prompts to ask" in err
+
+
+def _newest_run(runs) -> Path:
+    return max(runs.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+
+
+def test_two_rounds_end_to_end_rm_ppo_then_the_round_one_actor_samples_round_two(cli, db, tmp_path, tiny_model_dir):
+    """Round 1 from the SFT model, a reward model and PPO on it; round 2 from PPO's actor with the SFT model's
+    samples mixed in, prompts chosen by the reward model's uncertainty; a warm-started reward model on both rounds
+    (with its accuracy on round 2's pairs before and after), PPO continued from the round-1 actor."""
+    runs = tmp_path / "runs"
+    sample = ["--max-new-tokens", "6", "--dtype", "fp32"]
+    train = ["--runs-dir", str(runs), "--dtype", "fp32"]
+    assert cli("prompts", "add", str(_prompts_file(tmp_path, 14)))[0] == 0
+    code, _, err = cli("round", "start", "--policy", str(tiny_model_dir), "--k", "3", "--n", "8", *sample)
+    assert code == 0, err
+    _rank_everything(db, "ann")
+
+    code, out, err = cli("train-rm", "--model", str(tiny_model_dir), "--max-steps", "2", *train)
+    assert code == 0, err
+    rm1 = _newest_run(runs)
+    assert "round 1" not in out  # one round: nothing fresh to measure
+    code, _, err = cli(
+        "train-ppo", "--actor", str(tiny_model_dir), "--reward", str(rm1), "--max-new-tokens", "6", "--max-steps", "2",
+        *train,
+    )  # fmt: skip
+    assert code == 0, err
+    ppo1 = _newest_run(runs)
+
+    code, out, err = cli(
+        "round", "start", "--policy", str(ppo1), "--k", "2", "--mix-previous", "1", "--select", "uncertain",
+        "--n", "4", *sample,
+    )  # fmt: skip
+    assert code == 0, err
+    actor, sft = str((ppo1 / "actor").resolve()), str(tiny_model_dir.resolve())
+    assert query(db, "SELECT policy, previous_policy, selection FROM rounds WHERE round = 2") == [
+        (actor, sft, "uncertain")
+    ]
+    assert dict(query(db, "SELECT model_id, count(*) FROM response_round WHERE round = 2 GROUP BY ALL")) == {
+        actor: 8,
+        sft: 4,
+    }
+    gaps = [v for (v,) in query(db, "SELECT value FROM round_prompts WHERE round = 2 ORDER BY position")]
+    assert len(gaps) == 4 and gaps == sorted(gaps)  # the smallest score gaps first: the least sure
+    assert set(query(db, "SELECT prompt_id FROM round_prompts WHERE round = 2")).isdisjoint(
+        query(db, "SELECT prompt_id FROM round_prompts WHERE round = 1")
+    )
+    _rank_everything(db, "ann")
+    code, out, _ = cli("rounds")
+    assert [line.split()[:2] for line in out.strip().splitlines()] == [["round", "1"], ["round", "2"]]
+    assert f"policy {actor} + {sft} (previous)" in out and "runs: reward rm-" in out.splitlines()[0]
+
+    # the next reward model warm-starts from the last one and trains on both rounds; it says how the last one did
+    code, out, err = cli("train-rm", "--model", str(rm1 / "model"), "--max-steps", "2", *train)
+    assert code == 0, err
+    rm2 = _newest_run(runs)
+    fresh = json.loads((rm2 / "fresh_pairs.json").read_text())
+    assert (
+        fresh["round"] == 2
+        and fresh["previous_run"] == rm1.name
+        and fresh["pairs"] == query(db, "SELECT count(*) FROM pairs WHERE round = 2")[0][0]
+    )
+    assert 0 <= fresh["before"] <= 1 and 0 <= fresh["after"] <= 1
+    assert f"round 2's {fresh['pairs']} pairs: " in out and f"before it ({rm1.name})" in out
+    manifest = json.loads((Path(json.loads((rm2 / "config.json").read_text())["data"]) / "manifest.json").read_text())
+    both = query(db, "SELECT count(*) FROM pairs")[0][0]
+    assert sum(s["pairs"] for s in manifest["splits"].values()) == both
+
+    # PPO continues from the round-1 actor; the reference stays the SFT model
+    code, out, err = cli("train-ppo", "--actor", str(ppo1), "--reward", str(rm2), "--max-steps", "1", *train)
+    assert code == 0, err
+    config = json.loads((_newest_run(runs) / "config.json").read_text())
+    assert (config["actor"], config["reference"]) == (actor, sft)
+
+
+def test_a_snapshot_of_some_rounds_holds_only_their_pairs(db, tmp_path):
+    from store.db import write
+    from store.prompts import prompt_ids
+    from store.responses import Sample, add_samples
+    from store.snapshot import write_snapshot
+
+    with write(db) as con:
+        ids = prompt_ids(con, ["a?", "b?"], "t")
+        for round_, prompt in ((None, "a?"), (2, "b?")):
+            add_samples(
+                con, [Sample(ids[prompt], f"{prompt} {j}", j, 1, "eos", 0) for j in range(3)], "m", round_
+            )  # fmt: skip
+    for _ in range(2):
+        task = next_task(db, "ann")
+        submit(db, "ann", task.assignment_id, [1, 2, 3])
+    with write(db) as con:
+        both = write_snapshot(con, tmp_path / "snaps", eval_fraction=0.0)
+        second = write_snapshot(con, tmp_path / "snaps2", eval_fraction=0.0, rounds=[2])
+        with pytest.raises(StoreError, match=r"no pairs in round\(s\) 5"):
+            write_snapshot(con, tmp_path / "snaps3", eval_fraction=0.0, rounds=[5])
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert manifest["rounds"] == [2] and manifest["splits"]["train"]["pairs"] == 3
+    assert json.loads((both / "manifest.json").read_text())["splits"]["train"]["pairs"] == 6
+    assert "rounds" not in json.loads((both / "manifest.json").read_text())

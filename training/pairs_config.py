@@ -40,6 +40,7 @@ class PairsConfig(ConfigFile):
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0 = only at the end)"})
     save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
     eval_fraction: float = field(default=0.1, metadata={"help": "share of prompts held out when data is a pairs file"})
+    rounds: str = field(default="", metadata={"help": "train on these rounds' pairs, e.g. 2,3 (default: all)"})
     seed: int = field(default=0, metadata={"help": "seed for the data order and the split"})
 
     def check(self) -> None:
@@ -50,5 +51,19 @@ class PairsConfig(ConfigFile):
             raise ValueError(f"lr_schedule must be cosine, linear or constant, got {self.lr_schedule}")
         if self.lora_rank and self.zero_stage == 3:
             raise ValueError("LoRA with ZeRO-3 is not supported yet; use ZeRO 0-2 with --lora-rank")
+        round_numbers(self.rounds)
         if self.batch_pairs < 1 or self.grad_accum < 1 or self.max_length < 8:
             raise ValueError("batch_pairs and grad_accum must be >= 1 and max_length >= 8")
+
+
+def round_numbers(text: str) -> list[int] | None:
+    """'2,3' -> [2, 3]; '' -> None (every round). ValueError on anything but positive whole numbers."""
+    if not text.strip():
+        return None
+    try:
+        rounds = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"rounds takes round numbers separated by commas, got {text!r}") from None
+    if not rounds or rounds[0] < 1:
+        raise ValueError(f"rounds are numbered from 1, got {text!r}")
+    return rounds

@@ -15,7 +15,14 @@ from training.precision import check_dtype
 class PPOConfig(ConfigFile):
     KIND = "ppo"
     # models and data
-    actor: str = field(default="default", metadata={"help": "SFT model: 'default' or a local HF folder"})
+    actor: str = field(
+        default="default",
+        metadata={"help": "starting policy: 'default', a local HF folder, or a PPO run (its actor: the next round)"},
+    )
+    reference: str = field(
+        default="",
+        metadata={"help": "KL anchor (default: the actor's start; a PPO run's actor keeps that run's reference)"},
+    )
     reward: str = field(default="", metadata={"help": "reward model: a reward run folder or an HF folder"})
     critic: str = field(default="", metadata={"help": "critic start: a reward run or HF folder (default: --reward)"})
     prompts: str = field(default="", metadata={"help": "prompts .txt/.jsonl or a snapshot folder (set by the CLI)"})

@@ -48,7 +48,7 @@ class Models:
 
         self.cfg = cfg
         actor = load_causal_lm(cfg.actor, cfg.dtype)
-        ref = load_causal_lm(cfg.actor, cfg.dtype)
+        ref = load_causal_lm(cfg.reference or cfg.actor, cfg.dtype)
         critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype))
         folders = judge_folders(cfg.reward)
         judges = [load_scalar_model(str(f), cfg.dtype) for f in folders]
