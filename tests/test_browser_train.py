@@ -248,3 +248,70 @@ def test_the_watch_plots_fill_live_and_the_alarm_shows(browser, cli, db, tmp_pat
     finally:
         page.close()
         app.stop()
+
+
+@pytest.mark.browser
+def test_the_next_round_starts_from_the_train_tab_and_is_ranked_in_the_annotate_tab(
+    browser,
+    cli,
+    db,
+    tmp_path,
+    tiny_model_dir,  # noqa: F811
+):
+    """Round 1 (SFT samples, ranked, a reward model and PPO on it) through the CLI; then in the browser: select the
+    PPO run, start round 2 from its actor with the SFT model's samples mixed in, and rank one of its prompts."""
+    from annotation.session import next_task, submit
+    from tests.test_rounds import _prompts_file
+
+    runs, sample = tmp_path / "runs", ["--max-new-tokens", "6", "--dtype", "fp32"]
+    assert cli("prompts", "add", str(_prompts_file(tmp_path, 14)))[0] == 0
+    assert cli("round", "start", "--policy", str(tiny_model_dir), "--k", "3", "--n", "4", *sample)[0] == 0
+    while (task := next_task(db, "ann")) is not None:
+        submit(db, "ann", task.assignment_id, list(range(1, len(task.response_ids) + 1)))
+    train = ["--runs-dir", str(runs), "--dtype", "fp32", "--max-steps", "1"]
+    assert cli("train-rm", "--model", str(tiny_model_dir), *train)[0] == 0
+    (rm,) = runs.iterdir()
+    ppo_flags = ["--actor", str(tiny_model_dir), "--reward", str(rm), "--max-new-tokens", "6", *train]
+    code, _, err = cli("train-ppo", *ppo_flags)
+    assert code == 0, err
+    (ppo,) = [p for p in runs.iterdir() if p.name.startswith("ppo-")]
+    app = AppServer(db, "--runs-dir", str(runs))
+    page = browser.new_page(viewport={"width": 1400, "height": 2000})
+    try:
+        page.goto(app.url)
+        page.get_by_role("tab", name="Train").click()
+        page.wait_for_function("document.querySelector('#runs-table').innerText.includes('ppo-')")
+        page.click("#runs-table [data-testid=cell-0-0]")  # the newest run: PPO's
+        page.wait_for_function(f"document.querySelector('#selected-run textarea').value.endsWith({ppo.name!r})")
+        page.get_by_text("Next round: the selected run's policy").click()
+        for field, value in (("#round-k input", "2"), ("#round-n input", "4")):
+            page.fill(field, value)
+            page.locator(field).blur()  # Gradio takes a number when its field loses focus
+        page.click("#next-round")
+        page.wait_for_function(
+            "document.querySelector('#train-action').innerText.includes('Round 2 started')", timeout=120_000
+        )
+        assert "4 of 10 prompts, 12 responses" in page.inner_text("#train-action")
+        page.get_by_role("tab", name="Annotate").click()
+        page.fill("#annotator-name textarea", "ann")
+        page.click("#annotate-start")
+        page.wait_for_selector("#ranker .card", timeout=30_000)
+        assert len(page.query_selector_all("#ranker .card")) == 3  # 2 from the actor, 1 from the SFT model
+        page.focus("#ranker .card:nth-child(3)")
+        page.keyboard.press("1")
+        page.click("#annotate-submit")
+        page.wait_for_selector("#annotate-progress:has-text('you: 5 ranked')", timeout=30_000)
+        page.reload()  # the Data tab's rounds table, as a fresh page shows it
+        page.get_by_role("tab", name="Data").click()
+        page.wait_for_function(f"document.querySelector('#rounds-table').innerText.includes({ppo.name!r})")
+    finally:
+        page.close()
+        app.stop()
+    ((ranking,),) = query(db, "SELECT ranking_id FROM ranking_round WHERE round = 2")
+    models = query(
+        db,
+        "SELECT rr.model_id, count(*) FROM ranking_items i JOIN response_round rr USING (response_id) "
+        "WHERE i.ranking_id = ? GROUP BY ALL ORDER BY 2",
+        [ranking],
+    )
+    assert models == [(str(tiny_model_dir.resolve()), 1), (str((ppo / "actor").resolve()), 2)]
