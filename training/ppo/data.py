@@ -24,28 +24,44 @@ def jsonl_texts(path: Path, key: str) -> list[str]:
     return [r[key] for r in rows]
 
 
+def file_texts(path: Path, key: str) -> list[str] | None:
+    """The texts of a .jsonl file (field `key` of each line) or a .txt file (one per line); None for other paths."""
+    if path.suffix == ".jsonl" and path.is_file():
+        return jsonl_texts(path, key)
+    if path.suffix == ".txt" and path.is_file():
+        return path.read_text(encoding="utf-8").splitlines()
+    return None
+
+
+def guarded(source: str, what: str, read) -> list[str]:
+    """read(), with an unreadable file turned into one DataError line naming it."""
+    try:
+        return read()
+    except DataError:
+        raise
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {what} from {source}: {str(e).splitlines()[0][:200]}") from None
+
+
 def read_prompts(source: str) -> list[str]:
     """Distinct non-empty prompts, in file order."""
     path = Path(source)
-    try:
+
+    def read() -> list[str]:
         if path.is_dir():
             manifest = path / "manifest.json"
             if not manifest.is_file():
                 raise DataError(f"{path} is not a snapshot: no manifest.json")
             info = json.loads(manifest.read_text())
-            texts = pq.read_table(path / info["splits"]["train"]["file"], columns=["prompt"]).column(0).to_pylist()
-        elif path.suffix == ".jsonl":
-            texts = jsonl_texts(path, "prompt")
-        elif path.suffix == ".txt" and path.is_file():
-            texts = path.read_text(encoding="utf-8").splitlines()
-        elif path.exists():  # never a CSV read line by line, header and all
+            return pq.read_table(path / info["splits"]["train"]["file"], columns=["prompt"]).column(0).to_pylist()
+        texts = file_texts(path, "prompt")
+        if texts is not None:
+            return texts
+        if path.exists():  # never a CSV read line by line, header and all
             raise DataError(f"{source}: prompts for training come from a .jsonl or .txt file or a snapshot folder")
-        else:
-            raise DataError(f"{source}: no such prompts file or snapshot folder")
-    except (OSError, ValueError) as e:
-        if isinstance(e, DataError):
-            raise
-        raise DataError(f"cannot read prompts from {source}: {str(e).splitlines()[0][:200]}") from None
+        raise DataError(f"{source}: no such prompts file or snapshot folder")
+
+    texts = guarded(source, "prompts", read)
     out = list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
     if not out:
         raise DataError(f"{source}: no prompts")
@@ -76,19 +92,16 @@ def prompt_batches(n: int, batch_size: int, world: int, seed: int, epoch: int) -
 def read_texts(source: str) -> list[str]:
     """Unlabelled text for PPO-ptx: .txt (one text per line) or .jsonl (a "text" field per line), non-empty."""
     path = Path(source)
-    try:
-        if path.suffix == ".jsonl" and path.is_file():
-            texts = jsonl_texts(path, "text")
-        elif path.suffix == ".txt" and path.is_file():
-            texts = path.read_text(encoding="utf-8").splitlines()
-        elif path.exists():
+
+    def read() -> list[str]:
+        texts = file_texts(path, "text")
+        if texts is not None:
+            return texts
+        if path.exists():
             raise DataError(f"{source}: unsupervised text comes from a .txt or .jsonl file")
-        else:
-            raise DataError(f"{source}: no such unsupervised data file")
-    except (OSError, ValueError) as e:
-        if isinstance(e, DataError):
-            raise
-        raise DataError(f"cannot read unsupervised data from {source}: {str(e).splitlines()[0][:200]}") from None
+        raise DataError(f"{source}: no such unsupervised data file")
+
+    texts = guarded(source, "unsupervised data", read)
     out = [t for t in texts if t.strip()]
     if not out:
         raise DataError(f"{source}: no text")

@@ -98,13 +98,14 @@ def score(batch: dict, actor, ref, critic, judges, stats: tuple[float, float], c
     """Old log-probs, reference log-probs, values and reward-model scores of a rollout (dropout is off in all four
     models); judges(ids, attention, last) gives (score, held-out score or None), see training/ppo/models.py.
     With live=True the actor and critic forwards keep their graphs (Experience.live) for the update to reuse: in
-    single-pass PPO these forwards are the update's own."""
+    single-pass PPO these forwards are the update's own. critic=None skips the values (zeros): an evaluation
+    needs no critic."""
     P, ids, attn = batch["prompt_len"], batch["ids"], batch["attention_mask"]
     logprobs = batch.pop("logprobs", None)
     with torch.set_grad_enabled(live):
         if logprobs is None or live:
             logprobs = response_logprobs(actor, ids, attn, P)
-        values = critic(ids, attn, P)
+        values = critic(ids, attn, P) if critic is not None else torch.zeros_like(logprobs)
     with torch.no_grad():
         ref_logprobs = response_logprobs(ref, ids, attn, P)
         last = P + batch["lengths"] - 1  # EOS, or the last token of a cut response: where the RM was trained to read
