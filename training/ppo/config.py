@@ -98,6 +98,9 @@ class PPOConfig(ConfigFile):
         default=5,
         metadata={"help": "steps the held-out judge may fall, while the optimised score rises, before the alarm"},
     )
+    watch_tolerance: float = field(
+        default=0.0, metadata={"help": "the alarm ignores a held-out judge this close to its peak (score units)"}
+    )
     eval_prompts: str = field(
         default="",
         metadata={"help": "held-out prompts for the checkpoints' evaluation (the store's held-out ones by default)"},
@@ -148,5 +151,5 @@ class PPOConfig(ConfigFile):
 
         if self.reward_combine not in RULES:
             raise ValueError(f"reward_combine must be one of {', '.join(RULES)}, got {self.reward_combine}")
-        if self.kl_budget < 0 or self.watch_patience < 1 or self.heldout_judges < -1:
-            raise ValueError("kl_budget must be >= 0, watch_patience >= 1 and heldout_judges >= -1")
+        if self.kl_budget < 0 or self.watch_patience < 1 or self.heldout_judges < -1 or self.watch_tolerance < 0:
+            raise ValueError("kl_budget and watch_tolerance must be >= 0, watch_patience >= 1, heldout_judges >= -1")

@@ -383,7 +383,7 @@ def train(cfg: PPOConfig) -> None:
 
 
 def new_watch(cfg: PPOConfig) -> Watch:
-    return Watch(patience=cfg.watch_patience, kl_budget=cfg.kl_budget or None)
+    return Watch(patience=cfg.watch_patience, tolerance=cfg.watch_tolerance, kl_budget=cfg.kl_budget or None)
 
 
 def watch_step(watch: Watch, step: int, row: dict) -> str | None:
