@@ -215,6 +215,12 @@ def cmd_demo(args: argparse.Namespace) -> None:
     check(cfg)  # a bad setting is one line, before the demo folder exists
     folder = new_demo_dir(Path(args.runs_dir))
     print(f"demo {folder.name}: {folder}", flush=True)
+    if cfg.rounds > 1:
+        from app.demo_rounds import answer_lines, run_rounds_study
+
+        results = run_rounds_study(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
+        print("\n".join(answer_lines(results)) + f"\nreport: {folder / 'report.md'}")
+        return
     results = run_demo(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
     print("\n".join(headline(results)))
     failed = [name for name, ok in results["checks"].items() if not ok]

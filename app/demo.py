@@ -81,19 +81,29 @@ def check(cfg: DemoConfig) -> None:
         raise UserError(f"--dtype must be auto, fp32 or bf16, got {cfg.dtype}")
     if not 1 <= cfg.min_new_tokens < cfg.max_new_tokens:
         raise UserError("--min-new-tokens must be at least 1 and below --max-new-tokens")
-    split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
+    train, _ = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
     methods_of(cfg)
+    if cfg.rounds < 1:
+        raise UserError(f"--rounds must be at least 1, got {cfg.rounds}")
+    if cfg.rounds > 1:
+        from app.demo_rounds import budget_of, selects_of
+
+        budget_of(cfg, len(train))
+        selects_of(cfg)
     for ref in (cfg.model, cfg.reward_base):
         if ref and ref != "tiny":
             resolve_model(ref)
 
 
-def rank_samples(db: str | Path) -> ImportSummary:
-    """The scripted annotator ranks every prompt's responses (empty and repeated ones left out), in one transaction."""
+def rank_samples(db: str | Path, round_: int | None = None) -> ImportSummary:
+    """The scripted annotator ranks every prompt's responses (empty and repeated ones left out), in one transaction;
+    with a round, that round's responses only."""
     with connect(db) as con:
         rows = con.execute(
             "SELECT p.text, r.response_id, r.text FROM responses r JOIN prompts p USING (prompt_id) "
-            "ORDER BY r.prompt_id, r.position"
+            "JOIN response_round x USING (response_id) WHERE ? IS NULL OR x.round = ? "
+            "ORDER BY r.prompt_id, r.position",
+            [round_, round_],
         ).fetchall()
     by_prompt: dict[str, list[tuple[int, str]]] = {}
     for prompt, rid, text in rows:

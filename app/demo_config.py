@@ -32,6 +32,11 @@ class DemoConfig:
     dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
     dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})
+    rounds: int = field(
+        default=1, metadata={"help": "2+: the rounds study, the label budget spent in 1 round against R rounds"}
+    )
+    label_budget: int = field(default=0, metadata={"help": "rankings the rounds study spends (0 = half the prompts)"})
+    select: str = field(default="random,uncertain", metadata={"help": "the rounds study's rules for rounds 2+"})
     seed: int = field(default=0, metadata={"help": "seed of sampling, training and evaluation"})
 
 

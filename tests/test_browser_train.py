@@ -252,11 +252,11 @@ def test_the_watch_plots_fill_live_and_the_alarm_shows(browser, cli, db, tmp_pat
 
 @pytest.mark.browser
 def test_the_next_round_starts_from_the_train_tab_and_is_ranked_in_the_annotate_tab(
-    browser,
+    browser,  # noqa: F811
     cli,
     db,
     tmp_path,
-    tiny_model_dir,  # noqa: F811
+    tiny_model_dir,
 ):
     """Round 1 (SFT samples, ranked, a reward model and PPO on it) through the CLI; then in the browser: select the
     PPO run, start round 2 from its actor with the SFT model's samples mixed in, and rank one of its prompts."""

@@ -234,3 +234,56 @@ def test_best_of_n_points_and_the_findings_by_hand():
         "the held-out judge's checkpoint wins at least as often as the last one": False,
         "PPO's best checkpoint beats best-of-N at the same KL": False,
     }
+
+
+def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_hand():
+    from app.demo_rounds import Arm, answer_lines, answers, shares
+
+    assert shares(10, 3) == [3, 3, 4] and shares(40, 2) == [20, 20] and sum(shares(97, 4)) == 97
+
+    def pt(labels, acc, win, lo, hi):
+        return {"labels": labels, "rm_accuracy": acc, "win_rate": win, "ci95": [lo, hi], "round": 0}
+
+    one = Arm("1 round", 1, "random", [pt(40, 0.80, 0.60, 0.55, 0.65)])
+    rand = Arm("2 rounds, random", 2, "random", [pt(20, 0.70, 0.55, 0.5, 0.6), pt(40, 0.82, 0.70, 0.66, 0.74)])
+    unc = Arm("2 rounds, uncertain", 2, "uncertain", [pt(20, 0.70, 0.55, 0.5, 0.6), pt(40, 0.85, 0.66, 0.6, 0.7)])
+    a = answers([one, rand, unc])
+    assert a["rounds_vs_one"]["rounds_win"] and not a["rounds_vs_one"]["intervals_overlap"]  # 0.66 > 0.65
+    # uncertain reaches random's final accuracy (0.82) only with its last round: 40 labels, the same budget
+    assert a["selection"] == {"uncertain": {"target": 0.82, "budget": 40, "labels_to_reach": 40}}
+    unc.points[0]["rm_accuracy"] = 0.83  # now after 20 labels: half of random's
+    assert answers([one, rand, unc])["selection"]["uncertain"]["labels_to_reach"] == 20
+    unc.points = [pt(20, 0.7, 0.5, 0.4, 0.6), pt(40, 0.75, 0.5, 0.4, 0.6)]
+    r = {"answers": answers([one, rand, unc]), "config": {"rounds": 2}, "label_budget": 40}
+    lines = answer_lines(r)
+    assert lines[0].startswith("2 rounds beat 1 round at 40 labels: win rate 70.0% (66.0%-74.0%) against 60.0%")
+    assert lines[1] == (
+        "uncertain: random's final held-out reward-model accuracy is 82.0%; uncertain did not reach it within 40 labels"
+    )
+
+
+def test_quick_rounds_study_spends_one_budget_in_one_round_or_two(tmp_path, capsys):
+    from app.cli import main
+
+    flags = ["demo", "--quick", "--rounds", "2", "--label-budget", "40", "--runs-dir", str(tmp_path)]
+    assert main(["--db", str(tmp_path / "unused.duckdb"), *flags]) == 0
+    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
+    r = json.loads((folder / "results.json").read_text())
+    arms = {a["name"]: a for a in r["arms"]}
+    assert list(arms) == ["1 round", "2 rounds, random", "2 rounds, uncertain"]
+    for arm in arms.values():
+        labels = [p["labels"] for p in arm["points"]]
+        assert labels == sorted(labels) and 30 <= labels[-1] <= 40 and len(labels) == arm["rounds"]
+        assert all(0 <= p["rm_accuracy"] <= 1 and p["ci95"][0] <= p["win_rate"] <= p["ci95"][1] for p in arm["points"])
+    assert arms["2 rounds, random"]["points"][0] == arms["2 rounds, uncertain"]["points"][0]  # one shared round 1
+    # the uncertain arm's store: round 2 asked its prompts smallest score gap first, from round 1's actor (+ SFT)
+    db = str(folder / "arm-2.duckdb")
+    ((policy, previous),) = query(db, "SELECT policy, previous_policy FROM rounds WHERE round = 2")
+    assert policy.endswith("/actor") and "ppo-" in policy and previous.endswith("models/actor")
+    gaps = [v for (v,) in query(db, "SELECT value FROM round_prompts WHERE round = 2 ORDER BY position")]
+    assert gaps == sorted(gaps) and len(gaps) == 20
+    assert [k for (k,) in query(db, "SELECT kind FROM runs ORDER BY created_at")] == ["reward", "ppo"] * 2
+    out, report = capsys.readouterr().out, (folder / "report.md").read_text()
+    assert "2 rounds beat 1 round" in out or "2 rounds did not beat 1 round" in out
+    assert "(rounds.png)" in report and (folder / "rounds.png").read_bytes()[:4] == b"\x89PNG"
+    assert "uncertain: random's final held-out reward-model accuracy" in report
