@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from store.db import connect, write
 from store.errors import UserError
 from store.prompts import pending_prompts
-from store.responses import Sample, add_samples
+from store.responses import add_samples, samples_from
 
 
 @dataclass
@@ -57,19 +57,7 @@ def sample_pending(
         batch = todo[start : start + batch_prompts]
         call_seed = seed + batch[0][0]
         outputs = generate([text for _, text in batch], k, call_seed)
-        samples = [
-            Sample(
-                prompt_id=pid,
-                text=g.text,
-                position=j,
-                n_tokens=g.n_tokens,
-                finish_reason=g.finish_reason,
-                seed=call_seed,
-                params=params,
-            )
-            for (pid, _), gens in zip(batch, outputs, strict=True)
-            for j, g in enumerate(gens)
-        ]
+        samples = samples_from([pid for pid, _ in batch], outputs, call_seed, params)
         with write(db) as con:
             # Another process may have sampled some of these meanwhile: keep the first responses only.
             have = {

@@ -329,23 +329,28 @@ def sample_and_rank(
     return reference, ranked
 
 
-def train_ppo(cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, log: Callable[[str], None]) -> Path:
-    """PPO from the SFT model against the reward run (its ensemble's member 0, the last member watching),
-    checkpointing every cfg.save_every steps, through the launcher as `rlhf train-ppo` runs it."""
-    ppo_cfg = PPOConfig(
-        actor=model,
-        reward=str(rm_run),
+def ppo_config(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int = 0) -> PPOConfig:
+    """The demo's PPO settings (the rounds study's too) for one run."""
+    return PPOConfig(
+        actor=actor,
+        reward=str(reward),
         max_new_tokens=cfg.max_new_tokens,
         min_new_tokens=cfg.min_new_tokens,
         epochs=cfg.ppo_epochs,
-        max_steps=cfg.ppo_steps,
+        max_steps=max_steps,
         actor_lr=cfg.actor_lr,
         critic_lr=cfg.critic_lr,
         kl_ctl=cfg.kl_ctl,
-        save_every=cfg.save_every,
+        save_every=save_every,
         dtype=cfg.dtype,
-        seed=cfg.seed,
+        seed=seed,
     )
+
+
+def train_ppo(cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, log: Callable[[str], None]) -> Path:
+    """PPO from the SFT model against the reward run (its ensemble's member 0, the last member watching),
+    checkpointing every cfg.save_every steps, through the launcher as `rlhf train-ppo` runs it."""
+    ppo_cfg = ppo_config(cfg, model, rm_run, cfg.ppo_steps, cfg.seed, save_every=cfg.save_every)
     ppo_run = prepare_ppo_run(db, ppo_cfg, runs)
 
     def show(row: dict) -> None:

@@ -67,11 +67,10 @@ def shares(budget: int, rounds: int) -> list[int]:
 def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, previous: dict | None) -> dict:
     """Round `round_` of an arm in its store: choose and sample, rank by the scripted annotator, reward model,
     PPO; returns {"rm": run, "ppo": run, "point": ...}."""
-    from app.demo import rank_samples
+    from app.demo import ppo_config, rank_samples
     from app.round_config import RoundConfig
     from app.rounds import start_round
     from app.training import prepare_ppo_run, prepare_reward_run, run_training
-    from training.ppo.config import PPOConfig
     from training.reward.config import RewardConfig
 
     cfg, log = ctx["cfg"], ctx["log"]
@@ -99,19 +98,7 @@ def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, pre
     rm_cfg = RewardConfig(model=rm_model, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed)
     rm = prepare_reward_run(db, dataclasses.replace(rm_cfg, ensemble=ensemble), ctx["runs"])
     _finished(rm, run_training("reward", rm))
-    ppo_cfg = PPOConfig(
-        actor=policy,
-        reward=str(rm),
-        max_new_tokens=cfg.max_new_tokens,
-        min_new_tokens=cfg.min_new_tokens,
-        epochs=cfg.ppo_epochs,
-        max_steps=steps,
-        actor_lr=cfg.actor_lr,
-        critic_lr=cfg.critic_lr,
-        kl_ctl=cfg.kl_ctl,
-        dtype=cfg.dtype,
-        seed=cfg.seed + round_,
-    )
+    ppo_cfg = ppo_config(cfg, policy, rm, steps, cfg.seed + round_)
     ppo = prepare_ppo_run(db, ppo_cfg, ctx["runs"])
     _finished(ppo, run_training("ppo", ppo))
     point = evaluate(ctx, rm, ppo)

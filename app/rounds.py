@@ -22,7 +22,7 @@ from app.round_config import RoundConfig
 from store.db import connect, write
 from store.errors import UserError
 from store.prompts import add_prompts
-from store.responses import Sample, add_samples
+from store.responses import add_samples, samples_from
 from store.rounds import asked_prompts, latest_round, record_round, round_policies
 
 
@@ -196,9 +196,10 @@ def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print) -> dic
             {**dataclasses.asdict(cfg), "policy": policy, "candidates": len(pool)},
             [(pid, values[i] if values else None) for (pid, _), i in zip(chosen, order, strict=True)],
         )
-        dup = add_samples(con, samples(chosen, drawn, 0, cfg.seed, params), model_id, round_)
-        if old:
-            dup += add_samples(con, samples(chosen, old[0], cfg.k, cfg.seed + 1, old[2]), old[1], round_)
+        ids = [pid for pid, _ in chosen]
+        dup = add_samples(con, samples_from(ids, drawn, cfg.seed, params), model_id, round_)
+        if old:  # the previous policy's replies come after the new one's
+            dup += add_samples(con, samples_from(ids, old[0], cfg.seed + 1, old[2], first=cfg.k), old[1], round_)
     return {
         "round": round_,
         "policy": model_id,
@@ -208,66 +209,3 @@ def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print) -> dic
         "responses": len(chosen) * (cfg.k + cfg.mix_previous),
         "duplicates": dup,
     }
-
-
-def samples(chosen: list[tuple[int, str]], drawn: list[list], first: int, seed: int, params: dict) -> list[Sample]:
-    """Store rows for each chosen prompt's replies, positions from `first` (the previous policy's come after)."""
-    return [
-        Sample(
-            prompt_id=pid,
-            text=g.text,
-            position=first + j,
-            n_tokens=g.n_tokens,
-            finish_reason=g.finish_reason,
-            seed=seed,
-            params=params,
-        )
-        for (pid, _), gens in zip(chosen, drawn, strict=True)
-        for j, g in enumerate(gens)
-    ]
-
-
-def round_accuracy(db, round_: int, model: Path, dtype: str = "fp32") -> tuple[float, int]:
-    """(share of round `round_`'s pairs the reward model orders as the annotators did, pairs); a tie is wrong."""
-    from training.reward.config import RewardConfig
-    from training.scoring import score_texts
-
-    with connect(db) as con:
-        rows = con.execute(
-            "SELECT prompt, chosen, rejected FROM pairs WHERE round = ? ORDER BY ranking_id, chosen_id, rejected_id",
-            [round_],
-        ).fetchall()
-    if not rows:
-        return float("nan"), 0
-    scores = score_texts(model, [p for p, _, _ in rows], [[c, r] for _, c, r in rows], dtype, RewardConfig().max_length)
-    return sum(c > r for c, r in scores) / len(rows), len(rows)
-
-
-def fresh_pairs(db, run: Path) -> dict | None:
-    """After a reward run trained on a store with 2+ rounds: its accuracy on the newest round's pairs, and that of
-    the reward model before it (the newest finished reward run recorded earlier): how far the last model had already
-    generalised to what the new policy wrote, and how well the new one fits it. Saved as RUN/fresh_pairs.json."""
-    import json
-
-    with connect(db) as con:
-        round_ = latest_round(con)
-        earlier = con.execute(
-            "SELECT path FROM runs WHERE kind = 'reward' AND created_at < "
-            "(SELECT created_at FROM runs WHERE run_id = ?) ORDER BY created_at DESC",
-            [run.name],
-        ).fetchall()
-    if round_ < 2:
-        return None
-    previous = first_finished([p for (p,) in earlier])
-    after, n = round_accuracy(db, round_, run / "model")
-    if n == 0:
-        return None
-    out = {"round": round_, "pairs": n, "after": after, "previous_run": previous.name if previous else None}
-    out["before"] = round_accuracy(db, round_, previous / "model")[0] if previous else None
-    (run / "fresh_pairs.json").write_text(json.dumps(out, indent=2) + "\n")
-    return out
-
-
-def fresh_pairs_line(r: dict) -> str:
-    before = f"{r['before']:.1%} by the reward model before it ({r['previous_run']}), " if r["previous_run"] else ""
-    return f"round {r['round']}'s {r['pairs']} pairs: {before}{r['after']:.1%} by this one"

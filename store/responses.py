@@ -21,6 +21,24 @@ class Sample:
     params: dict = field(default_factory=dict)
 
 
+def samples_from(prompt_ids: list[int], generated: list[list], seed: int, params: dict, first: int = 0) -> list[Sample]:
+    """Rows for each prompt's generated replies (objects with .text, .n_tokens, .finish_reason), positions from
+    `first` on."""
+    return [
+        Sample(
+            prompt_id=pid,
+            text=g.text,
+            position=first + j,
+            n_tokens=g.n_tokens,
+            finish_reason=g.finish_reason,
+            seed=seed,
+            params=params,
+        )
+        for pid, gens in zip(prompt_ids, generated, strict=True)
+        for j, g in enumerate(gens)
+    ]
+
+
 def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id: str, round_: int | None = None) -> int:
     """Store samples, marking each exact repeat of an earlier sample of the same prompt as a duplicate. With a
     round, the samples belong to it (store/rounds.py) and only a repeat within that round is a duplicate: a round
