@@ -209,3 +209,49 @@ def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print) -> dic
         "responses": len(chosen) * (cfg.k + cfg.mix_previous),
         "duplicates": dup,
     }
+
+
+def round_accuracy(db, round_: int, model: Path, dtype: str = "fp32") -> tuple[float, int]:
+    """(share of round `round_`'s pairs the reward model orders as the annotators did, pairs); a tie is wrong."""
+    from training.reward.config import RewardConfig
+    from training.scoring import score_texts
+
+    with connect(db) as con:
+        rows = con.execute(
+            "SELECT prompt, chosen, rejected FROM pairs WHERE round = ? ORDER BY ranking_id, chosen_id, rejected_id",
+            [round_],
+        ).fetchall()
+    if not rows:
+        return float("nan"), 0
+    scores = score_texts(model, [p for p, _, _ in rows], [[c, r] for _, c, r in rows], dtype, RewardConfig().max_length)
+    return sum(c > r for c, r in scores) / len(rows), len(rows)
+
+
+def fresh_pairs(db, run: Path) -> dict | None:
+    """After a reward run trained on a store with 2+ rounds: its accuracy on the newest round's pairs, and that of
+    the reward model before it (the newest finished reward run recorded earlier): how far the last model had already
+    generalised to what the new policy wrote, and how well the new one fits it. Saved as RUN/fresh_pairs.json."""
+    import json
+
+    with connect(db) as con:
+        round_ = latest_round(con)
+        earlier = con.execute(
+            "SELECT path FROM runs WHERE kind = 'reward' AND created_at < "
+            "(SELECT created_at FROM runs WHERE run_id = ?) ORDER BY created_at DESC",
+            [run.name],
+        ).fetchall()
+    if round_ < 2:
+        return None
+    previous = first_finished([p for (p,) in earlier])
+    after, n = round_accuracy(db, round_, run / "model")
+    if n == 0:
+        return None
+    out = {"round": round_, "pairs": n, "after": after, "previous_run": previous.name if previous else None}
+    out["before"] = round_accuracy(db, round_, previous / "model")[0] if previous else None
+    (run / "fresh_pairs.json").write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+def fresh_pairs_line(r: dict) -> str:
+    before = f"{r['before']:.1%} by the reward model before it ({r['previous_run']}), " if r["previous_run"] else ""
+    return f"round {r['round']}'s {r['pairs']} pairs: {before}{r['after']:.1%} by this one"

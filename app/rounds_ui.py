@@ -53,7 +53,7 @@ def build_next_round(ctx, selected, action) -> None:
     from annotation.selection import RULES
     from app.handlers import admin_only
 
-    with gr.Accordion("Next round: the selected run's policy samples new responses to rank", open=False):
+    with gr.Accordion("Next round: the selected run's policy samples new responses to rank", open=True):
         with gr.Row(equal_height=True):
             k = gr.Number(value=4, precision=0, minimum=1, label="K from the policy", elem_id="round-k")
             mix = gr.Number(value=1, precision=0, minimum=0, label="+ M from the previous round's policy")

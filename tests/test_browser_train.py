@@ -283,10 +283,13 @@ def test_the_next_round_starts_from_the_train_tab_and_is_ranked_in_the_annotate_
         page.wait_for_function("document.querySelector('#runs-table').innerText.includes('ppo-')")
         page.click("#runs-table [data-testid=cell-0-0]")  # the newest run: PPO's
         page.wait_for_function(f"document.querySelector('#selected-run textarea').value.endsWith({ppo.name!r})")
-        page.get_by_text("Next round: the selected run's policy").click()
         for field, value in (("#round-k input", "2"), ("#round-n input", "4")):
             page.fill(field, value)
             page.locator(field).blur()  # Gradio takes a number when its field loses focus
+        page.wait_for_function(
+            "document.querySelector('#round-k input').value === '2'"
+            " && document.querySelector('#round-n input').value === '4'"
+        )
         page.click("#next-round")
         page.wait_for_function(
             "document.querySelector('#train-action').innerText.includes('Round 2 started')", timeout=120_000

@@ -91,6 +91,8 @@ DB_AFTER = {
     "demo": ["demo", "--quick"],
     "stop": ["stop", "runs/x"],
     "runs": ["runs"],
+    "rounds": ["rounds"],
+    "round": ["round", "start", "--policy", "default"],
     "pairs": ["pairs", "--stats"],
 }
 
