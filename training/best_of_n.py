@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from training.config_file import positive_ints
 from training.watch import best_of_n_kl
 
 
@@ -32,13 +33,7 @@ def ranks_by_score(scores: list[float]) -> list[int]:
 
 def parse_ns(text: str) -> list[int]:
     """'1,2,4' -> [1, 2, 4]: distinct positive integers, in increasing order."""
-    try:
-        ns = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"--n takes numbers separated by commas, got {text!r}") from None
-    if not ns or ns[0] < 1:
-        raise ValueError(f"--n takes positive numbers, got {text!r}")
-    return ns
+    return positive_ints(text, "--n")
 
 
 def line(prompt: str, samples: list[str], scores: list[float], ns: list[int], annotator: str) -> dict:

@@ -46,6 +46,17 @@ class ConfigFile:
         return cls(**raw)
 
 
+def positive_ints(text: str, flag: str) -> list[int]:
+    """'2,1,2' -> [1, 2]: distinct positive whole numbers in increasing order; ValueError naming `flag` otherwise."""
+    try:
+        numbers = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"{flag} takes numbers separated by commas, got {text!r}") from None
+    if not numbers or numbers[0] < 1:
+        raise ValueError(f"{flag} takes positive numbers, got {text!r}")
+    return numbers
+
+
 def read_json_object(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> dict:
     """A small JSON file holding one object (a config.json: a run's, a model's); ValueError with one line if the
     file is too big to be one, not UTF-8, not JSON, nested too deeply or not an object."""

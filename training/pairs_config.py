@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.config_file import ConfigFile
+from training.config_file import ConfigFile, positive_ints
 from training.precision import check_dtype
 
 
@@ -58,12 +58,4 @@ class PairsConfig(ConfigFile):
 
 def round_numbers(text: str) -> list[int] | None:
     """'2,3' -> [2, 3]; '' -> None (every round). ValueError on anything but positive whole numbers."""
-    if not text.strip():
-        return None
-    try:
-        rounds = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"rounds takes round numbers separated by commas, got {text!r}") from None
-    if not rounds or rounds[0] < 1:
-        raise ValueError(f"rounds are numbered from 1, got {text!r}")
-    return rounds
+    return positive_ints(text, "rounds") if text.strip() else None
