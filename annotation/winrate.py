@@ -24,6 +24,19 @@ def bootstrap_ci(outcomes: list[float], n_resamples: int = 2000, level: float = 
     return lo, hi
 
 
+def ratio_bootstrap_ci(counts: list[tuple[int, int]], n_resamples: int = 2000, level: float = 0.95, seed: int = 0):
+    """Percentile bootstrap interval of sum(right) / sum(total) over groups (right, total), resampling the groups
+    (prompts) with replacement: the interval of a pair accuracy whose pairs share prompts."""
+    rng = random.Random(seed)
+    kept = [c for c in counts if c[1]]
+    ratios = []
+    for _ in range(n_resamples):
+        draw = rng.choices(kept, k=len(kept))
+        ratios.append(sum(r for r, _ in draw) / sum(t for _, t in draw))
+    ratios.sort()
+    return ratios[int((1 - level) / 2 * n_resamples)], ratios[min(n_resamples - 1, int((1 + level) / 2 * n_resamples))]
+
+
 def wilson_interval(outcomes: list[float], z: float = 1.96) -> tuple[float, float]:
     """Wilson's score interval (Wilson 1927) of the win rate p = mean(outcomes) over n votes, ties counting half:
 

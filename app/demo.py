@@ -153,18 +153,27 @@ def sample_texts(sampler: Sampler, prompts: list[str], k: int, seed: int) -> lis
     return out
 
 
-def pair_accuracy(texts: list[list[str]], scores: list[list[float]]) -> tuple[float, int]:
-    """Share of the annotator's pairs (within each prompt; ties make no pair) that the reward model orders the
-    same way; a tied score counts as wrong."""
-    right = total = 0
+def pair_counts(texts: list[list[str]], scores: list[list[float]]) -> list[tuple[int, int]]:
+    """Per prompt: (pairs the reward model orders as the annotator does, the annotator's pairs); ties make no pair,
+    a tied score counts as wrong."""
+    out = []
     for ts, ss in zip(texts, scores, strict=True):
         keep = scripted.rankable(ts)
         ranks = scripted.rank([ts[i] for i in keep])
+        right = total = 0
         for a in range(len(keep)):
             for b in range(len(keep)):
                 if ranks[a] < ranks[b]:
                     total += 1
                     right += ss[keep[a]] > ss[keep[b]]
+        out.append((right, total))
+    return out
+
+
+def pair_accuracy(texts: list[list[str]], scores: list[list[float]]) -> tuple[float, int]:
+    """Share of the annotator's pairs (within each prompt) that the reward model orders the same way, and how many."""
+    counts = pair_counts(texts, scores)
+    right, total = sum(r for r, _ in counts), sum(t for _, t in counts)
     return (right / total if total else float("nan")), total
 
 

@@ -73,7 +73,7 @@ def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, pre
     from app.training import prepare_ppo_run, prepare_reward_run, run_training
     from training.reward.config import RewardConfig
 
-    cfg, log = ctx["cfg"], ctx["log"]
+    cfg, log, t0 = ctx["cfg"], ctx["log"], time.time()
     first = previous is None
     policy = ctx["model"] if first else str(previous["ppo"])
     select = "random" if first else arm.select
@@ -102,7 +102,8 @@ def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, pre
     ppo = prepare_ppo_run(db, ppo_cfg, ctx["runs"])
     _finished(ppo, run_training("ppo", ppo))
     point = evaluate(ctx, rm, ppo)
-    point.update(round=round_, labels=(previous["point"]["labels"] if previous else 0) + ranked.added)
+    labels = (previous["point"]["labels"] if previous else 0) + ranked.added
+    point.update(round=round_, labels=labels, seconds=round(time.time() - t0, 1))
     log(
         f"{arm.name}, round {round_}: {point['labels']} labels, reward model {point['rm_accuracy']:.1%}, "
         f"win rate {point['win_rate']:.1%}"
@@ -117,18 +118,28 @@ def _finished(run: Path, status: dict) -> None:
 
 def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
     """The reward model's held-out accuracy and the actor's win rate over the SFT model, on the held-out prompts."""
-    from app.demo import compare, pair_accuracy, sample_texts, sampling_config
+    from annotation.winrate import ratio_bootstrap_ci
+    from app.demo import compare, pair_counts, sample_texts, sampling_config
     from training.generation import Sampler
     from training.scoring import score_texts
 
     cfg, heldout, reference = ctx["cfg"], ctx["heldout"], ctx["reference"]
     scores = score_texts(rm / "model", heldout, reference, cfg.dtype, ctx["max_length"])
-    accuracy, pairs = pair_accuracy(reference, scores)
+    counts = pair_counts(reference, scores)
+    pairs = sum(t for _, t in counts)
+    accuracy = sum(r for r, _ in counts) / pairs
     sampler = Sampler(sampling_config(cfg, str(ppo / "actor")))
     actor = sample_texts(sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
     del sampler
     won = compare(actor, reference, cfg.seed)
-    return {"rm_accuracy": accuracy, "rm_pairs": pairs, "win_rate": won["win_rate"], "ci95": won["ci95"]}
+    rm_ci = list(ratio_bootstrap_ci(counts, seed=cfg.seed))
+    return {
+        "rm_accuracy": accuracy,
+        "rm_ci95": rm_ci,
+        "rm_pairs": pairs,
+        "win_rate": won["win_rate"],
+        "ci95": won["ci95"],
+    }
 
 
 def ppo_steps(cfg: DemoConfig, train_prompts: int) -> int:
@@ -213,6 +224,7 @@ def answers(arms: list[Arm]) -> dict:
             "win_rate": [many["win_rate"], one["win_rate"]],
             "ci95": [many["ci95"], one["ci95"]],
             "rm_accuracy": [many["rm_accuracy"], one["rm_accuracy"]],
+            "rm_ci95": [many["rm_ci95"], one["rm_ci95"]],
             "rounds_win": many["win_rate"] > one["win_rate"],
             "intervals_overlap": many["ci95"][0] <= one["ci95"][1] and one["ci95"][0] <= many["ci95"][1],
         }
@@ -220,6 +232,9 @@ def answers(arms: list[Arm]) -> dict:
         out["selection"] = {
             rule: {
                 "target": target,
+                "target_ci95": by_rule["random"].points[-1]["rm_ci95"],
+                "final": arm.points[-1]["rm_accuracy"],
+                "final_ci95": arm.points[-1]["rm_ci95"],
                 "budget": arm.points[-1]["labels"],
                 "labels_to_reach": next((p["labels"] for p in arm.points if p["rm_accuracy"] >= target), None),
             }
@@ -239,7 +254,8 @@ def answer_lines(r: dict) -> list[str]:
         lines.append(
             f"{r['config']['rounds']} rounds {verdict} 1 round at {r['label_budget']} labels: win rate "
             f"{w_many:.1%} ({c_many[0]:.1%}-{c_many[1]:.1%}) against {w_one:.1%} ({c_one[0]:.1%}-{c_one[1]:.1%})"
-            f"{overlap}; reward-model accuracy {v['rm_accuracy'][0]:.1%} against {v['rm_accuracy'][1]:.1%}"
+            f"{overlap}; held-out reward-model accuracy {v['rm_accuracy'][0]:.1%} ({_ci(v['rm_ci95'][0])}) against "
+            f"{v['rm_accuracy'][1]:.1%} ({_ci(v['rm_ci95'][1])})"
         )
         for rule, s in a.get("selection", {}).items():
             reached = (
@@ -247,9 +263,14 @@ def answer_lines(r: dict) -> list[str]:
                 if s["labels_to_reach"] is not None
                 else f"did not reach it within {s['budget']} labels"
             )
-            target = f"random's final held-out reward-model accuracy is {s['target']:.1%}"
-            lines.append(f"{rule}: {target}; {rule} {reached}")
+            target = f"random's final held-out reward-model accuracy is {s['target']:.1%} ({_ci(s['target_ci95'])})"
+            final = f"{rule}'s is {s['final']:.1%} ({_ci(s['final_ci95'])}) at {s['budget']} labels"
+            lines.append(f"{rule}: {target}; {rule} {reached}; {final}")
     return lines
+
+
+def _ci(ci: list[float]) -> str:
+    return f"{ci[0]:.1%}-{ci[1]:.1%}"
 
 
 def write_rounds_report(folder: Path, r: dict) -> None:
@@ -261,8 +282,9 @@ def write_rounds_report(folder: Path, r: dict) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.8))
     for arm in r["arms"]:
         xs = [p["labels"] for p in arm["points"]]
-        a.plot(xs, [p["rm_accuracy"] for p in arm["points"]], marker="o", label=arm["name"])
         pts = arm["points"]
+        rm_err = [[p["rm_accuracy"] - p["rm_ci95"][0] for p in pts], [p["rm_ci95"][1] - p["rm_accuracy"] for p in pts]]
+        a.errorbar(xs, [p["rm_accuracy"] for p in pts], yerr=rm_err, marker="o", capsize=3, label=arm["name"])
         err = [[p["win_rate"] - p["ci95"][0] for p in pts], [p["ci95"][1] - p["win_rate"] for p in pts]]
         b.errorbar(xs, [p["win_rate"] for p in arm["points"]], yerr=err, marker="o", capsize=3, label=arm["name"])
     a.set(title="held-out reward-model accuracy", xlabel="labels spent (rankings)", ylim=(0, 1.02))
@@ -273,8 +295,8 @@ def write_rounds_report(folder: Path, r: dict) -> None:
     fig.savefig(folder / "rounds.png", dpi=110)
     plt.close("all")
     rows = "\n".join(
-        f"|{arm['name']}|{p['round']}|{p['labels']}|{p['rm_accuracy']:.1%}|{p['win_rate']:.1%}|"
-        f"{p['ci95'][0]:.1%}-{p['ci95'][1]:.1%}|"
+        f"|{arm['name']}|{p['round']}|{p['labels']}|{p['rm_accuracy']:.1%}|{_ci(p['rm_ci95'])}|{p['win_rate']:.1%}|"
+        f"{_ci(p['ci95'])}|"
         for arm in r["arms"]
         for p in arm["points"]
     )
@@ -291,8 +313,8 @@ prompts.
 
 ![rounds](rounds.png)
 
-|arm|round|labels|reward-model accuracy|win rate over SFT|95% interval|
-|---|---:|---:|---:|---:|---|
+|arm|round|labels|reward-model accuracy|95% interval|win rate over SFT|95% interval|
+|---|---:|---:|---:|---|---:|---|
 {rows}
 
 Settings: `{json.dumps(c)}`. Wall time {r["total_s"] / 60:.1f} min.

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from annotation import scripted
-from app.demo import pair_accuracy, split_prompts, win_rates
+from app.demo import pair_accuracy, pair_counts, split_prompts, win_rates
 from store.errors import StoreError
 from tests.conftest import query
 
@@ -32,10 +32,21 @@ def test_held_out_accuracy_and_win_rate_by_hand():
     assert pair_accuracy(texts, scores) == (1.0, 3)
     scores = [[0.2, 0.0, 0.5], [3.0, 2.0]]  # 14 words scored above 4 words: 2 of 3 right
     assert pair_accuracy(texts, scores) == (pytest.approx(2 / 3), 3)
+    assert pair_counts(texts, scores) == [(2, 3), (0, 0)]
     actor = [[words(4), words(30)], [words(5)]]
     reference = [[words(14), words(4)], [words(25)]]
     # prompt 1: (4 vs 14) 1, (4 vs 4) 0.5, (30 vs 14) 0, (30 vs 4) 0 -> 1.5 / 4; prompt 2: 1
     assert win_rates(actor, reference) == [0.375, 1.0]
+
+
+def test_pair_accuracy_interval_resamples_prompts():
+    from annotation.winrate import ratio_bootstrap_ci
+
+    # every prompt at 2 of 3: every resample is 2/3; prompts with no pair are left out
+    assert ratio_bootstrap_ci([(2, 3), (4, 6), (0, 0)]) == (pytest.approx(2 / 3), pytest.approx(2 / 3))
+    # one prompt all right (3/3), one all wrong (0/1): resamples give 0, 3/4 or 1; the 95% interval spans 0..1
+    lo, hi = ratio_bootstrap_ci([(3, 3), (0, 1)], seed=1)
+    assert (lo, hi) == (0.0, 1.0)
 
 
 def test_too_few_prompts_to_hold_some_out_is_one_error():
@@ -242,7 +253,8 @@ def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_han
     assert shares(10, 3) == [3, 3, 4] and shares(40, 2) == [20, 20] and sum(shares(97, 4)) == 97
 
     def pt(labels, acc, win, lo, hi):
-        return {"labels": labels, "rm_accuracy": acc, "win_rate": win, "ci95": [lo, hi], "round": 0}
+        rm_ci = [acc - 0.05, acc + 0.05]
+        return {"labels": labels, "rm_accuracy": acc, "rm_ci95": rm_ci, "win_rate": win, "ci95": [lo, hi], "round": 0}
 
     one = Arm("1 round", 1, "random", [pt(40, 0.80, 0.60, 0.55, 0.65)])
     rand = Arm("2 rounds, random", 2, "random", [pt(20, 0.70, 0.55, 0.5, 0.6), pt(40, 0.82, 0.70, 0.66, 0.74)])
@@ -250,7 +262,16 @@ def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_han
     a = answers([one, rand, unc])
     assert a["rounds_vs_one"]["rounds_win"] and not a["rounds_vs_one"]["intervals_overlap"]  # 0.66 > 0.65
     # uncertain reaches random's final accuracy (0.82) only with its last round: 40 labels, the same budget
-    assert a["selection"] == {"uncertain": {"target": 0.82, "budget": 40, "labels_to_reach": 40}}
+    assert a["selection"] == {
+        "uncertain": {
+            "target": 0.82,
+            "target_ci95": [pytest.approx(0.77), 0.87],
+            "final": 0.85,
+            "final_ci95": [pytest.approx(0.80), 0.90],
+            "budget": 40,
+            "labels_to_reach": 40,
+        }
+    }
     unc.points[0]["rm_accuracy"] = 0.83  # now after 20 labels: half of random's
     assert answers([one, rand, unc])["selection"]["uncertain"]["labels_to_reach"] == 20
     unc.points = [pt(20, 0.7, 0.5, 0.4, 0.6), pt(40, 0.75, 0.5, 0.4, 0.6)]
@@ -258,7 +279,8 @@ def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_han
     lines = answer_lines(r)
     assert lines[0].startswith("2 rounds beat 1 round at 40 labels: win rate 70.0% (66.0%-74.0%) against 60.0%")
     assert lines[1] == (
-        "uncertain: random's final held-out reward-model accuracy is 82.0%; uncertain did not reach it within 40 labels"
+        "uncertain: random's final held-out reward-model accuracy is 82.0% (77.0%-87.0%); uncertain did not reach it "
+        "within 40 labels; uncertain's is 75.0% (70.0%-80.0%) at 40 labels"
     )
 
 
