@@ -58,10 +58,15 @@ def dpo_rows(model: str, tmp: Path) -> list[dict]:
 
 
 def reward_rows(model: str, tmp: Path) -> list[dict]:
-    from bench.reward import _ours, make_pairs
+    from transformers import AutoTokenizer
 
+    from bench.reward import _ours, make_pairs
+    from training.models import pick_pad_token, resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(model))
+    pick_pad_token(tok)
     pairs_file = tmp / "rm-pairs.jsonl"
-    pairs_file.write_text("".join(json.dumps(r) + "\n" for r in make_pairs(64)))
+    pairs_file.write_text("".join(json.dumps(r) + "\n" for r in make_pairs(tok, 64)))
     r = _ours(tmp, pairs_file, "bf16", model=model)
     return [{"what": "reward model", "zero": 0, "unit": "pairs/s", "value": r["pairs_per_s"], **r}]
 

@@ -1,17 +1,17 @@
 """Reward-model training speed: rlhf-studio (through the DeepSpeed launcher, one rank, ZeRO 0) against TRL's
 RewardTrainer on the same model (SmolLM2-135M-Instruct with a 1-output head), the same pairs token for token
-(each side exactly 128 tokens), 12 pairs per step, lr 1e-5, one epoch. The pairs come from K = 4 rankings (6 pairs
-each), as annotation produces them: TRL trains them as independent pairs (12 sequences per ranking), rlhf-studio
-keeps a ranking's pairs in one batch and scores each of its 4 responses once (--group-by-ranking). The same number
-of independent pairs (each its own prompt and two responses: 24 sequences per step on both sides) shows the
-trainers' speed without that advantage.
+(each side exactly 128 tokens: a 64-token prompt and a 64-token response), 12 pairs per step, lr 1e-5, one epoch.
+The pairs come from K = 4 rankings (6 pairs each), as annotation produces them: TRL trains them as independent
+pairs (12 sequences per ranking), rlhf-studio keeps a ranking's pairs in one batch and scores each of its 4
+responses once (--group-by-ranking), running their shared prompt once (--share-prompt). The same number of
+independent pairs (each its own prompt and two responses: 24 sequences per step on both sides, the prompt still
+shared by the two) shows the trainers' speed without the ranking's advantage.
 Metric: pairs/s after the first 5 steps; peak RSS of the training process. TRL is a bench-only dependency
 (`make bench` installs it)."""
 
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 import tempfile
@@ -21,23 +21,14 @@ LENGTH, BATCH, K = 128, 12, 4
 SHAPES = ("ranking", "independent")
 
 
-def make_pairs(n_rankings: int, seed: int = 0, shape: str = "ranking") -> list[dict]:
-    """n_rankings prompts x K responses ranked in order: C(K,2) pairs each ("ranking"), or as many pairs each with
-    its own prompt and two responses ("independent"). Long prompts (cut from the left to fit) and 40-60 word
-    responses: every sequence is exactly LENGTH tokens."""
-    rng = random.Random(seed)
-    words = "the a river stone cloud green quick music paper light window garden simple answer because".split()
-    text = lambda k: " ".join(rng.choice(words) for _ in range(k))  # noqa: E731
-    rows = []
-    n_prompts, k = (n_rankings, K) if shape == "ranking" else (n_rankings * K * (K - 1) // 2, 2)
-    for i in range(n_prompts):
-        prompt, responses = text(200), [text(rng.randint(40, 60)) for _ in range(k)]
-        rows += [
-            {"prompt": prompt, "chosen": responses[a], "rejected": responses[b], "margin": b - a, "ranking_id": i}
-            for a in range(k)
-            for b in range(a + 1, k)
-        ]
-    return rows
+def make_pairs(tokenizer, n_rankings: int, shape: str = "ranking") -> list[dict]:
+    """n_rankings x 6 pairs: n_rankings prompts with K = 4 ranked responses ("ranking"), or as many prompts with two
+    responses each ("independent"). bench/dpo.py's data: a 64-token chat prompt and 64-token responses (EOS
+    included), so every sequence is exactly LENGTH tokens and nothing is cut; the responses of a prompt share it,
+    as real preference data does."""
+    from bench.dpo import make_pairs as dpo_pairs
+
+    return dpo_pairs(tokenizer, n_rankings * K * (K - 1) // 2, shape)
 
 
 def _ours(tmp: Path, pairs_file: Path, dtype: str, model: str = "default", zero_stage: int = 0) -> dict:
@@ -113,7 +104,7 @@ def run(
     results = []
     with tempfile.TemporaryDirectory() as d:
         for shape in shapes:
-            rows = make_pairs(n_rankings, shape=shape)
+            rows = make_pairs(tok, n_rankings, shape)
             ids = [(enc.encode(r["prompt"], r["chosen"])[0], enc.encode(r["prompt"], r["rejected"])[0]) for r in rows]
             assert all(len(c) == len(r) == LENGTH for c, r in ids)
             tmp = Path(d) / shape

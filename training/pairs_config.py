@@ -35,6 +35,10 @@ class PairsConfig(ConfigFile):
         metadata={"help": "auto (bf16 where the CPU or GPU computes it natively, else fp32), fp32, bf16, fp16 (GPU)"},
     )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
+    share_prompt: bool = field(
+        default=True,
+        metadata={"help": "run a prompt once for all its responses in a batch (not with checkpointing)"},
+    )
     lora_rank: int = field(default=0, metadata={"help": "train LoRA adapters of this rank (0 = full fine-tuning)"})
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator (scale = alpha / rank)"})
     eval_every: int = field(default=0, metadata={"help": "evaluate every N steps (0 = only at the end)"})

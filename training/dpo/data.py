@@ -36,3 +36,37 @@ def collate(batch: list[Tokenised], pad_id: int):
     chosen = torch.tensor([row[(p.chosen_start, tuple(p.chosen))] for p in batch])
     rejected = torch.tensor([row[(p.rejected_start, tuple(p.rejected))] for p in batch])
     return ids, attention, response, chosen, rejected, keys
+
+
+def key_groups(pairs: list[Tokenised]) -> dict[Key, object]:
+    """Every distinct sequence (first-seen order) and the ranking it came from (its first, should two share it)."""
+    out: dict[Key, object] = {}
+    for p in pairs:
+        out.setdefault((p.chosen_start, tuple(p.chosen)), p.group)
+        out.setdefault((p.rejected_start, tuple(p.rejected)), p.group)
+    return out
+
+
+def shared_split(keys: list[Key], groups: list, pad_id: int):
+    """Rows `keys` of one ranking group each, split for prefix sharing (training/prefix.py): a group's sequences
+    share their prompt up to the position whose logits predict the first response token, which stays in every
+    chunk. None when no two rows of a group share a prefix."""
+    from training.prefix import split
+
+    limits = [min(max(start, 1) - 1, len(seq) - 1) for start, seq in keys]
+    return split([seq for _, seq in keys], groups, limits, pad_id)
+
+
+def shared_rows(batch: list[Tokenised], keys: list[Key], pad_id: int):
+    """`shared_split` of collate's rows (its `keys`, same order), each grouped by its ranking."""
+    group = key_groups(batch)
+    return shared_split(keys, [group[k] for k in keys], pad_id)
+
+
+def chunk_response(keys: list[Key], offset: list[int], width: int) -> torch.Tensor:
+    """(U, width - 1): 1 where chunk position t + 1 is a response token of row u (the chunk starts at
+    sequence position offset[u]); lines up with the chunk's logits[:, :-1], as `collate`'s mask does whole."""
+    response = torch.zeros((len(keys), width - 1), dtype=torch.float32)
+    for i, ((start, seq), o) in enumerate(zip(keys, offset, strict=True)):
+        response[i, max(start, 1) - 1 - o : len(seq) - 1 - o] = 1.0
+    return response

@@ -14,8 +14,9 @@ import random
 
 import torch
 
+from training import prefix
 from training.dpo.config import DPOConfig
-from training.dpo.data import Key, collate, sequences
+from training.dpo.data import Key, chunk_response, collate, key_groups, shared_rows, shared_split
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
 from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model, training_attention
@@ -45,35 +46,79 @@ def response_logprobs(model, ids, attention, response, head: int) -> tuple[torch
     return sequence_logprobs(logits, ids[:, head + 1 :], response[:, head:]), response.sum(-1)
 
 
+def shared_logprobs(model, shared, keys: list, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`response_logprobs` with the prompts run once (training/prefix.py): the prefix pass keeps one position's
+    logits, the chunks (the prompt's last token and the response) keep all of theirs."""
+    out = prefix.forward(model, shared, device, prefix_kwargs={"logits_to_keep": 1})
+    response = chunk_response(keys, shared.offset.tolist(), shared.chunk_ids.shape[1]).to(device)
+    labels = shared.chunk_ids[:, 1:].to(device)
+    return sequence_logprobs(out.logits[:, :-1], labels, response), response.sum(-1)
+
+
 def head_position(keys: list[Key]) -> int:
     """The first logits position that predicts a response token in any of the run's sequences."""
     return max(min(start for start, _ in keys) - 1, 0)
 
 
-def reference_logprobs(cfg: DPOConfig, keys: list[Key], pad: int, rank: int, world: int, head: int) -> dict:
-    """{sequence: (sum, count)} under the frozen reference, each sequence once: every rank scores its share, all
-    ranks get all of them. The reference is freed afterwards (DPO never needs it again)."""
-    from training.pairs import Tokenised
-
+def reference_logprobs(cfg: DPOConfig, groups: dict, pad: int, rank: int, world: int, head: int) -> dict:
+    """{sequence: (sum, count)} under the frozen reference, each sequence once: every rank scores its share of the
+    rankings (`groups`: sequence -> ranking), all ranks get all of them. A ranking's sequences go through together,
+    as in training, so with prefix sharing each is split where the policy's batches split it. The reference is freed
+    afterwards (DPO never needs it again)."""
     model = load_causal(cfg.reference or cfg.model, DTYPES[cfg.dtype]).eval()
-    mine, out = keys[rank::world], {}
+    device = next(model.parameters()).device
+    units: dict = {}
+    for key, g in groups.items():
+        units.setdefault(g, []).append(key)
+    out = {}
     with torch.no_grad():
-        for i in range(0, len(mine), 2 * cfg.batch_pairs):
-            chunk = mine[i : i + 2 * cfg.batch_pairs]  # one row per sequence: pair each with itself
-            pairs = [Tokenised(list(s), list(s), 0.0, 0, False, start, start) for start, s in chunk]
-            ids, attention, response, *_ = collate(pairs, pad)
-            logp, count = response_logprobs(model, ids, attention, response, head)
-            out.update(zip(chunk, zip(logp.tolist(), count.tolist(), strict=True), strict=True))
+        for chunk in sequence_batches(list(units.values())[rank::world], 2 * cfg.batch_pairs):
+            sums, counts = reference_batch(model, chunk, groups, pad, cfg, head, device)
+            out.update(zip(chunk, zip(sums, counts, strict=True), strict=True))
     del model
     gathered = [None] * world
     torch.distributed.all_gather_object(gathered, out)
     return {k: v for part in gathered for k, v in part.items()}
 
 
+def sequence_batches(units: list[list], size: int) -> list[list]:
+    """Whole units (a ranking's sequences) in batches of about `size` sequences (a larger unit on its own)."""
+    out, current = [], []
+    for unit in units:
+        if current and len(current) + len(unit) > size:
+            out.append(current)
+            current = []
+        current += unit
+    return out + ([current] if current else [])
+
+
+def reference_batch(model, chunk: list[Key], groups: dict, pad: int, cfg: DPOConfig, head: int, device):
+    """(sums, counts) as lists for the sequences of `chunk` under the reference."""
+    from training.pairs import Tokenised
+
+    shared = shared_split(chunk, [groups[k] for k in chunk], pad) if sharing(cfg) else None
+    if shared is not None:
+        logp, count = shared_logprobs(model, shared, chunk, device)
+    else:
+        pairs = [Tokenised(list(s), list(s), 0.0, 0, False, start, start) for start, s in chunk]  # each with itself
+        ids, attention, response, *_ = collate(pairs, pad)
+        logp, count = response_logprobs(model, ids, attention, response, head)
+    return logp.tolist(), count.tolist()
+
+
+def sharing(cfg: DPOConfig) -> bool:
+    """Prefix sharing is on unless turned off or gradient checkpointing (which turns the cache off) is on."""
+    return cfg.share_prompt and not cfg.gradient_checkpointing
+
+
 def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device, head: int) -> tuple[torch.Tensor, dict]:
     """The batch's loss and its per-pair quantities: one policy forward over the distinct sequences."""
     ids, attention, response, ci, ri, keys = collate(raw, pad)
-    logp, count = response_logprobs(engine, ids.to(device), attention.to(device), response.to(device), head)
+    shared = shared_rows(raw, keys, pad) if sharing(cfg) else None
+    if shared is not None:
+        logp, count = shared_logprobs(engine, shared, keys, device)
+    else:
+        logp, count = response_logprobs(engine, ids.to(device), attention.to(device), response.to(device), head)
     ref_logp = torch.tensor([ref[k][0] for k in keys], device=device)
     if cfg.loss == "ipo":  # IPO on per-token averages, as TRL computes it
         logp, ref_logp = logp / count.clamp(min=1), ref_logp / count.clamp(min=1)
@@ -151,9 +196,9 @@ def train(cfg: DPOConfig) -> None:
     eval_batches = batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)
     per_epoch, total = step_plan(cfg, train_pairs, world)
     # 2. the reference's log-probs, once per distinct sequence; then the policy on DeepSpeed
-    keys = sequences(train_pairs + eval_pairs)
-    head = head_position(keys)
-    ref = reference_logprobs(cfg, keys, pad, rank, world, head)
+    groups = key_groups(train_pairs + eval_pairs)
+    head = head_position(list(groups))
+    ref = reference_logprobs(cfg, groups, pad, rank, world, head)
     engine, sched = build_engine(cfg, total)
     device = engine.device
     run.metrics(

@@ -29,3 +29,17 @@ def collate(batch: list[Tokenised], pad_id: int):
     chosen = torch.tensor([rows[tuple(p.chosen)] for p in batch])
     rejected = torch.tensor([rows[tuple(p.rejected)] for p in batch])
     return ids, mask, chosen, rejected, torch.tensor([p.margin for p in batch], dtype=torch.float32)
+
+
+def shared_rows(batch: list[Tokenised], pad_id: int):
+    """collate's rows (same order) split for prefix sharing (training/prefix.py), a ranking's responses sharing
+    their prompt; the score is read at a row's last token, so each chunk keeps at least that one. None when no two
+    rows of a ranking share a prefix."""
+    from training.prefix import split
+
+    rows: dict[tuple[int, ...], object] = {}
+    for p in batch:
+        for seq in (p.chosen, p.rejected):
+            rows.setdefault(tuple(seq), p.group)
+    seqs = list(rows)
+    return split(seqs, list(rows.values()), [len(s) - 1 for s in seqs], pad_id)

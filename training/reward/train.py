@@ -15,21 +15,26 @@ from pathlib import Path
 
 import torch
 
+from training import prefix
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
 from training.models import add_lora, resolve_model
 from training.pairs import rank_batches, step_plan
 from training.reward.config import RewardConfig
-from training.reward.data import PairEncoder, batches, collate, load_pairs
+from training.reward.data import PairEncoder, batches, collate, load_pairs, shared_rows
 from training.reward.ensemble import half_of, train_ensemble
 from training.reward.losses import pair_accuracy, pairwise_loss
 from training.reward.model import load_reward_model, scores
 from training.runs import RunFiles
 
 
-def forward_scores(engine, batch, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """All distinct sequences of the batch in one forward pass: (chosen (B,), rejected (B,), margin (B,))."""
+def forward_scores(engine, batch, device, shared=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """All distinct sequences of the batch in one forward pass (two with `shared`: the prompts once, then each
+    response on its prompt's cache): (chosen (B,), rejected (B,), margin (B,))."""
     ids, mask, chosen, rejected, margin = batch
-    s = scores(engine, ids.to(device), mask.to(device))  # (U,)
+    if shared is not None:
+        s = prefix.forward(engine, shared, device).logits[:, 0].float()
+    else:
+        s = scores(engine, ids.to(device), mask.to(device))  # (U,)
     return s[chosen.to(device)], s[rejected.to(device)], margin.to(device)
 
 
@@ -130,8 +135,10 @@ def train_one(cfg: RewardConfig) -> None:
     def mine(epoch: int) -> list:
         return rank_batches(order, train_pairs, epoch, rank, world, per_epoch)
 
+    share = cfg.share_prompt and not cfg.gradient_checkpointing
+
     def micro_step(raw):
-        c, r, margin = forward_scores(engine, collate(raw, pad), device)
+        c, r, margin = forward_scores(engine, collate(raw, pad), device, shared_rows(raw, pad) if share else None)
         loss = pairwise_loss(c, r, margin if cfg.margin_scale else None, cfg.center_coef)
         return loss, pair_accuracy(c, r).item()
 
