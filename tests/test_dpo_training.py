@@ -132,3 +132,25 @@ def test_bad_dpo_settings_are_one_error_line(cli, tmp_path, tiny_model_dir):
         code, _, err = cli(*base, *flags)
         assert code == 1 and err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_prompts_run_once_under_zero_3_on_two_ranks(tmp_path, tiny_model_dir):
+    # prefix sharing (on by default) calls the engine twice per batch: the prompts, then the responses on their cache
+    run = train_dpo(
+        tmp_path,
+        tiny_model_dir,
+        48,
+        "--num-accelerators",
+        "2",
+        "--zero-stage",
+        "3",
+        "--max-steps",
+        "2",
+        "--eval-every",
+        "1",
+    )
+    rows = metrics(run)
+    assert json.loads((run / "config.json").read_text())["share_prompt"] is True
+    # step 1 is scored before any update: h = 0 and the loss is ln 2 (the reference split where the policy is)
+    assert [r for r in rows if "loss/dpo" in r][0]["loss/dpo"] == pytest.approx(0.693147, abs=1e-4)
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
