@@ -136,3 +136,28 @@ def test_reward_scores_with_the_prompt_run_once_equal_the_whole_sequences():
     got, want = forward_scores(model, collate(batch, PAD), "cpu", s), forward_scores(model, collate(batch, PAD), "cpu")
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def _agree_on_rank(rank: int, init: str, have: list[bool], out: str) -> None:
+    import json
+
+    from training.prefix import agree
+
+    torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    got = [agree("split" if h[rank] else None, "cpu") for h in have]
+    torch.distributed.destroy_process_group()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(got, f)
+
+
+def test_ranks_agree_on_one_pass_or_two(tmp_path):
+    # ZeRO-3 gathers weights in every forward: if one rank's batch shares nothing, no rank shares
+    import json
+
+    import torch.multiprocessing as mp
+
+    have = [[True, True], [True, False], [False, True], [False, False]]
+    out = str(tmp_path / "agreed")
+    mp.spawn(_agree_on_rank, args=(f"file://{tmp_path}/rendezvous", have, out), nprocs=2)
+    for rank in (0, 1):
+        assert json.loads(open(f"{out}.{rank}").read()) == ["split", None, None, None]

@@ -12,7 +12,8 @@ the cache is gathered to one row per sequence (the backward sums a prefix's grad
 sequences' remaining tokens (the chunks, right-padded) run on top of it with position ids that continue the prefix.
 A group's prefix stops before every sequence's `limit` (a position the caller needs an output at), so every chunk
 holds the positions the loss reads. Gradient checkpointing turns the cache off in training, so it turns sharing
-off too."""
+off too. A prompt cut to fit --max-length is cut per response (training/pairs.py), so responses of different
+lengths keep different cuts and share only what their cuts have in common (often nothing)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,17 @@ def split(seqs: Sequence[Sequence[int]], groups: Sequence[Hashable], limits: Seq
         chunk_mask[i, : len(s) - o] = 1
     group = torch.tensor([row[g] for g in groups])
     return Shared(prefix_ids, prefix_mask, chunk_ids, chunk_mask, group, torch.tensor(offset))
+
+
+def agree(s: Shared | None, device) -> Shared | None:
+    """`s` if every rank has a split for its batch, else None on all of them: with ZeRO-3 each forward gathers the
+    weights collectively, so all ranks must make the same number of passes (one whole, or two shared). Call it once
+    per micro-batch on every rank, in step."""
+    if not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return s
+    flag = torch.tensor([0 if s is None else 1], device=device)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+    return s if flag.item() else None
 
 
 def forward(model, s: Shared, device, prefix_kwargs: dict | None = None, **kwargs):

@@ -114,7 +114,7 @@ def sharing(cfg: DPOConfig) -> bool:
 def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device, head: int) -> tuple[torch.Tensor, dict]:
     """The batch's loss and its per-pair quantities: one policy forward over the distinct sequences."""
     ids, attention, response, ci, ri, keys = collate(raw, pad)
-    shared = shared_rows(raw, keys, pad) if sharing(cfg) else None
+    shared = prefix.agree(shared_rows(raw, keys, pad), device) if sharing(cfg) else None
     if shared is not None:
         logp, count = shared_logprobs(engine, shared, keys, device)
     else:

@@ -138,7 +138,8 @@ def train_one(cfg: RewardConfig) -> None:
     share = cfg.share_prompt and not cfg.gradient_checkpointing
 
     def micro_step(raw):
-        c, r, margin = forward_scores(engine, collate(raw, pad), device, shared_rows(raw, pad) if share else None)
+        shared = prefix.agree(shared_rows(raw, pad), device) if share else None
+        c, r, margin = forward_scores(engine, collate(raw, pad), device, shared)
         loss = pairwise_loss(c, r, margin if cfg.margin_scale else None, cfg.center_coef)
         return loss, pair_accuracy(c, r).item()
 
