@@ -86,6 +86,11 @@ def split(seqs: Sequence[Sequence[int]], groups: Sequence[Hashable], limits: Seq
     return Shared(prefix_ids, prefix_mask, chunk_ids, chunk_mask, group, torch.tensor(offset))
 
 
+def enabled(cfg) -> bool:
+    """A pair trainer's config shares prompts unless told not to or checkpointing gradients (no cache then)."""
+    return cfg.share_prompt and not cfg.gradient_checkpointing
+
+
 def agree(s: Shared | None, device) -> Shared | None:
     """`s` if every rank has a split for its batch, else None on all of them: with ZeRO-3 each forward gathers the
     weights collectively, so all ranks must make the same number of passes (one whole, or two shared). Call it once

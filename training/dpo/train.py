@@ -96,7 +96,7 @@ def reference_batch(model, chunk: list[Key], groups: dict, pad: int, cfg: DPOCon
     """(sums, counts) as lists for the sequences of `chunk` under the reference."""
     from training.pairs import Tokenised
 
-    shared = shared_split(chunk, [groups[k] for k in chunk], pad) if sharing(cfg) else None
+    shared = shared_split(chunk, [groups[k] for k in chunk], pad) if prefix.enabled(cfg) else None
     if shared is not None:
         logp, count = shared_logprobs(model, shared, chunk, device)
     else:
@@ -106,15 +106,10 @@ def reference_batch(model, chunk: list[Key], groups: dict, pad: int, cfg: DPOCon
     return logp.tolist(), count.tolist()
 
 
-def sharing(cfg: DPOConfig) -> bool:
-    """Prefix sharing is on unless turned off or gradient checkpointing (which turns the cache off) is on."""
-    return cfg.share_prompt and not cfg.gradient_checkpointing
-
-
 def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device, head: int) -> tuple[torch.Tensor, dict]:
     """The batch's loss and its per-pair quantities: one policy forward over the distinct sequences."""
     ids, attention, response, ci, ri, keys = collate(raw, pad)
-    shared = prefix.agree(shared_rows(raw, keys, pad), device) if sharing(cfg) else None
+    shared = prefix.agree(shared_rows(raw, keys, pad), device) if prefix.enabled(cfg) else None
     if shared is not None:
         logp, count = shared_logprobs(engine, shared, keys, device)
     else:

@@ -135,10 +135,8 @@ def train_one(cfg: RewardConfig) -> None:
     def mine(epoch: int) -> list:
         return rank_batches(order, train_pairs, epoch, rank, world, per_epoch)
 
-    share = cfg.share_prompt and not cfg.gradient_checkpointing
-
     def micro_step(raw):
-        shared = prefix.agree(shared_rows(raw, pad), device) if share else None
+        shared = prefix.agree(shared_rows(raw, pad), device) if prefix.enabled(cfg) else None
         c, r, margin = forward_scores(engine, collate(raw, pad), device, shared)
         loss = pairwise_loss(c, r, margin if cfg.margin_scale else None, cfg.center_coef)
         return loss, pair_accuracy(c, r).item()
