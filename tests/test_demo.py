@@ -306,6 +306,10 @@ def test_quick_rounds_study_spends_one_budget_in_one_round_or_two(tmp_path, caps
     gaps = [v for (v,) in query(db, "SELECT value FROM round_prompts WHERE round = 2 ORDER BY position")]
     assert gaps == sorted(gaps) and len(gaps) == 12
     assert [k for (k,) in query(db, "SELECT kind FROM runs ORDER BY created_at")] == ["reward", "ppo"] * 2
+    # finished runs keep their models, not DeepSpeed's resume state (a full disk stopped a default-model study)
+    runs = list((folder / "runs").iterdir())
+    assert len(runs) == 8 and not list((folder / "runs").glob("*/checkpoints/**/latest"))
+    assert all((r / "model").is_dir() or (r / "actor").is_dir() for r in runs)
     out, report = capsys.readouterr().out, (folder / "report.md").read_text()
     assert "2 rounds beat 1 round" in out or "2 rounds did not beat 1 round" in out
     assert "(rounds.png)" in report and (folder / "rounds.png").read_bytes()[:4] == b"\x89PNG"
