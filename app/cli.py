@@ -11,7 +11,7 @@ import os
 import sys
 
 from app.config_args import add_dataclass_args, dataclass_from_args, given_args
-from app.demo_config import QUICK, DemoConfig
+from app.demo_config import QUICK, ROUNDS, DemoConfig
 from app.round_config import RoundConfig
 from store.errors import UserError
 from training.generation import SamplingConfig
@@ -229,10 +229,12 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def demo_config(args: argparse.Namespace) -> DemoConfig:
-    """The flags given on the command line win over the quick preset, which wins over the defaults
-    (`--quick --dtype bf16` runs in bf16, `--quick --model default` on the default model)."""
-    base = DemoConfig(**QUICK) if args.quick else DemoConfig()
-    return dataclasses.replace(base, **given_args(DemoConfig, args))
+    """The flags given on the command line win over the quick preset (or, for a rounds study, the rounds preset),
+    which wins over the defaults (`--quick --dtype bf16` runs in bf16, `--quick --model default` on the default
+    model, `--rounds 3 --label-budget 240` spends 240 labels)."""
+    given = given_args(DemoConfig, args)
+    preset = QUICK if args.quick else ROUNDS if given.get("rounds", 1) > 1 else {}
+    return dataclasses.replace(DemoConfig(**preset), **given)
 
 
 def cmd_backup(args: argparse.Namespace) -> None:

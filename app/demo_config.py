@@ -56,3 +56,7 @@ QUICK = dict(
     dpo_lr=5e-3,
     dpo_epochs=2,
 )
+
+# The rounds study on the default model (`rlhf demo --rounds R`, not --quick): 200 training prompts, 120 labels, 48 PPO
+# steps per arm at twice the actor's learning rate; about an hour on two CPU cores (docs/demo-rounds/).
+ROUNDS = dict(n_prompts=264, label_budget=120, ppo_steps=48, actor_lr=2e-5)

@@ -121,6 +121,9 @@ def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsy
         (["--quick", "--model", "default"], {"model": "default", "dtype": "fp32"}),
         (["--dtype", "fp32"], {"model": "default", "dtype": "fp32", "n_prompts": 0}),
         ([], {"model": "default", "dtype": "auto", "n_prompts": 0}),  # the defaults
+        (["--rounds", "3"], {"n_prompts": 264, "label_budget": 120, "ppo_steps": 48, "actor_lr": 2e-5}),  # rounds
+        (["--rounds", "3", "--label-budget", "240"], {"n_prompts": 264, "label_budget": 240}),
+        (["--quick", "--rounds", "2"], {"model": "tiny", "n_prompts": 120, "label_budget": 0, "ppo_steps": 0}),
     ],
 )
 def test_flags_on_the_command_line_win_over_the_quick_preset(flags, expected):
