@@ -103,16 +103,14 @@ def _pairs_trainer_table(rows: list[dict]) -> list[str]:
 SHAPES = (
     "*ranking*: K = 4 responses per prompt and all 6 pairs of each ranking (rlhf-studio keeps a ranking's pairs in "
     "one batch and runs each response once: 8 sequences per 12 pairs against TRL's 24); *independent*: one pair "
-    "per prompt (24 sequences per step on both sides). rlhf-studio also runs each prompt once for all its responses "
-    "(`--share-prompt`, on by default; `training/prefix.py`): 2 prompts and 8 responses of 64 tokens per ranking "
-    "step, 12 prompts and 24 responses per independent step, where TRL runs 24 whole sequences of 128."
+    "per prompt (24 sequences per step on both sides)."
 )
 
 
 def _reward(rows: list[dict]) -> list[str]:
     intro = (
         "rlhf-studio (DeepSpeed launcher, one rank, ZeRO 0) against TRL's RewardTrainer on the same pairs, token for "
-        "token: SmolLM2-135M-Instruct with a scalar head, 64 prompt + 64 response tokens, 12 pairs per step, one epoch "
+        "token: SmolLM2-135M-Instruct with a scalar head, 128 tokens per sequence, 12 pairs per step, one epoch "
         f"(`bench/reward.py`). {SHAPES}"
     )
     return ["## Reward-model training", "", intro, ""] + _pairs_trainer_table(rows)
