@@ -131,15 +131,19 @@ def batches(pairs: list, batch_pairs: int, seed: int, epoch: int, group: bool) -
         groups.setdefault(p.group, []).append(p)
     units = list(groups.values())
     rng.shuffle(units)
+    return pack(units, batch_pairs)
+
+
+def pack(units: list[list], size: int) -> list[list]:
+    """Whole units (a ranking's pairs or sequences), in order, in batches of at most `size` items (a larger unit on
+    its own)."""
     out, current = [], []
     for unit in units:
-        if current and len(current) + len(unit) > batch_pairs:
+        if current and len(current) + len(unit) > size:
             out.append(current)
             current = []
-        current.extend(unit)
-    if current:
-        out.append(current)
-    return out
+        current += unit
+    return out + ([current] if current else [])
 
 
 def step_plan(cfg, train_pairs: list, world: int) -> tuple[int, int]:

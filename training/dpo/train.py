@@ -20,7 +20,7 @@ from training.dpo.data import Key, chunk_response, collate, key_groups, shared_r
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
 from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model, training_attention
-from training.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
+from training.pairs import PairEncoder, batches, load_pairs, pack, rank_batches, step_plan
 from training.runs import RunFiles
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -72,24 +72,13 @@ def reference_logprobs(cfg: DPOConfig, groups: dict, pad: int, rank: int, world:
         units.setdefault(g, []).append(key)
     out = {}
     with torch.no_grad():
-        for chunk in sequence_batches(list(units.values())[rank::world], 2 * cfg.batch_pairs):
+        for chunk in pack(list(units.values())[rank::world], 2 * cfg.batch_pairs):
             sums, counts = reference_batch(model, chunk, groups, pad, cfg, head, device)
             out.update(zip(chunk, zip(sums, counts, strict=True), strict=True))
     del model
     gathered = [None] * world
     torch.distributed.all_gather_object(gathered, out)
     return {k: v for part in gathered for k, v in part.items()}
-
-
-def sequence_batches(units: list[list], size: int) -> list[list]:
-    """Whole units (a ranking's sequences) in batches of about `size` sequences (a larger unit on its own)."""
-    out, current = [], []
-    for unit in units:
-        if current and len(current) + len(unit) > size:
-            out.append(current)
-            current = []
-        current += unit
-    return out + ([current] if current else [])
 
 
 def reference_batch(model, chunk: list[Key], groups: dict, pad: int, cfg: DPOConfig, head: int, device):
