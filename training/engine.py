@@ -180,14 +180,24 @@ def run_main(config_class, train, description: str, argv: list[str] | None = Non
 def initialize(cfg, model, total: int):
     """(engine, scheduler): AdamW over the trainable parameters, warm-up then the configured decay over `total`
     steps, and DeepSpeed with the run's micro-batch, accumulation, ZeRO stage and dtype."""
-    import deepspeed
-
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
     config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)
-    return engine, sched
+    return deepspeed_engine(model, opt, sched, config), sched
+
+
+def deepspeed_engine(model, opt, sched, config: dict):
+    """deepspeed.initialize, without the gradient all-reduce of a lone rank at ZeRO 0. There DeepSpeed still
+    flattens every gradient into one buffer, all-reduces it over a group of one, and copies it back: 0.56 s of a
+    5.9 s reward-model backward (SmolLM2-135M, fp32, 24 sequences of 128 tokens), for an identity (the average over
+    one rank). ZeRO 1-3 keep it: their optimizers move the gradients into their partitions there."""
+    import deepspeed
+
+    engine = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)[0]
+    if torch.distributed.get_world_size() == 1 and engine.zero_optimization_stage() == 0:
+        engine.enable_backward_allreduce = False
+    return engine
 
 
 def resume_micro_step(engine, run, ckpt: Path) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, lr_lambda, peak_memory, run_main, save_hf, setup_distributed
+from training.engine import deepspeed_engine, ds_config, lr_lambda, peak_memory, run_main, save_hf, setup_distributed
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.models import add_lora
 from training.ppo.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
@@ -44,8 +44,6 @@ class Models:
     """The four models: actor and critic as DeepSpeed engines, reference and reward frozen."""
 
     def __init__(self, cfg: PPOConfig, steps: int, world: int):
-        import deepspeed
-
         self.cfg = cfg
         actor = load_causal_lm(cfg.actor, cfg.dtype)
         ref = load_causal_lm(cfg.reference or cfg.actor, cfg.dtype)
@@ -65,7 +63,7 @@ class Models:
             opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, fused=True)
             sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, steps))
             config = ds_config(cfg.minibatch_size, 1, cfg.zero_stage, cfg.dtype)
-            engines.append(deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)[0])
+            engines.append(deepspeed_engine(model, opt, sched, config))
         self.actor, self.critic = engines
         self.device = self.actor.device
         self.ref_fingerprint = param_fingerprint(ref) if cfg.zero_stage < 3 else None
