@@ -115,7 +115,16 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0) -> dict:
         out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
     out["score_s"] = statistics.median(r["perf/score_s"] for r in rows[2:])
     out["train_s"] = statistics.median(r["perf/train_s"] for r in rows[2:])
+    out["parts"] = parts(rows[2:])
     return out
+
+
+def parts(rows: list[dict]) -> dict[str, float]:
+    """The profile: median seconds of each timed part of a step (training/profile.py) over these steps."""
+    names = sorted({k for r in rows for k in r if k.startswith("perf/part/")})
+    return {
+        n.removeprefix("perf/part/").removesuffix("_s"): statistics.median(r.get(n, 0.0) for r in rows) for n in names
+    }
 
 
 def run_trl(w: dict, tmp: Path, dtype: str) -> dict:

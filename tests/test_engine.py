@@ -65,7 +65,7 @@ def test_a_lone_rank_skips_the_allreduce_and_trains_as_plain_torch(tmp_path):
     for key, accum in (("0/1", 1), ("0/2", 2), ("1/2", 2)):
         expected = _plain_torch(accum)
         assert got[key]["weights"] != _model_weights()  # three steps moved them
-        assert max(abs(a - b) for a, b in zip(got[key]["weights"], expected)) < 1e-6, key
+        assert max(abs(a - b) for a, b in zip(got[key]["weights"], expected, strict=True)) < 1e-6, key
 
 
 def _model_weights() -> list[float]:

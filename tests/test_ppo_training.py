@@ -28,6 +28,8 @@ METRICS = (
     "perf/train_s",
     "perf/tokens_per_s",
 )
+PARTS = ("decode", "actor_forward", "critic_forward", "reference_forward", "reward_forward")
+PARTS += ("actor_backward", "actor_step", "critic_backward", "critic_step")
 
 
 def build_share_rm(actor_dir: Path, out: Path, feature: torch.Tensor, weight: float) -> Path:
@@ -162,6 +164,9 @@ def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prom
         missing = [k for k in METRICS if k not in row]
         assert not missing, missing
         assert math.isfinite(row["policy/approx_kl"]) and all(math.isfinite(row[k]) for k in METRICS)
+    parts = {k for k in steps[3] if k.startswith("perf/part/")}  # where the step's time went (the bench's profile)
+    assert parts == {f"perf/part/{p}_s" for p in PARTS}
+    assert sum(steps[3][p] for p in parts) <= steps[3]["perf/step_s"]
     scores = [steps[s]["reward/score_mean"] for s in sorted(steps)]
     first, last = sum(scores[:5]) / 5, sum(scores[-5:]) / 5
     assert last > first + 0.5, scores  # measured: about 0.2 -> 1.6

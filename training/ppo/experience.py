@@ -10,6 +10,7 @@ import torch
 from training.ppo.decode import sample
 from training.ppo.losses import compute_rewards, get_advantages_and_returns, masked_whiten, zero_after_end
 from training.ppo.models import response_logprobs
+from training.profile import OFF, Clock
 
 
 @dataclass
@@ -94,22 +95,28 @@ def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = Fals
     return batch
 
 
-def score(batch: dict, actor, ref, critic, judges, stats: tuple[float, float], cfg, live: bool = False) -> Experience:
+def score(
+    batch: dict, actor, ref, critic, judges, stats: tuple[float, float], cfg, live: bool = False, clock: Clock = OFF
+) -> Experience:
     """Old log-probs, reference log-probs, values and reward-model scores of a rollout (dropout is off in all four
     models); judges(ids, attention, last) gives (score, held-out score or None), see training/ppo/models.py.
     With live=True the actor and critic forwards keep their graphs (Experience.live) for the update to reuse: in
     single-pass PPO these forwards are the update's own. critic=None skips the values (zeros): an evaluation
-    needs no critic."""
+    needs no critic. `clock` times each model's forward (training/profile.py)."""
     P, ids, attn = batch["prompt_len"], batch["ids"], batch["attention_mask"]
     logprobs = batch.pop("logprobs", None)
     with torch.set_grad_enabled(live):
         if logprobs is None or live:
-            logprobs = response_logprobs(actor, ids, attn, P)
-        values = critic(ids, attn, P) if critic is not None else torch.zeros_like(logprobs)
+            with clock.part("actor_forward"):
+                logprobs = response_logprobs(actor, ids, attn, P)
+        with clock.part("critic_forward"):
+            values = critic(ids, attn, P) if critic is not None else torch.zeros_like(logprobs)
     with torch.no_grad():
-        ref_logprobs = response_logprobs(ref, ids, attn, P)
+        with clock.part("reference_forward"):
+            ref_logprobs = response_logprobs(ref, ids, attn, P)
         last = P + batch["lengths"] - 1  # EOS, or the last token of a cut response: where the RM was trained to read
-        raw, heldout = judges(ids, attn, last)
+        with clock.part("reward_forward"):
+            raw, heldout = judges(ids, attn, last)
     scores = shape_scores(raw, batch["ended"], *stats, cfg.missing_eos_penalty)
     return Experience(
         **batch,

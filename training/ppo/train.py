@@ -36,6 +36,7 @@ from training.ppo.models import (
     response_logprobs,
     reward_folder,
 )
+from training.profile import Clock
 from training.runs import RunFiles, link_tree, read_metrics, request_stop, stop_requested
 from training.watch import Watch, pearson
 
@@ -66,6 +67,7 @@ class Models:
             engines.append(deepspeed_engine(model, opt, sched, config))
         self.actor, self.critic = engines
         self.device = self.actor.device
+        self.clock = Clock(self.device)  # the step's parts, timed (training/profile.py)
         self.ref_fingerprint = param_fingerprint(ref) if cfg.zero_stage < 3 else None
         self.ref = self._frozen(ref)
         heldout = cfg.heldout_judges if cfg.heldout_judges >= 0 else int(len(judges) > 1)
@@ -118,22 +120,29 @@ def ppo_update(m: Models, exp: Experience, cfg: PPOConfig) -> dict:
     """One actor step and one critic step on a minibatch (DeepSpeed-Chat's train_rlhf); returns its statistics."""
     m.actor.train()
     m.critic.train()
+    part = m.clock.part
     if exp.live:  # single pass: the scoring forwards were these forwards
         logprobs, values = exp.live
         exp.live = None
     else:
-        logprobs = response_logprobs(m.actor, exp.ids, exp.attention_mask, exp.prompt_len)
+        with part("actor_forward"):
+            logprobs = response_logprobs(m.actor, exp.ids, exp.attention_mask, exp.prompt_len)
         values = None
     actor_loss = actor_loss_fn(logprobs, exp.logprobs, exp.advantages, exp.mask, cfg.cliprange)
-    m.actor.backward(actor_loss)
-    m.actor.step()
-    if m.ema is not None:
-        m.update_ema(cfg.ema_beta)
+    with part("actor_backward"):
+        m.actor.backward(actor_loss)
+    with part("actor_step"):
+        m.actor.step()
+        if m.ema is not None:
+            m.update_ema(cfg.ema_beta)
     if values is None:
-        values = m.critic(exp.ids, exp.attention_mask, exp.prompt_len)
+        with part("critic_forward"):
+            values = m.critic(exp.ids, exp.attention_mask, exp.prompt_len)
     critic_loss = critic_loss_fn(values, exp.values, exp.returns, exp.mask, cfg.cliprange_value)
-    m.critic.backward(critic_loss)
-    m.critic.step()
+    with part("critic_backward"):
+        m.critic.backward(critic_loss)
+    with part("critic_step"):
+        m.critic.step()
     lp = logprobs.detach()
     return {
         "loss/actor": actor_loss.item(),
@@ -248,13 +257,14 @@ def make_experience(
         seed_rollout(cfg, step, b, ctx["rank"])
         t = time.time()
         want = cfg.reuse_rollout_logprobs and cfg.dtype == "fp32" and not cfg.single_pass
-        batch = rollout(m.generator(), [prompts[i] for i in mine_of(b)], ctx["tokenizer"], cfg, m.synced, want)
+        with m.clock.part("decode"):
+            batch = rollout(m.generator(), [prompts[i] for i in mine_of(b)], ctx["tokenizer"], cfg, m.synced, want)
         gen_s += time.time() - t
         t = time.time()
         if cfg.single_pass:
             m.actor.train()
             m.critic.train()
-        exp = score(batch, m.actor, m.ref, m.critic, m.judges, ctx["stats"], cfg, live=cfg.single_pass)
+        exp = score(batch, m.actor, m.ref, m.critic, m.judges, ctx["stats"], cfg, cfg.single_pass, m.clock)
         buffer.append(add_advantages(exp, ctx["kl_ctl"], cfg))
         score_s += time.time() - t
     return buffer, gen_s, score_s
@@ -298,6 +308,7 @@ def step_metrics(
     row = experience_stats(buffer, kl_ctl, cfg)
     row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
     row.update({f"perf/{k}": v for k, v in times.items()})
+    row.update(m.clock.take())
     row = mean_across_ranks(row, m.device)
     row["perf/tokens_per_s"] = sum(e.ids.numel() for e in buffer) * world / times["step_s"]
     row["policy/kl_ctl"] = kl_ctl
