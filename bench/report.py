@@ -102,8 +102,9 @@ def _pairs_trainer_table(rows: list[dict]) -> list[str]:
 
 SHAPES = (
     "*ranking*: K = 4 responses per prompt and all 6 pairs of each ranking (rlhf-studio keeps a ranking's pairs in "
-    "one batch and runs each response once: 8 sequences per 12 pairs against TRL's 24); *independent*: one pair "
-    "per prompt (24 sequences per step on both sides)."
+    "one batch, runs each response once and their shared prompt once (`--share-prompt`, the default): 2 prompts "
+    "and 8 responses of 64 tokens per 12 pairs, against TRL's 24 whole sequences of 128); *independent*: one pair "
+    "per prompt (TRL: 24 whole sequences per step; rlhf-studio: 12 prompts, each run once for its 2 responses)."
 )
 
 
@@ -148,6 +149,42 @@ def _ppo(rows: list[dict]) -> list[str]:
         f"{r['rlhf_studio']['peak_rss_mb']:.0f} / {r['trl']['peak_rss_mb']:.0f} | {r['memory_ratio']:.2f}x |"
         for r in rows
     ]
+    return out + _ppo_profile([r for r in rows if "parts" in r["rlhf_studio"]])
+
+
+PARTS = (
+    ("decode", "decode (sampling the responses)"),
+    ("actor_forward", "actor forward (log-probs, kept for the update)"),
+    ("reference_forward", "reference forward"),
+    ("critic_forward", "critic forward (values, kept for the update)"),
+    ("reward_forward", "reward-model forward"),
+    ("actor_backward", "actor backward"),
+    ("actor_step", "actor optimizer step"),
+    ("critic_backward", "critic backward"),
+    ("critic_step", "critic optimizer step"),
+)
+
+
+def _ppo_profile(rows: list[dict]) -> list[str]:
+    """Where rlhf-studio's PPO step goes: the median seconds of each part over steps 3-8, and its share of the
+    median step. *other* is the rest (rewards and advantages, metrics, Python between the parts)."""
+    if not rows:
+        return []
+    out = [
+        "",
+        "Where rlhf-studio's step goes (median seconds of each part over steps 3-8, `training/profile.py`; *other* "
+        "is the rest of the median step: rewards, advantages, metrics, and the Python between the parts):",
+        "",
+        "| part | " + " | ".join(f"{r['dtype']} s | share" for r in rows) + " |",
+        "|---|" + "---:|---:|" * len(rows),
+    ]
+    for name, label in PARTS + (("other", "other"),):
+        cells = []
+        for r in rows:
+            ours = r["rlhf_studio"]
+            t = ours["parts"].get(name, 0.0) if name != "other" else ours["s_per_step"] - sum(ours["parts"].values())
+            cells.append(f"{t:.2f} | {t / ours['s_per_step']:.0%}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
     return out
 
 

@@ -51,3 +51,20 @@ def test_page_puts_each_figure_beside_its_peer_and_names_what_is_missing(tmp_pat
     # the committed page is what the committed results render to
     committed = json.loads(report.RESULTS.read_text())
     assert report.PAGE.read_text() == report.render(committed)
+
+
+def test_the_ppo_profile_gives_each_part_its_share_and_the_rest_as_other():
+    parts = {"decode": 2.0, "actor_forward": 1.0, "reference_forward": 0.5, "actor_backward": 2.5}
+    row = {
+        "dtype": "fp32",
+        "rlhf_studio": {"s_per_step": 8.0, "gen_share": 0.25, "peak_rss_mb": 7000.0, "parts": parts},
+        "trl": {"s_per_step": 16.0, "gen_share": 0.5, "peak_rss_mb": 8750.0},
+        "speed_ratio": 2.0,
+        "memory_ratio": 0.8,
+    }
+    page = report.render({"machine": "m", "ppo": [row]})
+    assert "| part | fp32 s | share |" in page
+    assert "| decode (sampling the responses) | 2.00 | 25% |" in page
+    assert "| actor backward | 2.50 | 31% |" in page
+    assert "| critic optimizer step | 0.00 | 0% |" in page  # not timed: shown as nothing, not left out
+    assert "| other | 2.00 | 25% |" in page  # 8.0 - (2.0 + 1.0 + 0.5 + 2.5)
