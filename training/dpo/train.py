@@ -19,7 +19,15 @@ from training.dpo.config import DPOConfig
 from training.dpo.data import Key, chunk_response, collate, key_groups, shared_rows, shared_split
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
-from training.models import SAFE_LOAD, SAFE_WEIGHTS, add_lora, dropout_off, resolve_model, training_attention
+from training.models import (
+    SAFE_LOAD,
+    SAFE_WEIGHTS,
+    add_lora,
+    dropout_off,
+    last_positions,
+    resolve_model,
+    training_attention,
+)
 from training.pairs import PairEncoder, batches, load_pairs, pack, rank_batches, step_plan
 from training.runs import RunFiles
 
@@ -42,7 +50,8 @@ def response_logprobs(model, ids, attention, response, head: int) -> tuple[torch
     need no vocabulary logits. `head` is one rule for the whole run (the shortest prompt's last position, see
     `head_position`), not per batch, so a sequence gets the same numbers in whichever batch it is scored."""
     head = min(head, ids.shape[1] - 1)
-    logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=ids.shape[1] - head).logits[:, :-1]
+    keep = last_positions(ids.shape[1] - head, ids.shape[1], ids.device)
+    logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits[:, :-1]
     return sequence_logprobs(logits, ids[:, head + 1 :], response[:, head:]), response.sum(-1)
 
 

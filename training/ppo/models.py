@@ -16,7 +16,15 @@ from pathlib import Path
 
 import torch
 
-from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, dropout_off, pick_pad_token, resolve_model
+from training.models import (
+    SAFE_LOAD,
+    SAFE_WEIGHTS,
+    ModelError,
+    dropout_off,
+    last_positions,
+    pick_pad_token,
+    resolve_model,
+)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -43,20 +51,21 @@ def load_tokenizer(folder: Path):
     return tokenizer
 
 
-def load_causal_lm(ref: str, dtype: str):
+def load_causal_lm(ref: str, dtype: str, attention: dict | None = None):
+    """`attention`: from_pretrained's kernel choice; PPO passes training_attention() for all four models."""
     from transformers import AutoModelForCausalLM
 
     folder = resolve_model(ref)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], **SAFE_WEIGHTS)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], **SAFE_WEIGHTS, **(attention or {}))
     dropout_off(model)
     return model
 
 
-def load_scalar_model(ref: str, dtype: str):
+def load_scalar_model(ref: str, dtype: str, attention: dict | None = None):
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(
-        reward_folder(ref), num_labels=1, dtype=DTYPES[dtype], **SAFE_WEIGHTS
+        reward_folder(ref), num_labels=1, dtype=DTYPES[dtype], **SAFE_WEIGHTS, **(attention or {})
     )
     dropout_off(model)
     return model
@@ -71,8 +80,9 @@ def response_logprobs(model, ids: torch.Tensor, attention_mask: torch.Tensor, pr
     """(B, T) log-probabilities of the response tokens ids[:, P:] under `model` (an HF causal LM or a DeepSpeed
     engine around one). The LM head runs on the T positions that predict them only (`logits_to_keep`)."""
     n = ids.shape[1] - prompt_len
+    keep = last_positions(n + 1, ids.shape[1], ids.device)
     out = model(
-        input_ids=ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), logits_to_keep=n + 1
+        input_ids=ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), logits_to_keep=keep
     )
     logits = out.logits[:, :-1].float()  # (B, T, V): position P-1+t predicts ids[:, P+t]
     return logprobs_of(logits, ids[:, prompt_len:])
