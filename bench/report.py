@@ -217,7 +217,33 @@ SECTIONS = {
     "dpo": _dpo,
     "ppo": _ppo,
 }
-OPTIONAL = {"gpu": _gpu}  # shown only when a run recorded them (a GPU is not always at hand)
+
+
+def _ppo_before(rows: list[dict]) -> list[str]:
+    """The PPO rows of an earlier run, kept by hand in the results file as the baseline of the speed work: the
+    step in three parts (the trainer's timers then: sampling, the four scoring forwards, the update)."""
+    out = [
+        "## PPO step before the speed work",
+        "",
+        "The same workload before the profile above existed (kept as `ppo_before` in the results file): the step in "
+        "the three parts the trainer timed then.",
+        "",
+        "| dtype | rlhf-studio s/step | decode | scoring forwards | update | TRL s/step | speed ratio | peak MB "
+        "(ours / TRL) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        a = r["rlhf_studio"]
+        out.append(
+            f"| {r['dtype']} | {a['s_per_step']:.2f} | {a['gen_s']:.2f} | {a['score_s']:.2f} | {a['train_s']:.2f} | "
+            f"{r['trl']['s_per_step']:.2f} | {r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / "
+            f"{r['trl']['peak_rss_mb']:.0f} |"
+        )
+    return out
+
+
+# shown only when a run recorded them (a GPU is not always at hand; the baseline is kept by hand)
+OPTIONAL = {"ppo_before": _ppo_before, "gpu": _gpu}
 
 
 def render(report: dict) -> str:

@@ -68,3 +68,7 @@ def test_the_ppo_profile_gives_each_part_its_share_and_the_rest_as_other():
     assert "| actor backward | 2.50 | 31% |" in page
     assert "| critic optimizer step | 0.00 | 0% |" in page  # not timed: shown as nothing, not left out
     assert "| other | 2.00 | 25% |" in page  # 8.0 - (2.0 + 1.0 + 0.5 + 2.5)
+    assert "before the speed work" not in page  # the baseline shows only where the results file keeps one
+    before = {**row, "rlhf_studio": {**row["rlhf_studio"], "gen_s": 3.0, "score_s": 4.0, "train_s": 5.0}}
+    page = report.render({"machine": "m", "ppo": [row], "ppo_before": [before]})
+    assert "| fp32 | 8.00 | 3.00 | 4.00 | 5.00 | 16.00 | 2.00x | 7000 / 8750 |" in page
