@@ -49,6 +49,18 @@ def _train_on_rank(rank: int, init: str, out: str) -> None:
             engine.step()
         weights = [v for p in engine.module.parameters() for v in p.detach().flatten().tolist()]
         results[f"{stage}/{accum}"] = {"allreduce": engine.enable_backward_allreduce, "weights": weights}
+    for allreduce in (False, True):  # bf16 (DeepSpeed's bf16 optimizer): the skip changes nothing either
+        model = _model().to(torch.bfloat16)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.0, fused=True)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        engine = deepspeed_engine(model, opt, sched, ds_config(4, 2, 0, "bf16"))
+        engine.enable_backward_allreduce = allreduce
+        for x, y in _batches():
+            pred = engine(x.to(torch.bfloat16)).float()
+            engine.backward(torch.nn.functional.mse_loss(pred, y))
+            engine.step()
+        weights = [v for p in engine.module.parameters() for v in p.detach().float().flatten().tolist()]
+        results[f"bf16/{allreduce}"] = {"weights": weights}
     torch.distributed.destroy_process_group()
     with open(out, "w") as f:
         json.dump(results, f)
@@ -66,6 +78,7 @@ def test_a_lone_rank_skips_the_allreduce_and_trains_as_plain_torch(tmp_path):
         expected = _plain_torch(accum)
         assert got[key]["weights"] != _model_weights()  # three steps moved them
         assert max(abs(a - b) for a, b in zip(got[key]["weights"], expected, strict=True)) < 1e-6, key
+    assert got["bf16/False"]["weights"] == got["bf16/True"]["weights"] != _model_weights()
 
 
 def _model_weights() -> list[float]:

@@ -45,15 +45,21 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 def training_attention() -> dict:
     """The attention kernel for the trainers' forward and backward passes (reward model, DPO, PPO's four models),
-    as from_pretrained arguments. On a CPU the plain matmul attention ("eager") beats SDPA's flash kernel, whose
-    backward alone took a fifth of a reward-model step: measured on SmolLM2-135M, 128 tokens, bf16, a forward and
-    backward of 24 sequences took 3.37 s against 4.17 s (reward head) and 5.42 against 6.53 s (LM head on the
-    response), fp32 10.9 against 11.7 s; PPO's actor (8 sequences of 64 + 64 tokens, LM head on the response) 1.40
-    against 1.65 s in bf16, the same in fp32, its 64-token decode 3% slower (2.03 against 1.97 s). On a GPU SDPA
-    stays (its fused kernels win there). Same math either way."""
+    as from_pretrained arguments. On a CPU: eager attention's matmuls (SDPA's flash kernel is slower there: its
+    backward alone took a fifth of a reward-model step; on SmolLM2-135M, 128 tokens, bf16, a forward and backward of
+    24 sequences took 3.37 s against 4.17 s with a reward head, 5.42 against 6.53 s with the LM head on the
+    response), as training/attention.py's "lean" kernel, which keeps only q, k and v for the backward: PPO's actor
+    (8 sequences of 64 + 64 tokens) holds 1781 MB with its graph against eager's 2086 (SDPA 1458), and its forward
+    and backward take 1.26 s against eager's 1.35 and SDPA's 1.65 in bf16, 3.87 against 4.15 s in fp32. On a GPU
+    SDPA stays (its fused kernels win there). Same math either way."""
     import torch
 
-    return {} if torch.cuda.is_available() else {"attn_implementation": "eager"}
+    if torch.cuda.is_available():
+        return {}
+    from training.attention import NAME, register
+
+    register()
+    return {"attn_implementation": NAME}
 
 
 def last_positions(n: int, length: int, device) -> torch.Tensor:
