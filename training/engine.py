@@ -177,13 +177,14 @@ def run_main(config_class, train, description: str, argv: list[str] | None = Non
 # --- the training loop of the trainers on pairs (reward model, DPO) ------------------------------------------------
 
 
-def initialize(cfg, model, total: int):
-    """(engine, scheduler): AdamW over the trainable parameters, warm-up then the configured decay over `total`
-    steps, and DeepSpeed with the run's micro-batch, accumulation, ZeRO stage and dtype."""
+def initialize(cfg, model, total: int, lr: float | None = None, micro_batch: int | None = None, grad_accum: int = 0):
+    """(engine, scheduler): fused AdamW over the trainable parameters, warm-up then the configured decay over
+    `total` steps, and DeepSpeed with the run's ZeRO stage and dtype. The pair trainers' lr, micro-batch and
+    accumulation come from their config; PPO gives each of its two engines its own lr and its minibatch."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    opt = torch.optim.AdamW(params, lr=lr or cfg.lr, weight_decay=cfg.weight_decay, fused=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, total))
-    config = ds_config(cfg.batch_pairs, cfg.grad_accum, cfg.zero_stage, cfg.dtype)
+    config = ds_config(micro_batch or cfg.batch_pairs, grad_accum or cfg.grad_accum, cfg.zero_stage, cfg.dtype)
     return deepspeed_engine(model, opt, sched, config), sched
 
 

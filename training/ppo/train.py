@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from training.engine import deepspeed_engine, ds_config, lr_lambda, peak_memory, run_main, save_hf, setup_distributed
+from training.engine import ds_config, initialize, peak_memory, run_main, save_hf, setup_distributed
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.models import add_lora, training_attention
 from training.ppo.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
@@ -46,7 +46,7 @@ class Models:
 
     def __init__(self, cfg: PPOConfig, steps: int, world: int):
         self.cfg = cfg
-        kernel = training_attention()  # on a CPU eager: the actor's forward and backward 15% faster in bf16
+        kernel = training_attention()  # on a CPU training/attention.py's: faster and leaner than SDPA there
         actor = load_causal_lm(cfg.actor, cfg.dtype, kernel)
         ref = load_causal_lm(cfg.reference or cfg.actor, cfg.dtype, kernel)
         critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype, kernel))
@@ -59,14 +59,10 @@ class Models:
             actor = add_lora(actor, cfg.actor_lora_rank, cfg.lora_alpha, causal=True)
         if cfg.critic_lora_rank:
             critic.model = add_lora(critic.model, cfg.critic_lora_rank, cfg.lora_alpha)
-        engines = []
-        for model, lr in ((actor, cfg.actor_lr), (critic, cfg.critic_lr)):
-            params = [p for p in model.parameters() if p.requires_grad]
-            opt = torch.optim.AdamW(params, lr=lr, weight_decay=cfg.weight_decay, fused=True)
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg.warmup_steps, cfg.lr_schedule, steps))
-            config = ds_config(cfg.minibatch_size, 1, cfg.zero_stage, cfg.dtype)
-            engines.append(deepspeed_engine(model, opt, sched, config))
-        self.actor, self.critic = engines
+        self.actor, self.critic = (
+            initialize(cfg, model, steps, lr=lr, micro_batch=cfg.minibatch_size, grad_accum=1)[0]
+            for model, lr in ((actor, cfg.actor_lr), (critic, cfg.critic_lr))
+        )
         self.device = self.actor.device
         self.clock = Clock(self.device)  # the step's parts, timed (training/profile.py)
         self.ref_fingerprint = param_fingerprint(ref) if cfg.zero_stage < 3 else None
