@@ -89,12 +89,15 @@ class Sampler:
         """K samples for each prompt, from one generate call; out[i][j] is sample j of prompts[i]."""
         import torch
 
+        from training.linear import packed_linears
+
         c = self.config
         enc = self.tokenizer(
             [self.chat_prompt(p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False
         )
         torch.manual_seed(seed)
-        with torch.inference_mode():
+        rows = len(prompts) * k
+        with torch.inference_mode(), packed_linears(self.model, rows):  # weights read at memory speed
             out = self.model.generate(
                 **enc,
                 do_sample=True,

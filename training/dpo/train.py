@@ -19,6 +19,7 @@ from training.dpo.config import DPOConfig
 from training.dpo.data import Key, chunk_response, collate, key_groups, shared_rows, shared_split
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
+from training.linear import onednn_linears
 from training.models import (
     SAFE_LOAD,
     SAFE_WEIGHTS,
@@ -41,7 +42,7 @@ def load_causal(ref: str, dtype: torch.dtype = torch.float32):
     kernel = training_attention()
     model = AutoModelForCausalLM.from_pretrained(resolve_model(ref), dtype=dtype, **SAFE_WEIGHTS, **kernel)
     dropout_off(model)
-    return model
+    return onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
 
 
 def response_logprobs(model, ids, attention, response, head: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from training.linear import packed_linears
 from training.ppo.models import position_ids
 
 
@@ -117,10 +118,11 @@ def sample(
     """(response (B, T) with pad after EOS, raw log-probs of the sampled tokens (B, T) or None).
     T <= cfg.max_new_tokens (fewer when all rows stop early)."""
     tokens, logprobs = [], []
-    for token, logits in decode_steps(model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, synced):
-        tokens.append(token)
-        if want_logprobs:
-            logprobs.append(logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, -1))
+    with packed_linears(model, prompt_ids.shape[0]):  # weights read at memory speed (training/linear.py)
+        for token, logits in decode_steps(model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, synced):
+            tokens.append(token)
+            if want_logprobs:
+                logprobs.append(logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, -1))
     response = torch.stack(tokens, 1)
     return response, (torch.stack(logprobs, 1) if want_logprobs else None)
 

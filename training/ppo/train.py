@@ -18,6 +18,7 @@ import torch
 
 from training.engine import ds_config, initialize, peak_memory, run_main, save_hf, setup_distributed
 from training.engine import save_checkpoint as save_engine_checkpoint
+from training.linear import onednn_linears
 from training.models import add_lora, training_attention
 from training.ppo.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
 from training.ppo.config import PPOConfig
@@ -52,6 +53,8 @@ class Models:
         critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype, kernel))
         folders = judge_folders(cfg.reward)
         judges = [load_scalar_model(str(f), cfg.dtype, kernel) for f in folders]
+        for model in (actor, ref, critic, *judges):
+            onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
         if cfg.gradient_checkpointing:
             actor.gradient_checkpointing_enable()
             critic.model.gradient_checkpointing_enable()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from training.linear import onednn_linears
 from training.models import SAFE_LOAD, SAFE_WEIGHTS, dropout_off, pick_pad_token, training_attention
 
 
@@ -29,6 +30,8 @@ def load_reward_model(folder: str | Path, dtype: torch.dtype = torch.float32, tr
         model.resize_token_embeddings(len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id
     dropout_off(model)
+    if training:
+        onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
     return model, tokenizer
 
 
