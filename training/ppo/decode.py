@@ -1,9 +1,11 @@
-"""Rollout sampling: a plain decode loop over a static KV cache, in place of `generate`.
+"""Rollout sampling: a plain decode loop over a preallocated KV cache, in place of `generate`.
 
-On a 2-core CPU with SmolLM2-135M and 8 sequences, `generate` spends about 40 ms per token, of which the model's
-step is 25-30 ms; the rest is its per-step machinery and a growing cache that is re-concatenated every step. This
-loop preallocates the cache (StaticCache), keeps the raw logits' log-probability of each sampled token (the old
-log-probs, when the caller wants them), and stops when every sequence has emitted EOS.
+On a 2-core CPU with SmolLM2-135M and 8 sequences, `generate` spent about 40 ms per token, of which the model's
+step was 25-30 ms; the rest was its per-step machinery and a growing cache re-concatenated every step. This loop
+preallocates the cache, keeps the raw logits' log-probability of each sampled token (the old log-probs, when the
+caller wants them), and stops when every sequence has emitted EOS. Its model calls: a Llama on a CPU takes
+llama_step.py's steps (about 23 ms a token, weights packed), any other model transformers' forward over a
+StaticCache. `sample` reads packed weights (training/linear.py).
 
 Sampling follows the same rules as `generate`: temperature, then top-k, then top-p; EOS is held back until
 min_new_tokens; never greedy."""
@@ -13,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from training.linear import packed_linears
+from training.ppo.llama_step import LlamaSteps, covers
 from training.ppo.models import position_ids
 
 
@@ -65,25 +68,12 @@ def decode_steps(
 
     prompt_ids, prompt_mask: (B, P), left-padded.
     synced: under ZeRO-3 with several ranks every forward is collective, so all ranks step until all are done."""
-    B, P = prompt_ids.shape
-    N = cfg.max_new_tokens
-    device = prompt_ids.device
-    cache, static = _cache(model, B, P + N)
-    mask = torch.cat([prompt_mask, torch.ones(B, N, dtype=prompt_mask.dtype, device=device)], 1)
-    positions = position_ids(prompt_mask)
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=positions,
-        cache=cache,
-        use_cache=True,
-        cache_position=torch.arange(P, device=device) if static else None,
-        logits_to_keep=1,
-    )
-    next_pos = positions[:, -1:] + 1
-    done = torch.zeros(B, dtype=torch.bool, device=device)
+    B, N = prompt_ids.shape[0], cfg.max_new_tokens
+    steps = (LlamaSteps if covers(model) and not synced else _Steps)(model, prompt_ids, prompt_mask, N)
+    logits = steps.first
+    done = torch.zeros(B, dtype=torch.bool, device=prompt_ids.device)
     for t in range(N):
-        logits = out.logits[:, -1].float()  # (B, V) raw: the policy itself
+        logits = logits.float()  # (B, V) raw: the policy itself
         scores = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
         if t < cfg.min_new_tokens - 1:
             scores[:, eos_id] = float("-inf")
@@ -93,16 +83,43 @@ def decode_steps(
         done |= token == eos_id
         if t == N - 1 or _all_done(done, synced):
             return
-        out = model(
-            input_ids=token[:, None],
-            attention_mask=mask[:, : P + t + 1],
-            position_ids=next_pos,
-            cache=cache,
+        logits = steps.step(token, t)
+
+
+class _Steps:
+    """The decode's model calls through transformers' forward, over a static KV cache where the architecture has
+    one (any model; llama_step.LlamaSteps is the faster path for Llamas on a CPU)."""
+
+    def __init__(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, new_tokens: int):
+        B, P = prompt_ids.shape
+        device = prompt_ids.device
+        self.model, self.prompt_len = model, P
+        self.cache, self.static = _cache(model, B, P + new_tokens)
+        ones = torch.ones(B, new_tokens, dtype=prompt_mask.dtype, device=device)
+        self.mask = torch.cat([prompt_mask, ones], 1)
+        positions = position_ids(prompt_mask)
+        self.first = self._call(prompt_ids, prompt_mask, positions, torch.arange(P, device=device))
+        self.next_position = positions[:, -1:] + 1
+
+    def _call(self, ids, mask, positions, cache_position) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=self.cache,
             use_cache=True,
-            cache_position=torch.tensor([P + t], device=device) if static else None,
+            cache_position=cache_position if self.static else None,
             logits_to_keep=1,
         )
-        next_pos = next_pos + 1
+        return out.logits[:, -1]
+
+    def step(self, token: torch.Tensor, t: int) -> torch.Tensor:
+        """The logits after the t-th sampled token (B,)."""
+        n = self.prompt_len + t + 1
+        at = torch.tensor([n - 1], device=token.device)
+        logits = self._call(token[:, None], self.mask[:, :n], self.next_position, at)
+        self.next_position = self.next_position + 1
+        return logits
 
 
 def sample(
