@@ -4,7 +4,13 @@ in the bench-only venv .venv-trl029), on one workload (research/peer_benchmarks.
 SmolLM2-135M-Instruct as actor and reference; critic and reward the same backbone with one seeded scalar head;
 chat-templated prompts of exactly 64 tokens; exactly 64 new tokens (min = max), sampling T = 1, top_p = 1;
 8 prompts per step; ppo_epochs 1; one minibatch; ZeRO 0; one process. Metric: median seconds per step over
-steps 3..8, tokens/s = 8 x (64 + 64) / median, the generation share, peak RSS of the training process."""
+steps 3..8, tokens/s = 8 x (64 + 64) / median, the generation share, peak RSS of the training process.
+
+Beside that fixed shape, the shape a user runs by default (bf16): `rlhf train-ppo`'s defaults (up to 128 new
+tokens, EOS ends a response, a sample logged every step) on everyday prompts of mixed length, the critic and
+reward the default model with a scalar head (what `rlhf train-rm` trains by default); TRL with the same lengths and
+`stop_token="eos"`. The decode steps each side took (to the last row's EOS) are reported with it: sampling makes
+them differ from run to run."""
 
 from __future__ import annotations
 
@@ -49,6 +55,18 @@ def fixed_length_prompts(tokenizer, n: int = 64, length: int = PROMPT_TOKENS) ->
     raise RuntimeError(f"could not build {n} prompts of exactly {length} tokens")
 
 
+def mixed_length_prompts(n: int = BATCH * STEPS) -> list[str]:
+    """The app's example prompts (one line each, 8-25 words), then questions on TOPICS with 0-21 filler words."""
+    from annotation.actions import example_prompts_path
+
+    prompts = example_prompts_path().read_text().splitlines()
+    i = 0
+    while len(prompts) < n:
+        prompts.append(" ".join([f"Tell me {TOPICS[i % len(TOPICS)]},", *FILLER[: (i * 7) % 22]]))
+        i += 1
+    return prompts[:n]
+
+
 def workload(tmp: Path, model: str = "default") -> dict:
     """The model's folder (the default one unless told), the seeded scalar-head model (critic and reward) and the
     prompts file."""
@@ -65,15 +83,24 @@ def workload(tmp: Path, model: str = "default") -> dict:
         model.save_pretrained(scalar)
         AutoTokenizer.from_pretrained(actor).save_pretrained(scalar)
     prompts = fixed_length_prompts(AutoTokenizer.from_pretrained(actor))
-    path = tmp / "prompts.jsonl"
+    path, mixed_path, mixed = tmp / "prompts.jsonl", tmp / "mixed.jsonl", mixed_length_prompts()
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
-    return {"actor": str(actor), "scalar": str(scalar), "prompts": str(path), "prompt_list": prompts}
+    mixed_path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in mixed))
+    return {
+        "actor": str(actor),
+        "scalar": str(scalar),
+        "prompts": str(path),
+        "prompt_list": prompts,
+        "mixed": str(mixed_path),
+        "mixed_list": mixed,
+    }
 
 
-def summarize(step_s: list[float], gen_s: list[float], peak_mb: float) -> dict:
+def summarize(step_s: list[float], gen_s: list[float], peak_mb: float, decoded: list[float] | None = None) -> dict:
     window = slice(2, STEPS)  # steps 3..8
     median = statistics.median(step_s[window])
-    return {
+    extra = {"decoded": statistics.median(decoded[window])} if decoded else {}
+    return extra | {
         "s_per_step": median,
         "tokens_per_s": BATCH * (PROMPT_TOKENS + NEW_TOKENS) / median,
         "gen_share": statistics.median(gen_s[window]) / median,
@@ -83,14 +110,12 @@ def summarize(step_s: list[float], gen_s: list[float], peak_mb: float) -> dict:
     }
 
 
-def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0) -> dict:
-    from app.training import follow, prepare_ppo_run
-    from training.launcher import launch
+def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed"):
     from training.ppo.config import PPOConfig
-    from training.registry import step_rows
-    from training.runs import read_metrics
 
-    cfg = PPOConfig(
+    if shape == "default":
+        return PPOConfig(actor=w["actor"], reward=w["scalar"], critic=w["scalar"], max_steps=STEPS, dtype=dtype)
+    return PPOConfig(
         actor=w["actor"],
         reward=w["scalar"],
         critic=w["scalar"],
@@ -104,13 +129,26 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0) -> dict:
         dtype=dtype,
         zero_stage=zero_stage,
     )
-    run = prepare_ppo_run(str(tmp / f"bench-{dtype}.duckdb"), cfg, tmp / "runs", w["prompts"])
+
+
+def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "fixed") -> dict:
+    from app.training import follow, prepare_ppo_run
+    from training.launcher import launch
+    from training.registry import step_rows
+    from training.runs import read_metrics
+
+    cfg = ours_config(w, dtype, zero_stage, shape)
+    prompts = w["mixed"] if shape == "default" else w["prompts"]
+    run = prepare_ppo_run(str(tmp / f"bench-{dtype}-{shape}.duckdb"), cfg, tmp / "runs", prompts)
     status = follow(run, launch("ppo", run), poll_s=2.0)
     if status.get("state") != "finished":
         raise RuntimeError(f"rlhf-studio PPO run failed: {status.get('error')} (see {run / 'train.log'})")
     rows = step_rows("ppo", read_metrics(run))
     final = next(r for r in read_metrics(run) if r.get("event") == "final")
-    out = summarize([r["perf/step_s"] for r in rows], [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"])
+    decoded = [r["response/decoded"] for r in rows] if shape == "default" else None
+    out = summarize(
+        [r["perf/step_s"] for r in rows], [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"], decoded
+    )
     if "perf/peak_gpu_mb" in final:
         out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
     out["score_s"] = statistics.median(r["perf/score_s"] for r in rows[2:])
@@ -127,11 +165,14 @@ def parts(rows: list[dict]) -> dict[str, float]:
     }
 
 
-def run_trl(w: dict, tmp: Path, dtype: str) -> dict:
+def run_trl(w: dict, tmp: Path, dtype: str, shape: str = "fixed") -> dict:
     if not TRL_PYTHON.exists():
         raise RuntimeError("the TRL 0.29.1 bench venv is missing: run `make bench` (it creates .venv-trl029)")
-    spec = tmp / f"trl-ppo-{dtype}.json"
-    spec.write_text(json.dumps({**w, "dtype": dtype, "out": str(tmp / f"trl-ppo-{dtype}"), "steps": STEPS}))
+    spec = tmp / f"trl-ppo-{dtype}-{shape}.json"
+    shaped = {"prompt_list": w["mixed_list"], "new_tokens": 128, "stop_at_eos": True} if shape == "default" else {}
+    spec.write_text(
+        json.dumps({**w, "dtype": dtype, "out": str(tmp / f"trl-ppo-{dtype}-{shape}"), "steps": STEPS, **shaped})
+    )
     env = {"PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false", "HOME": str(Path.home())}
     if dtype == "bf16":  # TRL 0.29.1 ignores bf16=True under transformers 5 unless accelerate is told as well
         env["ACCELERATE_MIXED_PRECISION"] = "bf16"
@@ -145,23 +186,26 @@ def run_trl(w: dict, tmp: Path, dtype: str) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"TRL PPO failed: {proc.stderr.strip().splitlines()[-1:]}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    return summarize(r["step_s"], r["gen_s"], r["peak_rss_mb"])
+    return summarize(r["step_s"], r["gen_s"], r["peak_rss_mb"], r["decoded"] if shape == "default" else None)
 
 
-def run(dtypes: tuple[str, ...] = ("fp32", "bf16")) -> list[dict]:
+def run(cases: tuple[tuple[str, str], ...] = (("fp32", "fixed"), ("bf16", "fixed"), ("bf16", "default"))) -> list[dict]:
+    """One row per (dtype, shape): ours, then TRL's, on the same prompts. The speed ratio is TRL's median seconds
+    per step over ours."""
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-ppo-") as d:
         tmp = Path(d)
         w = workload(tmp)
-        for dtype in dtypes:
-            ours = run_ours(w, tmp, dtype)
-            trl = run_trl(w, tmp, "fp32" if dtype == "fp32" else "bf16")
+        for dtype, shape in cases:
+            ours = run_ours(w, tmp, dtype, shape=shape)
+            trl = run_trl(w, tmp, dtype, shape)
             results.append(
                 {
                     "dtype": dtype,
+                    "shape": shape,
                     "rlhf_studio": ours,
                     "trl": trl,
-                    "speed_ratio": ours["tokens_per_s"] / trl["tokens_per_s"],
+                    "speed_ratio": trl["s_per_step"] / ours["s_per_step"],
                     "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
                 }
             )

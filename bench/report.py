@@ -132,24 +132,38 @@ def _ppo(rows: list[dict]) -> list[str]:
         "## PPO step",
         "",
         "rlhf-studio (DeepSpeed, actor + reference + critic + reward) against TRL 0.29.1's PPOTrainer (the last TRL "
-        "with PPO): SmolLM2-135M-Instruct for all four, 8 prompts of 64 tokens, exactly 64 new tokens, one process, "
-        "median of steps 3-8 (`bench/ppo.py`). DeepSpeed-Chat's own step-3 engine also runs on this CPU "
+        "with PPO): SmolLM2-135M-Instruct for all four, one process, median of steps 3-8 (`bench/ppo.py`). Two "
+        "shapes: *fixed*, 8 prompts of 64 tokens and exactly 64 new tokens; *default*, what `rlhf train-ppo` runs "
+        "when given no options (8 prompts a step of mixed length, up to 128 new tokens, EOS ends a response, a sample "
+        'logged each step; TRL with the same lengths and `stop_token="eos"`). *Decoded* is the median number of '
+        "decode steps a step took (to the last row's EOS): sampling makes it differ between the two sides, so the "
+        "default shape's ratio carries that noise. DeepSpeed-Chat's own step-3 engine also runs on this CPU "
         "(`DS_ACCELERATOR=cpu`, gloo, bf16, ZeRO 0, Hybrid Engine off; it is not on the package registry, so it is "
         "not a `bench/` peer): measured on this workload in one session beside TRL, 8.2-9.4 s per step in bf16 "
         "(TRL 0.29.1: 14.8 s), and in five alternating pairs against rlhf-studio 1.19x slower over all five (74.1 "
         "against 62.3 s of medians, 7.4-7.6 against 7.4 GB); see `shared/research/peer_benchmarks.md`.",
         "",
-        "| dtype | rlhf-studio s/step | TRL s/step | speed ratio | generation share (ours / TRL) "
-        "| peak MB (ours / TRL) | memory ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| shape | dtype | rlhf-studio s/step | TRL s/step | speed ratio | decoded (ours / TRL) "
+        "| generation share (ours / TRL) | peak MB (ours / TRL) | memory ratio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     out += [
-        f"| {r['dtype']} | {r['rlhf_studio']['s_per_step']:.2f} | {r['trl']['s_per_step']:.2f} | "
-        f"{r['speed_ratio']:.2f}x | {r['rlhf_studio']['gen_share']:.0%} / {r['trl']['gen_share']:.0%} | "
+        f"| {_shape(r)} | {r['dtype']} | {r['rlhf_studio']['s_per_step']:.2f} | {r['trl']['s_per_step']:.2f} | "
+        f"{r['speed_ratio']:.2f}x | {_decoded(r)} | "
+        f"{r['rlhf_studio']['gen_share']:.0%} / {r['trl']['gen_share']:.0%} | "
         f"{r['rlhf_studio']['peak_rss_mb']:.0f} / {r['trl']['peak_rss_mb']:.0f} | {r['memory_ratio']:.2f}x |"
         for r in rows
     ]
     return out + _ppo_profile([r for r in rows if "parts" in r["rlhf_studio"]])
+
+
+def _shape(row: dict) -> str:
+    return row.get("shape", "fixed")
+
+
+def _decoded(row: dict) -> str:
+    """Decode steps a step took, ours / TRL: 64 / 64 in the fixed shape."""
+    return f"{row['rlhf_studio'].get('decoded', 64):.0f} / {row['trl'].get('decoded', 64):.0f}"
 
 
 PARTS = (
@@ -175,7 +189,7 @@ def _ppo_profile(rows: list[dict]) -> list[str]:
         "Where rlhf-studio's step goes (median seconds of each part over steps 3-8, `training/profile.py`; *other* "
         "is the rest of the median step: rewards, advantages, metrics, and the Python between the parts):",
         "",
-        "| part | " + " | ".join(f"{r['dtype']} s | share" for r in rows) + " |",
+        "| part | " + " | ".join(f"{r['dtype']} {_shape(r)} s | share" for r in rows) + " |",
         "|---|" + "---:|---:|" * len(rows),
     ]
     for name, label in PARTS + (("other", "other"),):

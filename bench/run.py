@@ -22,16 +22,16 @@ def machine() -> str:
 
 
 def print_ppo(rows: list[dict]) -> None:
-    print("\n| PPO step (8 x 64+64 tokens) | dtype | peer | s/step | tokens/s | generation share | peak MB |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| PPO step | shape | dtype | peer | s/step | decoded | generation share | peak MB |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         for name in ("rlhf_studio", "trl"):
             x = r[name]
             print(
-                f"| | {r['dtype']} | {name} | {x['s_per_step']:.2f} | {x['tokens_per_s']:.0f} | "
-                f"{x['gen_share']:.0%} | {x['peak_rss_mb']:.0f} |"
+                f"| | {r.get('shape', 'fixed')} | {r['dtype']} | {name} | {x['s_per_step']:.2f} | "
+                f"{x.get('decoded', 64):.0f} | {x['gen_share']:.0%} | {x['peak_rss_mb']:.0f} |"
             )
-        print(f"| ratio | {r['dtype']} | | | {r['speed_ratio']:.2f}x | | {r['memory_ratio']:.2f}x |")
+        print(f"| ratio | | {r['dtype']} | | {r['speed_ratio']:.2f}x | | | {r['memory_ratio']:.2f}x |")
 
 
 def print_pairs_trainer(title: str, rows: list[dict]) -> None:

@@ -1,6 +1,8 @@
 """TRL 0.29.1's `trl.experimental.ppo.PPOTrainer` on the bench/ppo.py workload, run by bench/ppo.py with the
 bench-only venv's python (.venv-trl029). Prints one JSON line: seconds per step, generation seconds per step,
-peak RSS. Exactly 64 new tokens: no stop token, so `generate` never stops early (min = max)."""
+peak RSS. The fixed shape: exactly 64 new tokens (no stop token, so `generate` never stops early) on prompts of
+64 tokens. The default shape (spec "new_tokens" and "stop_at_eos"): prompts of mixed length, up to 128 new tokens,
+EOS ends a response (TRL's `stop_token="eos"`), as rlhf-studio's defaults do."""
 
 import json
 import resource
@@ -22,7 +24,8 @@ def main(spec_path: str) -> None:
         for p in spec["prompt_list"]
     ]
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    assert all(len(x) == 64 for x in ids), sorted({len(x) for x in ids})
+    fixed = not spec.get("stop_at_eos")
+    assert not fixed or all(len(x) == 64 for x in ids), sorted({len(x) for x in ids})
     data = Dataset.from_dict({"input_ids": ids})
 
     policy = AutoModelForCausalLM.from_pretrained(spec["actor"])
@@ -33,12 +36,14 @@ def main(spec_path: str) -> None:
         m.config.pad_token_id = tok.pad_token_id
 
     gen_times: list[float] = []
+    decoded: list[int] = []  # decode steps per generation call (to the last row's EOS)
     original = ppo_trainer.batch_generation
 
-    def timed_generation(*args, **kwargs):
+    def timed_generation(model, queries, *args, **kwargs):
         t = time.perf_counter()
-        out = original(*args, **kwargs)
+        out = original(model, queries, *args, **kwargs)
         gen_times.append(time.perf_counter() - t)
+        decoded.append(out[0].shape[1] - queries.shape[1])
         return out
 
     ppo_trainer.batch_generation = timed_generation
@@ -56,9 +61,9 @@ def main(spec_path: str) -> None:
         num_ppo_epochs=1,
         local_rollout_forward_batch_size=8,
         total_episodes=8 * spec["steps"],
-        response_length=64,
+        response_length=spec.get("new_tokens", 64),
         temperature=1.0,
-        stop_token=None,
+        stop_token=None if fixed else "eos",
         learning_rate=1e-6,
         use_cpu=True,
         bf16=spec["dtype"] == "bf16",
@@ -86,6 +91,7 @@ def main(spec_path: str) -> None:
             {
                 "step_s": [b - a for a, b in zip(bounds, bounds[1:], strict=False)],
                 "gen_s": gen_times,
+                "decoded": decoded,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "torch": torch.__version__,
             }

@@ -16,7 +16,15 @@ def test_page_puts_each_figure_beside_its_peer_and_names_what_is_missing(tmp_pat
                 "trl": {"s_per_step": 15.0, "gen_share": 0.5, "peak_rss_mb": 8750.0},
                 "speed_ratio": 2.0,
                 "memory_ratio": 0.8,
-            }
+            },
+            {
+                "dtype": "bf16",
+                "shape": "default",
+                "rlhf_studio": {"s_per_step": 9.0, "gen_share": 0.4, "peak_rss_mb": 7100.0, "decoded": 101.0},
+                "trl": {"s_per_step": 27.0, "gen_share": 0.5, "peak_rss_mb": 9000.0, "decoded": 128.0},
+                "speed_ratio": 3.0,
+                "memory_ratio": 0.79,
+            },
         ],
         "reward": [
             {
@@ -42,7 +50,8 @@ def test_page_puts_each_figure_beside_its_peer_and_names_what_is_missing(tmp_pat
     }
     page = report.write(results, tmp_path / "benchmarks.md").read_text()
     assert "Machine: x86_64, 2 cores, torch 2.13.0+cpu." in page
-    assert "| bf16 | 7.50 | 15.00 | 2.00x | 25% / 50% | 7000 / 8750 | 0.80x |" in page
+    assert "| fixed | bf16 | 7.50 | 15.00 | 2.00x | 64 / 64 | 25% / 50% | 7000 / 8750 | 0.80x |" in page
+    assert "| default | bf16 | 9.00 | 27.00 | 3.00x | 101 / 128 | 40% / 50% | 7100 / 9000 | 0.79x |" in page
     assert "| fp32 | 384 | 5.00 | 2.00 | 2.50x | 3000 / 4000 | 0.75x |" in page
     assert "| ranking | bf16 | 192 | 6.00 | 2.40 | 2.50x | 3500 / 4375 | 0.80x |" in page
     assert "Ran 2026-11-29 12:00." in page
@@ -63,7 +72,7 @@ def test_the_ppo_profile_gives_each_part_its_share_and_the_rest_as_other():
         "memory_ratio": 0.8,
     }
     page = report.render({"machine": "m", "ppo": [row]})
-    assert "| part | fp32 s | share |" in page
+    assert "| part | fp32 fixed s | share |" in page
     assert "| decode (sampling the responses) | 2.00 | 25% |" in page
     assert "| actor backward | 2.50 | 31% |" in page
     assert "| critic optimizer step | 0.00 | 0% |" in page  # not timed: shown as nothing, not left out

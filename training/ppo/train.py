@@ -166,6 +166,7 @@ def experience_stats(buffer: list[Experience], kl_ctl: float, cfg: PPOConfig) ->
         "returns/mean": torch.cat([masked_mean(e.returns, e.mask, 1) for e in buffer]).mean().item(),
         "response/length_mean": cat(lambda e: e.lengths.float()).mean().item(),
         "response/eos_rate": cat(lambda e: e.ended.float()).mean().item(),
+        "response/decoded": float(sum(e.mask.shape[1] for e in buffer)),  # decode steps: to the last row's EOS
         **watch_stats(buffer),
     }
 
