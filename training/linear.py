@@ -65,8 +65,9 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 def _onednn_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if x.dtype != torch.float32 or x.device.type != "cpu" or module.weight.dtype != torch.float32:
-        return torch.nn.functional.linear(x, module.weight, module.bias)
+    w = module.weight
+    if x.dtype != torch.float32 or x.device.type != "cpu" or w.dtype != torch.float32 or hasattr(w, "ds_id"):
+        return torch.nn.functional.linear(x, w, module.bias)  # ZeRO-3 (ds_id) gathers and frees it around F.linear
     if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad):
         return _OneDNNLinear.apply(x, module.weight, module.bias)
     return _linear(x, module.weight, module.bias)

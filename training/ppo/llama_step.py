@@ -5,8 +5,9 @@ part of that step outside the model's own work: it builds a mask, updates a cach
 values to every query head, and attends over the whole preallocated cache. Here the prompt goes through the
 model's own forward once (its keys and values are copied into this loop's cache), and each step then calls the
 model's modules directly (norms, projections, rotary embedding, MLP) with eager attention over only the positions
-filled so far, each key/value head serving its query heads without a copy. The same operations in the same order
-and dtypes as eager attention (tests/test_decode.py compares the logits with transformers').
+filled so far, each key/value head serving its query heads without a copy, and keys stored transposed so a step
+reads k^T in place. The same operations in the same order and dtypes as eager attention (tests/test_decode.py
+compares the logits with transformers').
 
 On SmolLM2-135M, bf16, 8 rows, 64 + 64 tokens, weights packed (training/linear.py): 1.45 s a decode against
 transformers' 1.70. Models it does not cover take the transformers path (decode.py)."""
@@ -54,10 +55,11 @@ class LlamaSteps:
         self.first = out.logits[:, -1]
         dtype = self.first.dtype
         shape = (B, self.kv_heads, P + new_tokens, self.head_dim)
-        self.keys, self.values = [], []
+        self.keys, self.values = [], []  # keys transposed, (B, kv heads, d, positions): a step reads k^T in place
         for layer in cache.layers:
-            k, v = torch.zeros(shape, dtype=layer.keys.dtype), torch.zeros(shape, dtype=layer.values.dtype)
-            k[:, :, :P], v[:, :, :P] = layer.keys, layer.values
+            k = torch.zeros(B, self.kv_heads, self.head_dim, P + new_tokens, dtype=layer.keys.dtype)
+            v = torch.zeros(shape, dtype=layer.values.dtype)
+            k[..., :P], v[:, :, :P] = layer.keys.transpose(2, 3), layer.values
             self.keys.append(k)
             self.values.append(v)
         # eager's additive mask for a query after the prompt: the prompt's padding is out, every later position in
@@ -78,7 +80,7 @@ class LlamaSteps:
             k = attn.k_proj(h).view(B, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             v = attn.v_proj(h).view(B, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            self.keys[i][:, :, n - 1], self.values[i][:, :, n - 1] = k[:, :, 0], v[:, :, 0]
+            self.keys[i][..., n - 1], self.values[i][:, :, n - 1] = k[:, :, 0], v[:, :, 0]
             x = x + attn.o_proj(self._attend(q, i, n, attn.scaling))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         self.next_position = self.next_position + 1
@@ -89,6 +91,6 @@ class LlamaSteps:
         query heads of one key/value head are stacked as rows of one product (GQA without copying keys)."""
         B, groups = q.shape[0], self.heads // self.kv_heads
         q = q.reshape(B, self.kv_heads, groups, self.head_dim)
-        scores = torch.matmul(q, self.keys[layer][:, :, :n].transpose(2, 3)) * scaling + self.mask[..., :n]
+        scores = torch.matmul(q, self.keys[layer][..., :n]) * scaling + self.mask[..., :n]
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         return torch.matmul(probs, self.values[layer][:, :, :n]).reshape(B, 1, self.heads * self.head_dim)
