@@ -95,6 +95,37 @@ def insert_rankings(
     (prompts, responses, rankings, items), whatever the number of rankings: a 1,000-ranking import is one short
     write inside the caller's transaction."""
     result = InsertResult()
+    todo = _not_yet_stored(con, rankings, result)
+    if not todo:
+        return result
+    ids = prompt_ids(con, [r.prompt for r in todo], source=f"import:{todo[0].source}")
+    new_responses, items = _plan_items(con, todo, ids, result)
+    response_ids = next_ids(con, "response_ids", len(new_responses))
+    if new_responses:
+        con.execute(
+            "INSERT INTO responses (response_id, prompt_id, text, model_id, position) "
+            "SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+            "unnest(?::INTEGER[])",
+            [response_ids, *map(list, zip(*new_responses, strict=True))],
+        )
+    ranking_ids = _write_rankings(con, todo, ids, import_id)
+    if items:
+        con.execute(
+            "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) "
+            "SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
+            [
+                [ranking_ids[n] for n, _, _, _ in items],
+                [response_ids[-rid - 1] if rid < 0 else rid for _, rid, _, _ in items],
+                [rank for _, _, rank, _ in items],
+                [pos for _, _, _, pos in items],
+            ],
+        )
+    return result
+
+
+def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], result: InsertResult) -> list:
+    """The rankings to write: those without an external key, and the first of each key the store lacks (the
+    others count in result.already)."""
     keys = [r.external_key for r in rankings if r.external_key]
     seen = set()
     if keys:
@@ -112,12 +143,14 @@ def insert_rankings(
         if r.external_key:
             seen.add(r.external_key)
         todo.append(r)
-    if not todo:
-        return result
-    ids = prompt_ids(con, [r.prompt for r in todo], source=f"import:{todo[0].source}")
+    return todo
+
+
+def _plan_items(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, result: InsertResult) -> tuple[list, list]:
+    """(new responses (prompt_id, text, model_id, position), items (ranking index, response id, rank, shown
+    position)): each item's stored response, or a new one whose id is a placeholder -1, -2, ... until allocated."""
     by_text, by_id, next_pos = _stored_responses(con, sorted({ids[r.prompt] for r in todo}))
-    new_responses = []  # (prompt_id, text, model_id, position); their ids are -1, -2, ... until allocated
-    items = []  # (ranking index, response id or placeholder, rank, shown position)
+    new_responses, items = [], []
     for n, r in enumerate(todo):
         pid = ids[r.prompt]
         for it in r.items:
@@ -134,14 +167,11 @@ def insert_rankings(
         result.added += 1
         result.pairs += r.n_pairs
         result.flagged += bool(r.flags)
-    response_ids = next_ids(con, "response_ids", len(new_responses))
-    if new_responses:
-        con.execute(
-            "INSERT INTO responses (response_id, prompt_id, text, model_id, position) "
-            "SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
-            "unnest(?::INTEGER[])",
-            [response_ids, *map(list, zip(*new_responses, strict=True))],
-        )
+    return new_responses, items
+
+
+def _write_rankings(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, import_id: int | None) -> list[int]:
+    """One INSERT of the rankings' rows; returns their new ids, in order."""
     ranking_ids = next_ids(con, "ranking_ids", len(todo))
     con.execute(
         """INSERT INTO rankings (ranking_id, prompt_id, annotator, source, external_key, import_id, lead_time_s,
@@ -162,15 +192,4 @@ def insert_rankings(
             [list(r.flags) for r in todo],
         ],
     )
-    if items:
-        con.execute(
-            "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) "
-            "SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
-            [
-                [ranking_ids[n] for n, _, _, _ in items],
-                [response_ids[-rid - 1] if rid < 0 else rid for _, rid, _, _ in items],
-                [rank for _, _, rank, _ in items],
-                [pos for _, _, _, pos in items],
-            ],
-        )
-    return result
+    return ranking_ids
