@@ -58,6 +58,36 @@ def _plots(folder: Path, rm_rows: list[dict], ppo_rows: list[dict], samples: lis
     return names
 
 
+def _curve_rows(ppo_rows: list[dict]) -> str:
+    """The PPO table's rows: step, mean score, KL to the reference, mean length."""
+    return "\n".join(
+        f"| {row['step']} | {row['reward/score_mean']:.3f} | {row['reward/kl']:.3f} | "
+        f"{row['response/length_mean']:.1f} |"
+        for row in ppo_rows
+    )
+
+
+def _examples(samples: list[dict]) -> str:
+    """Each held-out prompt with the reference's first sample and the actor's."""
+    return "\n\n".join(
+        f"**Prompt:** {s['prompt']}\n\n- reference: {s['reference'][0]!r}\n- actor: {s['actor'][0]!r}" for s in samples
+    )
+
+
+def _what_ran(r: dict) -> str:
+    """The report's opening: who ranked what, which runs trained on it, and what the numbers are measured on."""
+    c = r["config"]
+    dpo = f"; DPO (run `{r['dpo_run']}`) tuned it on the same pairs directly" if "dpo_run" in r else ""
+    return f"""\
+The scripted annotator ("{scripted.NAME}", `annotation/scripted.py`) prefers concise answers: fewer words win,
+counted in steps of {scripted.WORDS_PER_STEP} words (answers in the same step tie), and an answer under
+{scripted.MIN_WORDS} words ranks last. It ranked {c["k"]} samples of the SFT model (`{c["model"]}`) for each of
+{r["train_prompts"]} training prompts: {r["rankings"]} rankings, {r["pairs"]} chosen/rejected pairs. A reward model
+(run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`) tuned the SFT model against it{dpo}.
+Everything below is measured on {r["heldout_prompts"]} held-out prompts that no step of training saw, with
+{c["k"]} samples per prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens)."""
+
+
 def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
     from app.demo import headline
     from app.demo_methods import method_table
@@ -72,27 +102,11 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
         plot_watch(folder, r, ppo_rows)
         watch = watch_section(r)
     c = r["config"]
-    kl_rows = "\n".join(
-        f"| {row['step']} | {row['reward/score_mean']:.3f} | {row['reward/kl']:.3f} | "
-        f"{row['response/length_mean']:.1f} |"
-        for row in ppo_rows
-    )
-    examples = "\n\n".join(
-        f"**Prompt:** {s['prompt']}\n\n- reference: {s['reference'][0]!r}\n- actor: {s['actor'][0]!r}"
-        for s in samples[:4]
-    )
+    kl_rows, examples = _curve_rows(ppo_rows), _examples(samples[:4])
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings_s"].items())
     text = f"""# rlhf-studio demo{" (quick)" if r["quick"] else ""}
 
-The scripted annotator ("{scripted.NAME}", `annotation/scripted.py`) prefers concise answers: fewer words win,
-counted in steps of {scripted.WORDS_PER_STEP} words (answers in the same step tie), and an answer under
-{scripted.MIN_WORDS} words ranks last. It ranked {c["k"]} samples of the SFT model (`{c["model"]}`) for each of
-{r["train_prompts"]} training prompts: {r["rankings"]} rankings, {r["pairs"]} chosen/rejected pairs. A reward model
-(run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`) tuned the SFT model against it{
-        f"; DPO (run `{r['dpo_run']}`) tuned it on the same pairs directly" if "dpo_run" in r else ""
-    }.
-Everything below is measured on {r["heldout_prompts"]} held-out prompts that no step of training saw, with
-{c["k"]} samples per prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens).
+{_what_ran(r)}
 
 ## Headline
 
