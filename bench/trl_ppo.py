@@ -10,33 +10,10 @@ import sys
 import time
 
 
-def main(spec_path: str) -> None:
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
-    from trl.experimental.ppo import PPOConfig, PPOTrainer, ppo_trainer
-
-    spec = json.loads(open(spec_path).read())
-    tok = AutoTokenizer.from_pretrained(spec["actor"])
-    tok.pad_token = "<|endoftext|>"  # TRL needs pad != EOS
-    texts = [
-        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-        for p in spec["prompt_list"]
-    ]
-    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    fixed = not spec.get("stop_at_eos")
-    assert not fixed or all(len(x) == 64 for x in ids), sorted({len(x) for x in ids})
-    data = Dataset.from_dict({"input_ids": ids})
-
-    policy = AutoModelForCausalLM.from_pretrained(spec["actor"])
-    ref = AutoModelForCausalLM.from_pretrained(spec["actor"])
-    value = AutoModelForSequenceClassification.from_pretrained(spec["scalar"], num_labels=1)
-    reward = AutoModelForSequenceClassification.from_pretrained(spec["scalar"], num_labels=1)
-    for m in (policy, ref, value, reward):
-        m.config.pad_token_id = tok.pad_token_id
-
+def time_generation(ppo_trainer) -> tuple[list[float], list[int]]:
+    """Wraps TRL's batch_generation: (seconds of each call, decode steps of each call, to the last row's EOS)."""
     gen_times: list[float] = []
-    decoded: list[int] = []  # decode steps per generation call (to the last row's EOS)
+    decoded: list[int] = []
     original = ppo_trainer.batch_generation
 
     def timed_generation(model, queries, *args, **kwargs):
@@ -47,13 +24,36 @@ def main(spec_path: str) -> None:
         return out
 
     ppo_trainer.batch_generation = timed_generation
-    step_ends: list[float] = []
+    return gen_times, decoded
 
-    class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            step_ends.append(time.perf_counter())
 
-    args = PPOConfig(
+def prompt_ids(spec: dict, tok, fixed: bool) -> list[list[int]]:
+    """The prompts, chat-templated and tokenised; the fixed shape's are exactly 64 tokens."""
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in spec["prompt_list"]
+    ]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    assert not fixed or all(len(x) == 64 for x in ids), sorted({len(x) for x in ids})
+    return ids
+
+
+def load_models(spec: dict, pad_id: int) -> tuple:
+    """(policy, reference, value, reward): the actor twice and the scalar-head model twice."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    policy = AutoModelForCausalLM.from_pretrained(spec["actor"])
+    ref = AutoModelForCausalLM.from_pretrained(spec["actor"])
+    value = AutoModelForSequenceClassification.from_pretrained(spec["scalar"], num_labels=1)
+    reward = AutoModelForSequenceClassification.from_pretrained(spec["scalar"], num_labels=1)
+    for m in (policy, ref, value, reward):
+        m.config.pad_token_id = pad_id
+    return policy, ref, value, reward
+
+
+def ppo_args(config_class, spec: dict, fixed: bool):
+    """TRL's PPOConfig for the workload: one process, one minibatch, one PPO epoch, sampling at T = 1."""
+    return config_class(
         output_dir=spec["out"],
         per_device_train_batch_size=8,
         gradient_accumulation_steps=1,
@@ -73,6 +73,29 @@ def main(spec_path: str) -> None:
         logging_steps=10**6,
         seed=0,
     )
+
+
+def main(spec_path: str) -> None:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl.experimental.ppo import PPOConfig, PPOTrainer, ppo_trainer
+
+    spec = json.loads(open(spec_path).read())
+    tok = AutoTokenizer.from_pretrained(spec["actor"])
+    tok.pad_token = "<|endoftext|>"  # TRL needs pad != EOS
+    fixed = not spec.get("stop_at_eos")
+    data = Dataset.from_dict({"input_ids": prompt_ids(spec, tok, fixed)})
+    policy, ref, value, reward = load_models(spec, tok.pad_token_id)
+
+    gen_times, decoded = time_generation(ppo_trainer)
+    step_ends: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            step_ends.append(time.perf_counter())
+
+    args = ppo_args(PPOConfig, spec, fixed)
     trainer = PPOTrainer(
         args=args,
         processing_class=tok,
