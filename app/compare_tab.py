@@ -5,6 +5,8 @@ the vote; votes become 'compare' rankings and feed a win-rate table. Messages sh
 
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 
+from types import SimpleNamespace
+
 from app.compare import (
     best_of_ref,
     blind_line,
@@ -22,10 +24,23 @@ from app.handlers import safe
 from store.errors import UserError
 from training.chat import ChatParams
 
+# the send handler's inputs, in its parameters' order
+SEND_INPUTS = "message state actor reference blind temperature top_p max_new seed reward best_of".split()
 WIN_HEADERS = ["opponent", "votes", "wins", "losses", "ties", "both bad", "win rate", "95% CI"]
 
 
 def build_compare_tab(ctx, demo, tab=None) -> None:
+    ui = _layout()
+    _wire(ctx, demo, tab, ui, _handlers(ctx))
+
+
+def _layout() -> SimpleNamespace:
+    """The tab's components, top to bottom."""
+    return SimpleNamespace(**_settings(), **_chats())
+
+
+def _settings() -> dict:
+    """The models compared and the sampling settings, above the chats."""
     import gradio as gr
 
     with gr.Row(equal_height=True):
@@ -55,6 +70,14 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         top_p = gr.Number(label="top_p", value=0.95, minimum=0.01, maximum=1.0)
         max_new = gr.Number(label="max new tokens", value=128, precision=0, minimum=1)
         seed = gr.Number(label="seed", value=0, precision=0)
+    models = {"actor": actor, "reference": reference, "reward": reward, "blind": blind, "best_of": best_of}
+    return {**models, "temperature": temperature, "top_p": top_p, "max_new": max_new, "seed": seed}
+
+
+def _chats() -> dict:
+    """The two chats with their scores, the message box, the vote and control buttons, the win-rate table."""
+    import gradio as gr
+
     # messages arrive as HTML from chat_html (Markdown rendered, the text's own tags escaped) and Gradio's sanitizer
     # stays on behind it; no copy buttons, which would copy that HTML
     chat = dict(height=360, render_markdown=False, sanitize_html=True, buttons=[])
@@ -83,28 +106,42 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
     wins = gr.Dataframe(headers=WIN_HEADERS, interactive=False, elem_id="cmp-wins")
     state = gr.State(None)
     last_message = gr.State("")
+    chats = {"left": left, "right": right, "left_score": left_score, "right_score": right_score}
+    buttons = {"send": send, "vote_buttons": vote_buttons, "regenerate": regenerate, "stop": stop, "clear": clear}
+    states = {"state": state, "last_message": last_message}
+    return {**chats, "message": message, **buttons, "reveal": reveal, "wins": wins, **states}
 
-    def voting(enabled: bool):
-        return [gr.Button(interactive=enabled) for _ in vote_buttons]
+
+def _voting(enabled: bool) -> list:
+    """The four vote buttons, on or off."""
+    import gradio as gr
+
+    return [gr.Button(interactive=enabled) for _ in range(4)]
+
+
+def _check_models(ctx, request, *refs) -> None:
+    """An annotator (under --auth) compares the listed PPO runs and what they were trained from, never a folder
+    typed in: only an admin picks any folder on the server's disk."""
+    if ctx.is_admin(request):
+        return
+    runs = [path for _, path in ppo_runs(ctx.db)]
+    allowed = {"default", ""} | set(runs) | {x for r in runs for x in run_defaults(r)}
+    bad = next((r for r in refs if (r or "") not in allowed), None)
+    if bad is not None:
+        raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
+
+
+def _handlers(ctx) -> SimpleNamespace:
+    """The tab's event handlers, over the plain functions of app/compare.py."""
+    import gradio as gr
 
     def on_actor(run, request: gr.Request):
-        check_models(request, run)
+        _check_models(ctx, request, run)
         ref, rm = run_defaults(run) if run else ("default", "")
         return ref, rm, win_rows(ctx.db, run)
 
-    def check_models(request, *refs):
-        """An annotator (under --auth) compares the listed PPO runs and what they were trained from, never a folder
-        typed in: only an admin picks any folder on the server's disk."""
-        if ctx.is_admin(request):
-            return
-        runs = [path for _, path in ppo_runs(ctx.db)]
-        allowed = {"default", ""} | set(runs) | {x for r in runs for x in run_defaults(r)}
-        bad = next((r for r in refs if (r or "") not in allowed), None)
-        if bad is not None:
-            raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
-
     def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s, rm_v, n_best, request: gr.Request):
-        check_models(request, actor_v, ref_v, rm_v)
+        _check_models(ctx, request, actor_v, ref_v, rm_v)
         ref_v = best_of_ref(ref_v, int(n_best or 1))
         if st is None or st.get("sides") != [actor_v, ref_v] and st.get("sides") != [ref_v, actor_v]:
             st = new_conversation(actor_v, ref_v, bool(blind_v))
@@ -112,18 +149,18 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         names = ("A", "B") if st["blind"] else tuple(st["roles"])
         for a, b, new in respond(ctx.chat_models, st, msg, params, rm_v):
             left_chat, right_chat = gr.Chatbot(chat_html(a), label=names[0]), gr.Chatbot(chat_html(b), label=names[1])
-            yield left_chat, right_chat, new, "", "", "", "", *voting(False), msg
+            yield left_chat, right_chat, new, "", "", "", "", *_voting(False), msg
 
     def after_send(st, rm, request: gr.Request):
-        check_models(request, rm)
+        _check_models(ctx, request, rm)
         if st:
             st = {**st, "scores": scores_of(ctx.chat_models, st, rm)}
-        return st, *score_lines(st), blind_line(st), *voting(bool(st and st.get("replies")))
+        return st, *score_lines(st), blind_line(st), *_voting(bool(st and st.get("replies")))
 
     def on_vote(choice):
         def handler(st, actor_v, request: gr.Request):
             st, line = vote(ctx.db, st, choice, getattr(request, "username", None) or "anonymous")
-            return st, line, *score_lines(st), *voting(False), win_rows(ctx.db, actor_v)
+            return st, line, *score_lines(st), *_voting(False), win_rows(ctx.db, actor_v)
 
         return handler
 
@@ -133,35 +170,49 @@ def build_compare_tab(ctx, demo, tab=None) -> None:
         return st, last
 
     def on_clear():
-        return None, [], [], "", "", "", *voting(False)
+        return None, [], [], "", "", "", *_voting(False)
 
-    send_inputs = [message, state, actor, reference, blind, temperature, top_p, max_new, seed, reward, best_of]
-    # a new message clears the scores and the line under the chats with the vote's reveal
-    send_outputs = [left, right, state, message, reveal, left_score, right_score, *vote_buttons, last_message]
-    # every event here is named compare_* (or vote_*): the annotator's part of the app, next to annotate_*
-    scores_out = [state, left_score, right_score, reveal, *vote_buttons]
-    event = send.click(safe(on_send), send_inputs, send_outputs, api_name="compare_send")
-    event.then(safe(after_send), [state, reward], scores_out, api_name="compare_scores")
-    submit = message.submit(safe(on_send), send_inputs, send_outputs, api_name="compare_send_enter")
-    submit.then(safe(after_send), [state, reward], scores_out, api_name="compare_scores")
-    regen = regenerate.click(
-        on_regenerate, [state, last_message], [state, message], api_name="compare_regenerate"
-    ).then(lambda s: int(s) + 1, [seed], [seed], api_name="compare_next_seed")
-    regen_event = regen.then(safe(on_send), send_inputs, send_outputs, api_name="compare_send_again")
-    regen_event.then(safe(after_send), [state, reward], scores_out, api_name="compare_scores")
-    stop.click(None, cancels=[event, submit, regen_event])
-    clear.click(
-        on_clear, None, [state, left, right, left_score, right_score, reveal, *vote_buttons], api_name="compare_clear"
+    return SimpleNamespace(
+        on_actor=on_actor,
+        on_send=on_send,
+        after_send=after_send,
+        on_vote=on_vote,
+        on_regenerate=on_regenerate,
+        on_clear=on_clear,
     )
-    for btn, choice in zip(vote_buttons, ("left", "right", "tie", "both_bad"), strict=True):
+
+
+def _wire(ctx, demo, tab, ui, h) -> None:
+    """Every event of the tab; each is named compare_* (or vote_*): the annotator's part of the app."""
+    import gradio as gr
+
+    send_inputs = [getattr(ui, name) for name in SEND_INPUTS]
+    # a new message clears the scores and the line under the chats with the vote's reveal
+    send_outputs = [ui.left, ui.right, ui.state, ui.message, ui.reveal, ui.left_score, ui.right_score]
+    send_outputs += [*ui.vote_buttons, ui.last_message]
+    # every event here is named compare_* (or vote_*): the annotator's part of the app, next to annotate_*
+    scores_out = [ui.state, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons]
+    event = ui.send.click(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send")
+    event.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
+    submit = ui.message.submit(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_enter")
+    submit.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
+    regen = ui.regenerate.click(
+        h.on_regenerate, [ui.state, ui.last_message], [ui.state, ui.message], api_name="compare_regenerate"
+    ).then(lambda s: int(s) + 1, [ui.seed], [ui.seed], api_name="compare_next_seed")
+    regen_event = regen.then(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_again")
+    regen_event.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
+    ui.stop.click(None, cancels=[event, submit, regen_event])
+    cleared = [ui.state, ui.left, ui.right, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons]
+    ui.clear.click(h.on_clear, None, cleared, api_name="compare_clear")
+    for btn, choice in zip(ui.vote_buttons, ("left", "right", "tie", "both_bad"), strict=True):
         btn.click(
-            safe(on_vote(choice)),
-            [state, actor],
-            [state, reveal, left_score, right_score, *vote_buttons, wins],
+            safe(h.on_vote(choice)),
+            [ui.state, ui.actor],
+            [ui.state, ui.reveal, ui.left_score, ui.right_score, *ui.vote_buttons, ui.wins],
             api_name=f"vote_{choice}",
         )
-    actor.change(safe(on_actor), [actor], [reference, reward, wins], api_name="compare_actor")
+    ui.actor.change(safe(h.on_actor), [ui.actor], [ui.reference, ui.reward, ui.wins], api_name="compare_actor")
     list_runs = lambda: gr.Dropdown(choices=ppo_runs(ctx.db))  # noqa: E731
-    demo.load(list_runs, None, [actor], api_name="compare_runs")
+    demo.load(list_runs, None, [ui.actor], api_name="compare_runs")
     if tab is not None:  # runs finish while the page is open: list them again whenever the tab is opened
-        tab.select(list_runs, None, [actor], api_name="compare_runs")
+        tab.select(list_runs, None, [ui.actor], api_name="compare_runs")
