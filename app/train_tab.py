@@ -8,6 +8,7 @@ annotation."""
 
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 
 from app.config_form import build_form, config_from_form, form_values_from_file
 from app.handlers import admin_only
@@ -39,9 +40,14 @@ def plot_updates(run: Path | None) -> list:
 
 
 def build_train_tab(ctx, demo) -> None:
+    ui = SimpleNamespace(**_trainer_forms(), **_run_view(ctx))
+    _wire(ctx, demo, ui)
+
+
+def _trainer_forms() -> dict:
+    """The data and prompts pickers, one form per trainer (each can load a config.json), and the start buttons."""
     import gradio as gr
 
-    runs = ctx.runs
     with gr.Row(equal_height=True):
         data = gr.Dropdown(label="Data for the reward model and DPO", choices=[("current store", "")], value="")
         prompts = gr.Textbox(label="PPO prompts file (empty: the store's prompts, train split)", value="")
@@ -57,6 +63,14 @@ def build_train_tab(ctx, demo) -> None:
             buttons[kind] = gr.Button(spec.button[0], elem_id=spec.button[1])
         chain_btn = gr.Button("Reward model then PPO", variant="primary", elem_id="rm-then-ppo")
         chain_dpo = gr.Checkbox(label="then DPO from the same snapshot", value=False, elem_id="chain-dpo")
+    pickers = {"data": data, "prompts": prompts, "forms": forms, "config_files": config_files}
+    return {**pickers, "buttons": buttons, "chain_btn": chain_btn, "chain_dpo": chain_dpo}
+
+
+def _run_view(ctx) -> dict:
+    """The runs table, the selected run's buttons (stop, resume, next round), its status, plots, samples and log."""
+    import gradio as gr
+
     action = gr.Markdown(elem_id="train-action")
     gr.Markdown("### Runs")
     table = gr.Dataframe(headers=RUN_HEADERS, interactive=False, elem_id="runs-table", wrap=True)
@@ -72,58 +86,75 @@ def build_train_tab(ctx, demo) -> None:
         headers=["step", "score", "response", "prompt"], interactive=False, wrap=True, elem_id="run-samples"
     )
     log = gr.Textbox(label="Log (tail)", lines=12, max_lines=12, interactive=False, elem_id="run-log")
+    run = {"action": action, "table": table, "selected": selected, "stop_btn": stop_btn, "resume_btn": resume_btn}
+    return {**run, "status": status, "plots": plots, "samples": samples, "log": log}
 
-    def start(which: str, data_value, prompts_value, with_dpo, *values):
-        cfg, at = {}, 0
-        for kind, comps in forms.items():  # the values arrive in the forms' order
-            spec = TRAINERS[kind]
-            cfg[kind] = config_from_form(spec.config, spec.form_skip, list(values[at : at + len(comps)]))
-            at += len(comps)
-        data_value, prompts_value = data_value or None, prompts_value or None
-        if which == "chain":
-            dpo = cfg["dpo"] if with_dpo else None
-            run = runs.start_chain(cfg["reward"], cfg["ppo"], data_value, prompts_value, dpo)
-        elif TRAINERS[which].data == "pairs":
-            run = runs.start_pairs(cfg[which], data_value)
-        else:
-            run = runs.start_ppo(cfg[which], prompts_value)
-        return f"started {run.name}", str(run)
 
-    def refresh(run_path: str):
-        runs.poll()
-        run = Path(run_path) if run_path and Path(run_path, "config.json").is_file() else None
-        return [
-            runs_rows(ctx.db),
-            run_status_line(run) if run else "",
-            samples_rows(run) if run else [],
-            log_tail(run) if run else "",
-            *plot_updates(run),
-        ]
+def start_run(runs, forms: dict, which: str, data_value, prompts_value, with_dpo, *values) -> tuple[str, str]:
+    """Start `which` (a trainer, or "chain": reward model then PPO, then DPO if asked) from the forms' values, which
+    arrive in the forms' order; returns (the line to show, the run folder)."""
+    cfg, at = {}, 0
+    for kind, comps in forms.items():
+        spec = TRAINERS[kind]
+        cfg[kind] = config_from_form(spec.config, spec.form_skip, list(values[at : at + len(comps)]))
+        at += len(comps)
+    data_value, prompts_value = data_value or None, prompts_value or None
+    if which == "chain":
+        dpo = cfg["dpo"] if with_dpo else None
+        run = runs.start_chain(cfg["reward"], cfg["ppo"], data_value, prompts_value, dpo)
+    elif TRAINERS[which].data == "pairs":
+        run = runs.start_pairs(cfg[which], data_value)
+    else:
+        run = runs.start_ppo(cfg[which], prompts_value)
+    return f"started {run.name}", str(run)
+
+
+def refresh_view(ctx, run_path: str) -> list:
+    """The runs table, and the selected run's status line, samples, log tail and plots."""
+    ctx.runs.poll()
+    run = Path(run_path) if run_path and Path(run_path, "config.json").is_file() else None
+    return [
+        runs_rows(ctx.db),
+        run_status_line(run) if run else "",
+        samples_rows(run) if run else [],
+        log_tail(run) if run else "",
+        *plot_updates(run),
+    ]
+
+
+def _wire(ctx, demo, ui) -> None:
+    """Every event of the tab; each answers admins only (app/handlers.py::admin_only): a run can be started, and a
+    run's log read."""
+    import gradio as gr
+
+    runs = ctx.runs
+
+    def refresh(run_path: str):  # the views' endpoint keeps its name, /refresh
+        return refresh_view(ctx, run_path)
+
+    def choices():
+        return gr.Dropdown(choices=snapshot_choices(ctx.db))
 
     def on_select(rows, evt: gr.SelectData):
         row = evt.index[0]
         return rows.iloc[row, -1] if hasattr(rows, "iloc") else rows[row][-1]
 
-    def choices():
-        return gr.Dropdown(choices=snapshot_choices(ctx.db))
-
-    inputs = [data, prompts, chain_dpo, *(c for comps in forms.values() for c in comps)]
-    views = [table, status, samples, log, *plots]
-    clicks = [(buttons[kind], kind, spec.button[2]) for kind, spec in TRAINERS.items()]
-    clicks.append((chain_btn, "chain", "rm_then_ppo"))
-    # every event answers admins only (app/handlers.py::admin_only): a run can be started, and a run's log read
+    inputs = [ui.data, ui.prompts, ui.chain_dpo, *(c for comps in ui.forms.values() for c in comps)]
+    views = [ui.table, ui.status, ui.samples, ui.log, *ui.plots]
+    clicks = [(ui.buttons[kind], kind, spec.button[2]) for kind, spec in TRAINERS.items()]
+    clicks.append((ui.chain_btn, "chain", "rm_then_ppo"))
     view = admin_only(ctx, refresh, quiet=len(views))
     for btn, which, name in clicks:
-        btn.click(admin_only(ctx, functools.partial(start, which)), inputs, [action, selected], api_name=name).then(
-            view, [selected], views
-        )
-    stop_btn.click(admin_only(ctx, lambda p: runs.stop(Path(p))), [selected], [action], api_name="stop_run")
+        start = admin_only(ctx, functools.partial(start_run, runs, ui.forms, which))
+        btn.click(start, inputs, [ui.action, ui.selected], api_name=name).then(view, [ui.selected], views)
+    ui.stop_btn.click(admin_only(ctx, lambda p: runs.stop(Path(p))), [ui.selected], [ui.action], api_name="stop_run")
     resume = admin_only(ctx, lambda p: f"resumed {runs.resume(Path(p)).name}")
-    resume_btn.click(resume, [selected], [action], api_name="resume_run")
-    for kind, comps in forms.items():
+    ui.resume_btn.click(resume, [ui.selected], [ui.action], api_name="resume_run")
+    for kind, comps in ui.forms.items():
         values = functools.partial(form_values_from_file, TRAINERS[kind].config, TRAINERS[kind].form_skip)
-        config_files[kind].upload(admin_only(ctx, values), [config_files[kind]], comps)
-    table.select(admin_only(ctx, on_select, quiet=1), [table], [selected], api_visibility="private")  # a click only
-    selected.change(view, [selected], views, show_progress="hidden")
-    gr.Timer(2.0).tick(view, [selected], views, show_progress="hidden")
-    demo.load(admin_only(ctx, choices, quiet=1), None, [data]).then(view, [selected], views)
+        ui.config_files[kind].upload(admin_only(ctx, values), [ui.config_files[kind]], comps)
+    select = admin_only(ctx, on_select, quiet=1)
+    ui.table.select(select, [ui.table], [ui.selected], api_visibility="private")  # a click only
+    ui.selected.change(view, [ui.selected], views, show_progress="hidden")
+    gr.Timer(2.0).tick(view, [ui.selected], views, show_progress="hidden")
+    demo.load(admin_only(ctx, choices, quiet=1), None, [ui.data]).then(view, [ui.selected], views)
