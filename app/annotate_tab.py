@@ -109,6 +109,35 @@ def annotator_name(name: str | None, request=None) -> str:
     return who
 
 
+def _show(view: View) -> tuple:
+    """The outputs of every action: task, prompt, ranker, progress, status, the shown-order confirmation."""
+    import gradio as gr
+
+    if view.task is None:  # what to do next, not a prompt
+        prompt = view.prompt
+    else:
+        prompt = gr.update() if view.prompt == "" else f"### Prompt\n\n{view.prompt}"
+    return view.task, prompt, view.ranker, view.progress, view.status, view.confirm
+
+
+def _buttons() -> tuple:
+    """(submit, skip reason, skip, undo) under the ranker."""
+    import gradio as gr
+
+    with gr.Row():
+        submit_btn = gr.Button("Submit ranking", variant="primary", elem_id="annotate-submit")
+        reason = gr.Dropdown(
+            ["all responses are bad", "responses are identical", "cannot judge", "offensive prompt"],
+            value="cannot judge",
+            allow_custom_value=True,
+            label="Skip reason",
+            scale=1,
+        )
+        skip_btn = gr.Button("Skip", elem_id="annotate-skip")
+        undo_btn = gr.Button("Undo last", elem_id="annotate-undo")
+    return submit_btn, reason, skip_btn, undo_btn
+
+
 def build_annotate_tab(ctx, demo) -> None:
     import gradio as gr
 
@@ -128,30 +157,13 @@ def build_annotate_tab(ctx, demo) -> None:
         "equal numbers are a tie."
     )
     widget = ranker(elem_id="ranker")
-    with gr.Row():
-        submit_btn = gr.Button("Submit ranking", variant="primary", elem_id="annotate-submit")
-        reason = gr.Dropdown(
-            ["all responses are bad", "responses are identical", "cannot judge", "offensive prompt"],
-            value="cannot judge",
-            allow_custom_value=True,
-            label="Skip reason",
-            scale=1,
-        )
-        skip_btn = gr.Button("Skip", elem_id="annotate-skip")
-        undo_btn = gr.Button("Undo last", elem_id="annotate-undo")
+    submit_btn, reason, skip_btn, undo_btn = _buttons()
     status_md = gr.Markdown(elem_id="annotate-status")
     outputs = [task_state, prompt_md, widget, progress_md, status_md, confirm_state]
 
-    def show(view: View):
-        if view.task is None:  # what to do next, not a prompt
-            prompt = view.prompt
-        else:
-            prompt = gr.update() if view.prompt == "" else f"### Prompt\n\n{view.prompt}"
-        return view.task, prompt, view.ranker, view.progress, view.status, view.confirm
-
     def guarded(fn, request, *args):
         try:
-            return show(fn(ctx, annotator_name(args[0], request), *args[1:], admin=ctx.is_admin(request)))
+            return _show(fn(ctx, annotator_name(args[0], request), *args[1:], admin=ctx.is_admin(request)))
         except UserError as e:
             raise gr.Error(str(e)) from None
 

@@ -4,7 +4,9 @@ pairs download. Every button calls a plain function from annotation/ or store/."
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 from annotation.actions import (
     add_example_prompts,
@@ -63,6 +65,56 @@ def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
     return report.line()
 
 
+def add_prompts_upload(db: str, path: str | None) -> str:
+    return add_prompt_file(db, path, source=Path(path).name) if path else "no file"
+
+
+def _bucket_order(order: str) -> list[str] | None:
+    return [b.strip() for b in order.split(",") if b.strip()] or None
+
+
+def import_ls_upload(db: str, path: str | None, order: str) -> str:
+    """An uploaded Label Studio export into the store; returns the import's one-line report."""
+    if not path:
+        return "no file"
+    return import_labelstudio_file(db, path, bucket_order=_bucket_order(order)).line()
+
+
+def pull_ls(db: str, url: str, project, key: str, order: str) -> str:
+    """A running Label Studio project's annotations into the store; the token is used for this call only."""
+    if not url or not project:
+        raise UserError("give the Label Studio URL and the project id")
+    return import_labelstudio_url(db, url, int(project), key or "", bucket_order=_bucket_order(order)).line()
+
+
+def _labelstudio_section() -> SimpleNamespace:
+    """Import an export file, pull from a running Label Studio, export Ranker tasks."""
+    import gradio as gr
+
+    gr.Markdown("### Label Studio")
+    with gr.Row():
+        with gr.Column():
+            file = gr.File(
+                label="Import an export (JSON, JSON_MIN, CSV, TSV)", file_types=[".json", ".csv", ".tsv"], height=120
+            )
+            buckets = gr.Textbox(label="Bucket order, best first (only for bucket rankers)", placeholder="good,ok,bad")
+            import_btn = gr.Button("Import", elem_id="import-ls")
+        with gr.Column():
+            url = gr.Textbox(label="Or pull from a running Label Studio: URL", placeholder="http://127.0.0.1:8080")
+            with gr.Row():
+                project = gr.Number(label="Project id", precision=0, minimum=1, value=None)
+                key = gr.Textbox(label="Access token (used once, never stored)", type="password")
+            pull_btn = gr.Button("Pull and import", elem_id="pull-ls")
+        with gr.Column():
+            export_btn = gr.Button("Export Ranker tasks for Label Studio", elem_id="export-ls")
+            export_files = gr.File(
+                label="tasks.json + label_config.xml", file_count="multiple", interactive=False, height=120
+            )
+    upload = {"file": file, "buckets": buckets, "import_btn": import_btn}
+    pull = {"url": url, "project": project, "key": key, "pull_btn": pull_btn}
+    return SimpleNamespace(**upload, **pull, export_btn=export_btn, export_files=export_files)
+
+
 def build_data_tab(ctx, demo) -> None:
     import gradio as gr
 
@@ -75,25 +127,7 @@ def build_data_tab(ctx, demo) -> None:
         limit = gr.Number(value=0, precision=0, minimum=0, label="At most this many prompts (0 = all pending)")
         sample_btn = gr.Button("Sample pending prompts", variant="primary", elem_id="sample")
     prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"], height=120)
-    gr.Markdown("### Label Studio")
-    with gr.Row():
-        with gr.Column():
-            ls_file = gr.File(
-                label="Import an export (JSON, JSON_MIN, CSV, TSV)", file_types=[".json", ".csv", ".tsv"], height=120
-            )
-            buckets = gr.Textbox(label="Bucket order, best first (only for bucket rankers)", placeholder="good,ok,bad")
-            ls_btn = gr.Button("Import", elem_id="import-ls")
-        with gr.Column():
-            ls_url = gr.Textbox(label="Or pull from a running Label Studio: URL", placeholder="http://127.0.0.1:8080")
-            with gr.Row():
-                ls_project = gr.Number(label="Project id", precision=0, minimum=1, value=None)
-                ls_key = gr.Textbox(label="Access token (used once, never stored)", type="password")
-            ls_pull_btn = gr.Button("Pull and import", elem_id="pull-ls")
-        with gr.Column():
-            ls_export_btn = gr.Button("Export Ranker tasks for Label Studio", elem_id="export-ls")
-            ls_export_files = gr.File(
-                label="tasks.json + label_config.xml", file_count="multiple", interactive=False, height=120
-            )
+    ls = _labelstudio_section()
     gr.Markdown("### Agreement between annotators (Kendall tau-b on shared prompts; run the app with --overlap 2)")
     agreement_df = gr.Dataframe(
         headers=["annotators", "shared prompts", "mean tau"], interactive=False, elem_id="agreement"
@@ -109,21 +143,6 @@ def build_data_tab(ctx, demo) -> None:
     refresh = admin_only(ctx, lambda: (counts_markdown(ctx.db), agreement_table(ctx.db)), quiet=2)
     shown = [counts, agreement_df]
 
-    def on_prompts(path):
-        return add_prompt_file(ctx.db, path, source=Path(path).name) if path else "no file"
-
-    def on_ls(path, order):
-        if not path:
-            return "no file"
-        bucket_order = [b.strip() for b in order.split(",") if b.strip()] or None
-        return import_labelstudio_file(ctx.db, path, bucket_order=bucket_order).line()
-
-    def on_pull(url, project, key, order):
-        if not url or not project:
-            raise UserError("give the Label Studio URL and the project id")
-        bucket_order = [b.strip() for b in order.split(",") if b.strip()] or None
-        return import_labelstudio_url(ctx.db, url, int(project), key or "", bucket_order=bucket_order).line()
-
     def on_sample(k_value, limit_value, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
         return sample_from_app(ctx, k_value, limit_value, progress)
 
@@ -131,11 +150,11 @@ def build_data_tab(ctx, demo) -> None:
     demo.load(admin_only(ctx, lambda: rounds_rows(ctx.db), quiet=1), outputs=[rounds_df], api_name="counts_by_round")
     for trigger, fn, inputs, outputs, name in [
         (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
-        (prompts_file.upload, on_prompts, [prompts_file], status, "add_prompts"),
-        (ls_btn.click, on_ls, [ls_file, buckets], status, "import_ls"),
-        (ls_pull_btn.click, on_pull, [ls_url, ls_project, ls_key, buckets], status, "pull_ls"),
+        (prompts_file.upload, partial(add_prompts_upload, ctx.db), [prompts_file], status, "add_prompts"),
+        (ls.import_btn.click, partial(import_ls_upload, ctx.db), [ls.file, ls.buckets], status, "import_ls"),
+        (ls.pull_btn.click, partial(pull_ls, ctx.db), [ls.url, ls.project, ls.key, ls.buckets], status, "pull_ls"),
         (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
-        (ls_export_btn.click, lambda: ls_export_download(ctx.db), [], ls_export_files, "export_ls"),
+        (ls.export_btn.click, lambda: ls_export_download(ctx.db), [], ls.export_files, "export_ls"),
     ]:
         trigger(admin_only(ctx, fn), inputs, outputs, api_name=name).then(refresh, None, shown)
     # Sampling runs one at a time (it holds the model); the rest of the app keeps answering meanwhile.
