@@ -357,6 +357,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=default_db_path(), help="store file (default ./rlhf.duckdb or $RLHF_DB)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_data_commands(sub)
+    _add_training_commands(sub)
+    _add_store_and_run_commands(sub)
+    _db_after_the_command(p)
+    return p
+
+
+def _add_data_commands(sub) -> None:
+    """The app, the store's prompts, sampling, best-of-N, and the imports and exports."""
     s = sub.add_parser("ui", help="start the Gradio app")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=7860)
@@ -410,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the per-task item shuffle")
     s.set_defaults(func=cmd_export_ls)
 
+
+def _add_training_commands(sub) -> None:
+    """One command per trainer on pairs (the registry's), and PPO."""
     for spec in TRAINERS.values():  # every trainer on preference pairs: `rlhf train-rm`, `rlhf train-dpo`
         if spec.data != "pairs":
             continue
@@ -430,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(config_class=PPOConfig)
     s.set_defaults(func=cmd_train_ppo)
 
+
+def _add_store_and_run_commands(sub) -> None:
+    """Backup and restore, the demo, runs and rounds, and the pairs' export."""
     s = sub.add_parser("backup", help="copy the whole store to a new folder (Parquet + manifest), all or nothing")
     s.add_argument("out")
     s.set_defaults(func=cmd_backup)
@@ -466,8 +481,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="with --stats: print JSON")
     s.add_argument("--drop-flagged", action="store_true", help="leave out rankings flagged as suspicious")
     s.set_defaults(func=cmd_pairs)
-    _db_after_the_command(p)
-    return p
 
 
 def _db_after_the_command(parser: argparse.ArgumentParser) -> None:

@@ -235,24 +235,11 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     reference, ranked = sample_and_rank(cfg, db, model, heldout, log)
     t = lap("sampling (training prompts, and the reference on held-out prompts)", t)
     runs = folder / "runs"
-    rm_cfg = RewardConfig(
-        model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed, ensemble=cfg.rm_ensemble
-    )
-    rm_run = prepare_reward_run(db, rm_cfg, runs)
-    _finished("reward", rm_run, run_training("reward", rm_run))
-    rm_final = read_status(rm_run)["final"]
-    log(f"reward model: held-out accuracy {rm_final['eval/rm_accuracy']:.3f} on {rm_final['eval/pairs']} pairs")
+    rm_cfg, rm_run, rm_final = train_reward(cfg, db, reward_base, runs, log)
     t = lap("reward model", t)
     ppo_run = train_ppo(cfg, db, model, rm_run, runs, log)
     t = lap("PPO", t)
-
-    actor_sampler = Sampler(sampling_config(cfg, str(ppo_run / "actor")))
-    actor = sample_texts(actor_sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
-    del actor_sampler
-    ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype, rm_cfg.max_length)
-    actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype, rm_cfg.max_length)
-    accuracy, acc_pairs = pair_accuracy(reference, ref_scores)
-    ppo_vs_ref = compare(actor, reference, cfg.seed)
+    actor, scored = evaluate_actor(cfg, rm_run, ppo_run, heldout, reference, rm_cfg.max_length)
     t = lap("evaluation", t)
     texts = {"reference": reference, "ppo": actor}
     watch = run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log)
@@ -271,16 +258,9 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "heldout_prompts": len(heldout),
         "rankings": ranked.added,
         "pairs": ranked.pairs,
-        "rm_accuracy_heldout_prompts": accuracy,
-        "rm_accuracy_pairs": acc_pairs,
+        **scored,
         "rm_accuracy_eval_split": rm_final["eval/rm_accuracy"],
         "rm_eval_split_pairs": rm_final["eval/pairs"],
-        "score_reference": _mean(ref_scores),
-        "score_actor": _mean(actor_scores),
-        "words_reference": mean_words(reference),
-        "words_actor": mean_words(actor),
-        "win_rate": ppo_vs_ref["win_rate"],
-        "win_rate_ci95": ppo_vs_ref["ci95"],
         **ppo_curve(ppo_run),
         **watch,
         **dpo,
@@ -289,16 +269,57 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     }
     results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (folder / "samples.jsonl").write_text(
+    write_samples(folder / "samples.jsonl", heldout, texts)
+    from app.demo_report import write_report
+
+    write_report(folder, results, rm_run, ppo_run)
+    return results
+
+
+def train_reward(cfg: DemoConfig, db: str, reward_base: str, runs: Path, log) -> tuple[RewardConfig, Path, dict]:
+    """The reward model (an ensemble with --rm-ensemble) on the ranked pairs: (config, run folder, final metrics)."""
+    rm_cfg = RewardConfig(
+        model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed, ensemble=cfg.rm_ensemble
+    )
+    rm_run = prepare_reward_run(db, rm_cfg, runs)
+    _finished("reward", rm_run, run_training("reward", rm_run))
+    rm_final = read_status(rm_run)["final"]
+    log(f"reward model: held-out accuracy {rm_final['eval/rm_accuracy']:.3f} on {rm_final['eval/pairs']} pairs")
+    return rm_cfg, rm_run, rm_final
+
+
+def evaluate_actor(
+    cfg: DemoConfig, rm_run: Path, ppo_run: Path, heldout: list[str], reference: list, max_length: int
+) -> tuple[list, dict]:
+    """The PPO actor's samples on the held-out prompts, and the results' evaluation fields: the reward model's
+    scores and pair accuracy, mean words, and the annotator's win rate against the reference."""
+    actor_sampler = Sampler(sampling_config(cfg, str(ppo_run / "actor")))
+    actor = sample_texts(actor_sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
+    del actor_sampler
+    ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype, max_length)
+    actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype, max_length)
+    accuracy, acc_pairs = pair_accuracy(reference, ref_scores)
+    ppo_vs_ref = compare(actor, reference, cfg.seed)
+    return actor, {
+        "rm_accuracy_heldout_prompts": accuracy,
+        "rm_accuracy_pairs": acc_pairs,
+        "score_reference": _mean(ref_scores),
+        "score_actor": _mean(actor_scores),
+        "words_reference": mean_words(reference),
+        "words_actor": mean_words(actor),
+        "win_rate": ppo_vs_ref["win_rate"],
+        "win_rate_ci95": ppo_vs_ref["ci95"],
+    }
+
+
+def write_samples(path: Path, heldout: list[str], texts: dict) -> None:
+    """One line per held-out prompt with each model's samples (samples.jsonl)."""
+    path.write_text(
         "".join(
             json.dumps({"prompt": p, **{k: texts[name][i] for k, name in SAMPLE_KEYS if name in texts}}) + "\n"
             for i, p in enumerate(heldout)
         )
     )
-    from app.demo_report import write_report
-
-    write_report(folder, results, rm_run, ppo_run)
-    return results
 
 
 def set_up(cfg: DemoConfig, folder: Path) -> tuple[str, str, list[str], list[str], str]:

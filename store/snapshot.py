@@ -50,6 +50,31 @@ def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: i
     return splits
 
 
+def _pair_filter(con: duckdb.DuckDBPyConnection, drop_flagged: bool, rounds: list[int] | None) -> str:
+    """The WHERE clause's tail that picks the snapshot's pairs; a round the store lacks is a UserError."""
+    where = "AND NOT p.flagged" if drop_flagged else ""
+    if rounds is not None:
+        have = {r for (r,) in con.execute("SELECT DISTINCT round FROM pairs").fetchall()}
+        if not set(rounds) & have:
+            raise UserError(f"no pairs in round(s) {', '.join(map(str, rounds))}: the store has rounds {sorted(have)}")
+        where += f" AND p.round IN ({', '.join(str(int(r)) for r in rounds)})"  # ints, not text
+    return where
+
+
+def _write_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, where: str) -> dict:
+    """One split's pairs as folder/<split>.parquet; returns its manifest entry (counts and sha256)."""
+    path = folder / f"{split}.parquet"
+    query = f"""SELECT {", ".join("p." + c.strip() for c in PAIR_COLUMNS.split(","))}
+                FROM pairs p JOIN snapshot_split s USING (prompt_id)
+                WHERE s.split = '{split}' {where}
+                ORDER BY p.prompt_id, p.ranking_id, p.chosen_id, p.rejected_id"""
+    con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
+    pairs, prompts, rankings = con.execute(
+        f"SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT ranking_id) FROM ({query})"
+    ).fetchone()
+    return {"file": path.name, "pairs": pairs, "prompts": prompts, "rankings": rankings, "sha256": _sha256(path)}
+
+
 def write_snapshot(
     con: duckdb.DuckDBPyConnection,
     root: str | os.PathLike,
@@ -67,32 +92,10 @@ def write_snapshot(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _assign_splits(con, eval_fraction, seed)
-    where = "AND NOT p.flagged" if drop_flagged else ""
-    if rounds is not None:
-        have = {r for (r,) in con.execute("SELECT DISTINCT round FROM pairs").fetchall()}
-        if not set(rounds) & have:
-            raise UserError(f"no pairs in round(s) {', '.join(map(str, rounds))}: the store has rounds {sorted(have)}")
-        where += f" AND p.round IN ({', '.join(str(int(r)) for r in rounds)})"  # ints, not text
+    where = _pair_filter(con, drop_flagged, rounds)
     tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=root))
     try:
-        splits = {}
-        for split in SPLITS:
-            path = tmp / f"{split}.parquet"
-            query = f"""SELECT {", ".join("p." + c.strip() for c in PAIR_COLUMNS.split(","))}
-                        FROM pairs p JOIN snapshot_split s USING (prompt_id)
-                        WHERE s.split = '{split}' {where}
-                        ORDER BY p.prompt_id, p.ranking_id, p.chosen_id, p.rejected_id"""
-            con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
-            pairs, prompts, rankings = con.execute(
-                f"SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT ranking_id) FROM ({query})"
-            ).fetchone()
-            splits[split] = {
-                "file": path.name,
-                "pairs": pairs,
-                "prompts": prompts,
-                "rankings": rankings,
-                "sha256": _sha256(path),
-            }
+        splits = {split: _write_split(con, tmp, split, where) for split in SPLITS}
         content = hashlib.sha256("".join(splits[s]["sha256"] for s in SPLITS).encode()).hexdigest()
         created = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         manifest = {
