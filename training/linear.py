@@ -21,19 +21,10 @@ import threading
 
 import torch
 
-_op = None
-
-
-def _linear_op():
-    global _op
-    if _op is None:
-        _op = torch.ops.mkldnn._linear_pointwise
-    return _op
-
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x @ weight.T + bias through oneDNN; weight (out, in), plain or packed by `_pack`."""
-    return _linear_op()(x, weight, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 def onednn_usable(device: torch.device | str = "cpu") -> bool:
