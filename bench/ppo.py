@@ -154,6 +154,9 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "
     out["score_s"] = statistics.median(r["perf/score_s"] for r in rows[2:])
     out["train_s"] = statistics.median(r["perf/train_s"] for r in rows[2:])
     out["parts"] = parts(rows[2:])
+    out["memory"] = {
+        k.removeprefix("memory/").removesuffix("_mb"): v for k, v in final.items() if k.startswith("memory/")
+    }
     return out
 
 

@@ -154,7 +154,8 @@ def _ppo(rows: list[dict]) -> list[str]:
         f"{r['rlhf_studio']['peak_rss_mb']:.0f} / {r['trl']['peak_rss_mb']:.0f} | {r['memory_ratio']:.2f}x |"
         for r in rows
     ]
-    return out + _ppo_profile([r for r in rows if "parts" in r["rlhf_studio"]])
+    out += _ppo_profile([r for r in rows if "parts" in r["rlhf_studio"]])
+    return out + _ppo_memory([r for r in rows if r["rlhf_studio"].get("memory")])
 
 
 def _shape(row: dict) -> str:
@@ -198,6 +199,32 @@ def _ppo_profile(rows: list[dict]) -> list[str]:
             ours = r["rlhf_studio"]
             t = ours["parts"].get(name, 0.0) if name != "other" else ours["s_per_step"] - sum(ours["parts"].values())
             cells.append(f"{t:.2f} | {t / ours['s_per_step']:.0%}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
+MODELS = (("actor", "actor"), ("reference", "reference"), ("critic", "critic"), ("reward", "reward model"))
+
+
+def _ppo_memory(rows: list[dict]) -> list[str]:
+    """What each model holds for the whole run: its weights, and the optimizer's fp32 masters and AdamW moments
+    (the actor and critic); the rest of the peak is activations, gradients and the runtime."""
+    if not rows:
+        return []
+    out = [
+        "",
+        "Memory per model (MB; the optimizer: fp32 master weights where the model is bf16, and AdamW's two moments; "
+        "the rest of the peak is the step's activations and gradients, and the Python and torch runtime):",
+        "",
+        "| model | " + " | ".join(f"{r['dtype']} {_shape(r)} weights | optimizer" for r in rows) + " |",
+        "|---|" + "---:|---:|" * len(rows),
+    ]
+    for key, label in MODELS:
+        cells = []
+        for r in rows:
+            m = r["rlhf_studio"]["memory"]
+            opt = m.get(f"{key}_optimizer")
+            cells.append(f"{m.get(key, 0):.0f} | {f'{opt:.0f}' if opt is not None else '-'}")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return out
 

@@ -77,6 +77,13 @@ def test_the_ppo_profile_gives_each_part_its_share_and_the_rest_as_other():
     assert "| actor backward | 2.50 | 31% |" in page
     assert "| critic optimizer step | 0.00 | 0% |" in page  # not timed: shown as nothing, not left out
     assert "| other | 2.00 | 25% |" in page  # 8.0 - (2.0 + 1.0 + 0.5 + 2.5)
+    assert "Memory per model" not in page  # a run from before the per-model figures
+    memory = {"actor": 258.0, "actor_optimizer": 1548.5, "reference": 258.0, "critic": 205.2, "reward": 205.2}
+    row["rlhf_studio"]["memory"] = {**memory, "critic_optimizer": 1231.0}
+    page = report.render({"machine": "m", "ppo": [row]})
+    assert "| model | fp32 fixed weights | optimizer |" in page
+    assert "| actor | 258 | 1548 |" in page and "| critic | 205 | 1231 |" in page
+    assert "| reference | 258 | - |" in page and "| reward model | 205 | - |" in page
     assert "before the speed work" not in page  # the baseline shows only where the results file keeps one
     before = {**row, "rlhf_studio": {**row["rlhf_studio"], "gen_s": 3.0, "score_s": 4.0, "train_s": 5.0}}
     page = report.render({"machine": "m", "ppo": [row], "ppo_before": [before]})

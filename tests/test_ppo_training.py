@@ -139,6 +139,22 @@ def assert_trained_and_reference_frozen(run: Path, actor: Path):
     assert final["reference/sha256_start"] == final["reference/sha256_end"] == original
 
 
+def assert_memory_per_model(run: Path, actor: Path):
+    """The final line's MB per model, worked out from the parameter count: weights at 2 (bf16) or 4 (fp32) bytes;
+    the optimizer AdamW's two fp32 moments, plus an fp32 master copy in bf16 (and 4 bytes of step count per
+    tensor)."""
+    from transformers import AutoModelForCausalLM
+
+    params = list(AutoModelForCausalLM.from_pretrained(actor).parameters())
+    n = sum(p.numel() for p in params)
+    final = json.loads((run / "status.json").read_text())["final"]
+    width = final["memory/actor_mb"] * 2**20 / n
+    assert width in (2.0, 4.0) and final["memory/reference_mb"] == final["memory/actor_mb"]
+    optimizer = n * (8 + (4 if width == 2 else 0)) + 4 * len(params)
+    assert final["memory/actor_optimizer_mb"] == pytest.approx(optimizer / 2**20)
+    assert final["memory/critic_mb"] == final["memory/reward_mb"] > 0  # the critic starts as the reward model
+
+
 def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prompts_file):
     run = ppo(
         tmp_path,
@@ -164,6 +180,7 @@ def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prom
         missing = [k for k in METRICS if k not in row]
         assert not missing, missing
         assert math.isfinite(row["policy/approx_kl"]) and all(math.isfinite(row[k]) for k in METRICS)
+    assert_memory_per_model(run, tiny_model_dir)
     parts = {k for k in steps[3] if k.startswith("perf/part/")}  # where the step's time went (the bench's profile)
     assert parts == {f"perf/part/{p}_s" for p in PARTS}
     assert sum(steps[3][p] for p in parts) <= steps[3]["perf/step_s"]

@@ -274,6 +274,22 @@ def peak_memory() -> dict:
     return out
 
 
+def tensors_mb(tensors) -> float:
+    """MB held by these tensors (each counted once, however often it appears)."""
+    seen = {id(t): t for t in tensors if isinstance(t, torch.Tensor)}
+    return sum(t.numel() * t.element_size() for t in seen.values()) / 2**20
+
+
+def optimizer_mb(engine) -> float:
+    """MB an engine's optimizer holds beyond the model: its state (AdamW's two moments) and, in bf16 or fp16, the
+    fp32 master copy of the weights it updates (the parameters it steps that are not the model's own)."""
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    own = {id(p) for p in engine.module.parameters()}
+    masters = [p for g in inner.param_groups for p in g["params"] if id(p) not in own]
+    state = [t for s in inner.state.values() for t in s.values()]
+    return tensors_mb(masters + state)
+
+
 def finish_pairs(engine, run, cfg, micro: int, final: dict, tokenizer, output: str, rank: int) -> Path:
     """The end of a run on pairs: the final metrics line (with this rank's peak memory), the last checkpoint, and the
     model as a plain HF folder RUN/output; returns that folder (the caller adds its files, then says finished)."""

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import torch
 
-from training.engine import ds_config, initialize, peak_memory, run_main, save_hf, setup_distributed
+from training.engine import (
+    ds_config,
+    initialize,
+    optimizer_mb,
+    peak_memory,
+    run_main,
+    save_hf,
+    setup_distributed,
+    tensors_mb,
+)
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.linear import onednn_linears
 from training.models import add_lora, training_attention
@@ -511,8 +520,22 @@ def finish(
     if last is not None:
         final.update(keep_best(run, cfg, last))
     final.update(peak_memory())
+    final.update(model_memory(m))
     run.metrics({"event": "final", "step": step, **final})
     run.status("finished", step=step, total_steps=total, final=final, **alarm_field(alarm))
+
+
+def model_memory(m: Models) -> dict:
+    """This rank's MB per model: each model's weights, and the actor's and critic's optimizer (fp32 masters and
+    AdamW's moments); the gradients come and go within a step and show only in the peak."""
+    return {
+        "memory/actor_mb": tensors_mb(m.actor.module.parameters()),
+        "memory/actor_optimizer_mb": optimizer_mb(m.actor),
+        "memory/reference_mb": tensors_mb(m.ref.parameters()),
+        "memory/critic_mb": tensors_mb(m.critic.module.parameters()),
+        "memory/critic_optimizer_mb": optimizer_mb(m.critic),
+        "memory/reward_mb": tensors_mb(p for j in m.judges.models for p in j.parameters()),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
