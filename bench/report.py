@@ -185,14 +185,11 @@ def _ppo_profile(rows: list[dict]) -> list[str]:
     median step. *other* is the rest (rewards and advantages, metrics, Python between the parts)."""
     if not rows:
         return []
-    out = [
-        "",
+    intro = (
         "Where rlhf-studio's step goes (median seconds of each part over steps 3-8, `training/profile.py`; *other* "
-        "is the rest of the median step: rewards, advantages, metrics, and the Python between the parts):",
-        "",
-        "| part | " + " | ".join(f"{r['dtype']} {_shape(r)} s | share" for r in rows) + " |",
-        "|---|" + "---:|---:|" * len(rows),
-    ]
+        "is the rest of the median step: rewards, advantages, metrics, and the Python between the parts):"
+    )
+    out = _two_columns_per_row(intro, "part", [f"{r['dtype']} {_shape(r)} s | share" for r in rows])
     for name, label in PARTS + (("other", "other"),):
         cells = []
         for r in rows:
@@ -203,6 +200,11 @@ def _ppo_profile(rows: list[dict]) -> list[str]:
     return out
 
 
+def _two_columns_per_row(intro: str, first: str, headers: list[str]) -> list[str]:
+    """A paragraph, then the head of a table with a label column and two right-aligned columns per result row."""
+    return ["", intro, "", f"| {first} | " + " | ".join(headers) + " |", "|---|" + "---:|---:|" * len(headers)]
+
+
 MODELS = (("actor", "actor"), ("reference", "reference"), ("critic", "critic"), ("reward", "reward model"))
 
 
@@ -211,14 +213,11 @@ def _ppo_memory(rows: list[dict]) -> list[str]:
     (the actor and critic); the rest of the peak is activations, gradients and the runtime."""
     if not rows:
         return []
-    out = [
-        "",
+    intro = (
         "Memory per model (MB; the optimizer: fp32 master weights where the model is bf16, and AdamW's two moments; "
-        "the rest of the peak is the step's activations and gradients, and the Python and torch runtime):",
-        "",
-        "| model | " + " | ".join(f"{r['dtype']} {_shape(r)} weights | optimizer" for r in rows) + " |",
-        "|---|" + "---:|---:|" * len(rows),
-    ]
+        "the rest of the peak is the step's activations and gradients, and the Python and torch runtime):"
+    )
+    out = _two_columns_per_row(intro, "model", [f"{r['dtype']} {_shape(r)} weights | optimizer" for r in rows])
     for key, label in MODELS:
         cells = []
         for r in rows:
