@@ -114,3 +114,38 @@ def test_the_rollout_decode_samples_the_same_tokens_with_packed_weights(tiny_mod
     assert torch.equal(packed, torch.stack(tokens, 1))
     assert (logprobs - torch.stack(plain, 1)).abs().max() < 1e-5
     assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+def test_a_frozen_layer_inside_the_with_still_passes_gradients_to_its_input(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model.requires_grad_(False)  # LoRA's base layers: frozen weights, a gradient wanted below them
+    ids, mask = _batch()
+    embeds = model.get_input_embeddings()(ids).detach().requires_grad_()
+    model(inputs_embeds=embeds, attention_mask=mask).logits.sum().backward()
+    plain, embeds.grad = embeds.grad.clone(), None
+    with packed_linears(model, 2):
+        model(inputs_embeds=embeds, attention_mask=mask).logits.sum().backward()
+    assert (embeds.grad - plain).abs().max() < 1e-4 * plain.abs().max()
+
+
+def test_a_pack_that_fails_part_way_changes_no_layer(tiny_model_dir, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from training import linear
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    calls = []
+
+    def failing(weight, rows):
+        calls.append(weight)
+        if len(calls) == 3:
+            raise MemoryError("no room for the packed copy")
+        return weight
+
+    monkeypatch.setattr(linear, "_pack", failing)
+    with pytest.raises(MemoryError), packed_linears(model, 2):
+        pass
+    assert len(calls) == 3 and getattr(model, "_packed_users", 0) == 0
+    assert not any({"forward", "_unpacked_forward"} & set(m.__dict__) for m in model.modules())

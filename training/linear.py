@@ -59,9 +59,16 @@ def _onednn_forward(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w = module.weight
     if x.dtype != torch.float32 or x.device.type != "cpu" or w.dtype != torch.float32 or hasattr(w, "ds_id"):
         return torch.nn.functional.linear(x, w, module.bias)  # ZeRO-3 (ds_id) gathers and frees it around F.linear
-    if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad):
-        return _OneDNNLinear.apply(x, module.weight, module.bias)
-    return _linear(x, module.weight, module.bias)
+    if _needs_grad(module, x):
+        return _OneDNNLinear.apply(x, w, module.bias)
+    return _linear(x, w, module.bias)
+
+
+def _needs_grad(module: torch.nn.Linear, x: torch.Tensor) -> bool:
+    """This forward's graph is kept: the input, the weight or the bias wants a gradient."""
+    if not torch.is_grad_enabled():
+        return False
+    return x.requires_grad or module.weight.requires_grad or (module.bias is not None and module.bias.requires_grad)
 
 
 def _linears(model) -> list[torch.nn.Linear]:
@@ -85,15 +92,26 @@ def _pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 def _packed_forward(module: torch.nn.Linear, packed: torch.Tensor, unpacked):
-    """A forward reading `packed` (captured here, so a call in flight keeps its copy alive); a forward that needs
-    the weight's gradient goes through the layer's own forward instead."""
+    """A forward reading `packed` (captured here, so a call in flight keeps its copy alive); a forward that keeps
+    a graph goes through the layer's own forward instead (oneDNN's op has no gradient)."""
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and module.weight.requires_grad:
+        if _needs_grad(module, x):
             return unpacked(x)
         return _linear(x, packed, module.bias)
 
     return forward
+
+
+def _packable(layers: list) -> bool:
+    """oneDNN can pack all of these weights here: plain (not ZeRO-3's partitions) CPU tensors, and bf16 only where
+    the CPU has oneDNN's bf16 kernels (without them the reorder raises)."""
+    if not layers or not onednn_usable(layers[0].weight.device):
+        return False
+    if any(hasattr(m.weight, "ds_id") or m.weight.device.type != "cpu" for m in layers):
+        return False
+    bf16 = any(m.weight.dtype == torch.bfloat16 for m in layers)
+    return not bf16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 _lock = threading.Lock()
@@ -103,26 +121,20 @@ _lock = threading.Lock()
 def packed_linears(model, rows: int):
     """Inside the `with`, forwards of `model` read each linear layer's weight from a copy packed for about `rows`
     rows (oneDNN's hint; any row count is correct). Nested or concurrent uses on one model share the first one's
-    copies, which go when the last use ends. A no-op off a CPU, for dtypes other than fp32 and bf16, and for
-    ZeRO-3's partitioned weights."""
+    copies, which go when the last use ends (count uses through one object: the model, not also its wrapper). A
+    no-op where `_packable` says no, and for dtypes other than fp32 and bf16."""
     layers = [m for m in _linears(model) if m.weight.dtype in (torch.float32, torch.bfloat16)]
-    usable = (
-        layers
-        and onednn_usable(layers[0].weight.device)
-        and not any(hasattr(m.weight, "ds_id") or m.weight.device.type != "cpu" for m in layers)
-    )
-    if not usable:
+    if not _packable(layers):
         yield model
         return
     with _lock:
         users = getattr(model, "_packed_users", 0)
         if users == 0:
             with torch.no_grad():
-                for m in layers:
-                    m._unpacked_forward = m.__dict__.get("forward")
-                    m.forward = _packed_forward(
-                        m, _pack(m.weight, rows), m._unpacked_forward or m.__class__.forward.__get__(m)
-                    )
+                packed = [_pack(m.weight, rows) for m in layers]  # all packed before any layer changes
+            for m, weight in zip(layers, packed, strict=True):
+                m._unpacked_forward = m.__dict__.get("forward")
+                m.forward = _packed_forward(m, weight, m._unpacked_forward or m.__class__.forward.__get__(m))
         model._packed_users = users + 1
     try:
         yield model
