@@ -31,7 +31,8 @@ def print_ppo(rows: list[dict]) -> None:
                 f"| | {r.get('shape', 'fixed')} | {r['dtype']} | {name} | {x['s_per_step']:.2f} | "
                 f"{x.get('decoded', 64):.0f} | {x['gen_share']:.0%} | {x['peak_rss_mb']:.0f} |"
             )
-        print(f"| ratio | | {r['dtype']} | | {r['speed_ratio']:.2f}x | | | {r['memory_ratio']:.2f}x |")
+        shape = r.get("shape", "fixed")
+        print(f"| ratio | {shape} | {r['dtype']} | | {r['speed_ratio']:.2f}x | | | {r['memory_ratio']:.2f}x |")
 
 
 def print_pairs_trainer(title: str, rows: list[dict]) -> None:

@@ -175,7 +175,8 @@ def experience_stats(buffer: list[Experience], kl_ctl: float, cfg: PPOConfig) ->
         "returns/mean": torch.cat([masked_mean(e.returns, e.mask, 1) for e in buffer]).mean().item(),
         "response/length_mean": cat(lambda e: e.lengths.float()).mean().item(),
         "response/eos_rate": cat(lambda e: e.ended.float()).mean().item(),
-        "response/decoded": float(sum(e.mask.shape[1] for e in buffer)),  # decode steps: to the last row's EOS
+        # decode steps, summed over the rollout batches: each runs to its last row's EOS (or max_new_tokens)
+        "response/decoded": float(sum(e.mask.shape[1] for e in buffer)),
         **watch_stats(buffer),
     }
 
@@ -526,8 +527,9 @@ def finish(
 
 
 def model_memory(m: Models) -> dict:
-    """This rank's MB per model: each model's weights, and the actor's and critic's optimizer (fp32 masters and
-    AdamW's moments); the gradients come and go within a step and show only in the peak."""
+    """This rank's MB per model (its share under ZeRO-3): each model's weights, and the actor's and critic's
+    optimizer (fp32 masters and AdamW's moments). Gradients and activations live within a step and show only in
+    the peak."""
     return {
         "memory/actor_mb": tensors_mb(m.actor.module.parameters()),
         "memory/actor_optimizer_mb": optimizer_mb(m.actor),
