@@ -47,3 +47,30 @@ def test_what_the_llama_steps_do_not_cover_takes_transformers_forward(tiny_model
     llama = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     llama.lm_head.weight.ds_id = 0  # how ZeRO-3 marks a partitioned parameter
     assert not covers(llama)
+
+
+def test_the_prompt_pass_runs_sdpa_for_a_model_loaded_with_the_trainers_kernel(tiny_model_dir):
+    """The sampler must not round as the scoring forward does (training/ppo/decode.py's docstring): the decode's
+    first logits are an SDPA forward's, bit for bit, and the model keeps the trainers' kernel afterwards."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    from training.models import training_attention
+    from training.ppo.decode import decode_steps
+    from training.ppo.models import position_ids
+
+    def load(**kernel):
+        return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16, **kernel).eval()
+
+    trained, sdpa = load(**training_attention()), load(attn_implementation="sdpa")
+    assert trained.config._attn_implementation == "lean"
+    ids, mask = _prompts()
+    cfg = SimpleNamespace(max_new_tokens=2, min_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0)
+    with torch.no_grad():
+        _, first = next(decode_steps(trained, ids, mask, cfg, eos_id=2, pad_id=0))
+        kw = dict(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), logits_to_keep=1)
+        expected, own = sdpa(**kw).logits[:, -1], trained(**kw).logits[:, -1]
+    assert torch.equal(first, expected.float())
+    assert not torch.equal(own, expected)  # the two kernels do round differently here
+    assert trained.config._attn_implementation == "lean"

@@ -7,10 +7,21 @@ caller wants them), and stops when every sequence has emitted EOS. Its model cal
 llama_step.py's steps (about 23 ms a token, weights packed), any other model transformers' forward over a
 StaticCache. `sample` reads packed weights (training/linear.py).
 
+The prompt's pass runs SDPA even where the trainers load their kernel (training/attention.py's "lean", eager's
+rounding), so the sampler does not round as the scoring forward does. In bf16 that matters: once the actor's
+weights differ from the reference's, even by a change too small to matter, the two models round differently, and
+a sampler that shares the actor's roundings favours the tokens they favour, so the sampled KL (k1) counts them as
+divergence. Measured with bench/kl_rounding.py (SmolLM2-135M, 96 responses of 64 tokens, a weight change whose
+fp32 KL is 0.000 +- 0.009 nats a response): +0.17 +- 0.05 with the trainers' kernel in the prompt's pass, -0.09
++- 0.05 with SDPA (rounding left as noise rather than bias). PPO's 20-step KL curve (bench/ppo_curve.py) rose by
+0.13 nats when the trainers' kernel first reached the decode, and is back with this.
+
 Sampling follows the same rules as `generate`: temperature, then top-k, then top-p; EOS is held back until
 min_new_tokens; never greedy."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -69,7 +80,8 @@ def decode_steps(
     prompt_ids, prompt_mask: (B, P), left-padded.
     synced: under ZeRO-3 with several ranks every forward is collective, so all ranks step until all are done."""
     B, N = prompt_ids.shape[0], cfg.max_new_tokens
-    steps = (LlamaSteps if covers(model) and not synced else _Steps)(model, prompt_ids, prompt_mask, N)
+    with prompt_pass_kernel(model):
+        steps = (LlamaSteps if covers(model) and not synced else _Steps)(model, prompt_ids, prompt_mask, N)
     logits = steps.first
     done = torch.zeros(B, dtype=torch.bool, device=prompt_ids.device)
     for t in range(N):
@@ -84,6 +96,22 @@ def decode_steps(
         if t == N - 1 or _all_done(done, synced):
             return
         logits = steps.step(token, t)
+
+
+@contextlib.contextmanager
+def prompt_pass_kernel(model):
+    """SDPA for the prompt's pass of a model loaded with eager's rounding (eager, or the trainers' "lean"); any
+    other kernel stays. The model's own setting is back when the pass is done."""
+    config = getattr(model, "config", None)
+    kernel = getattr(config, "_attn_implementation", None)
+    if kernel not in ("eager", "lean"):
+        yield
+        return
+    config._attn_implementation = "sdpa"
+    try:
+        yield
+    finally:
+        config._attn_implementation = kernel
 
 
 class _Steps:

@@ -3,12 +3,13 @@
 After the prompt, each decode step is one token per row through every layer. Transformers' forward spends a fair
 part of that step outside the model's own work: it builds a mask, updates a cache object, expands the keys and
 values to every query head, and attends over the whole preallocated cache. Here the prompt goes through the
-model's own forward once (its keys and values are copied into this loop's cache), and each step then calls the
-model's modules directly (norms, projections, rotary embedding, MLP) with eager attention over only the positions
-filled so far, each key/value head serving its query heads without a copy, and keys stored transposed so a step
-reads k^T in place. The same operations in the same order and dtypes as transformers' eager attention, whose
-forward the trainers' kernel (training/attention.py) also computes; a model loaded with SDPA (the Compare tab's)
-rounds differently by about 1e-6 in fp32 (tests/test_decode.py compares the logits with transformers').
+model's own forward once, in SDPA (decode.py says why), its keys and values copied into this loop's cache, and
+each step then calls the model's modules directly (norms, projections, rotary embedding, MLP) with eager attention
+over only the positions filled so far, each key/value head serving its query heads without a copy, and keys
+stored transposed so a step reads k^T in place. The same operations in the same order and dtypes as transformers'
+eager attention, whose forward the trainers' kernel (training/attention.py) also computes; a model loaded with SDPA
+(the Compare tab's) rounds differently by about 1e-6 in fp32 (tests/test_decode.py compares the logits with
+transformers').
 
 On SmolLM2-135M, bf16, 8 rows, 64 + 64 tokens, weights packed (training/linear.py): 1.45 s a decode against
 transformers' 1.70. Models it does not cover take the transformers path (decode.py)."""
