@@ -1,5 +1,6 @@
 """training/engine.py::deepspeed_engine: a lone rank at ZeRO 0 skips DeepSpeed's gradient all-reduce (an identity
-over one rank that flattens and copies every gradient) and still trains exactly as plain torch does."""
+over one rank that flattens and copies every gradient) and still trains exactly as plain torch does; a bf16 model
+at ZeRO 0 takes training/mixed_step.py's lean step and gets DeepSpeed's own numbers."""
 
 import json
 
@@ -61,9 +62,43 @@ def _train_on_rank(rank: int, init: str, out: str) -> None:
             engine.step()
         weights = [v for p in engine.module.parameters() for v in p.detach().float().flatten().tolist()]
         results[f"bf16/{allreduce}"] = {"weights": weights}
+    results |= _bf16_steps()
     torch.distributed.destroy_process_group()
     with open(out, "w") as f:
         json.dump(results, f)
+
+
+def _bf16_steps() -> dict:
+    """bf16 at ZeRO 0, DeepSpeed's own optimizer step against training/mixed_step.py's lean one: targets x10 so
+    the gradient norm exceeds the clip, and an inf input at the fourth step, which must be skipped."""
+    import deepspeed
+
+    from training.engine import deepspeed_engine, ds_config
+    from training.mixed_step import _step
+
+    results = {}
+    for lean in (False, True):
+        model = _model().to(torch.bfloat16)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.01, fused=True)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+        config = ds_config(4, 1, 0, "bf16")
+        if lean:
+            engine = deepspeed_engine(model, opt, sched, config)
+        else:
+            engine = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)[0]
+        norms, weights = [], []
+        for i, (x, y) in enumerate(_batches()):
+            if i == 3:
+                x = x.clone()
+                x[0, 0] = float("inf")
+            engine.backward(torch.nn.functional.mse_loss(engine(x.to(torch.bfloat16)).float(), y * 10))
+            engine.step()
+            norms.append(engine.get_global_grad_norm())
+            weights.append([v for p in engine.module.parameters() for v in p.detach().float().flatten().tolist()])
+        installed = getattr(engine.optimizer.step, "__func__", None) is _step
+        skipped = engine.skipped_steps
+        results[f"step/{lean}"] = {"norms": norms, "weights": weights, "skipped": skipped, "lean": installed}
+    return results
 
 
 def test_a_lone_rank_skips_the_allreduce_and_trains_as_plain_torch(tmp_path):
@@ -79,6 +114,28 @@ def test_a_lone_rank_skips_the_allreduce_and_trains_as_plain_torch(tmp_path):
         assert got[key]["weights"] != _model_weights()  # three steps moved them
         assert max(abs(a - b) for a, b in zip(got[key]["weights"], expected, strict=True)) < 1e-6, key
     assert got["bf16/False"]["weights"] == got["bf16/True"]["weights"] != _model_weights()
+    # the lean bf16 step: DeepSpeed's own numbers, bit for bit, clip and skipped step included
+    own, lean = got["step/False"], got["step/True"]
+    assert lean["lean"] is True and own["lean"] is False
+    assert lean["norms"] == own["norms"] and min(lean["norms"][:3]) > 1.0  # clipped
+    assert lean["norms"][3] == float("inf") and lean["skipped"] == own["skipped"] == 1
+    assert lean["weights"] == own["weights"]
+    assert lean["weights"][3] == lean["weights"][2] != lean["weights"][4]  # the inf step changed nothing
+
+
+def test_lean_step_parts_by_hand():
+    from training.mixed_step import chunks, clip_divisor, grad_norm
+
+    assert grad_norm([torch.tensor([3.0, 4.0], dtype=torch.bfloat16), torch.tensor([12.0])]) == 13.0
+    assert grad_norm([torch.tensor([1.0, float("inf")])]) == float("inf")
+    assert grad_norm([torch.tensor([float("nan")])]) == float("inf")
+    assert clip_divisor(3.0, 1.0) == 3.000001  # (3 + 1e-6) / 1
+    assert clip_divisor(0.5, 1.0) == 1.0  # under the clip: only the loss scale
+    assert clip_divisor(8.0, 1.0, loss_scale=4.0) == (2.0 + 1e-6) * 4.0
+    assert clip_divisor(8.0, 0.0) == 1.0  # no clipping configured
+    assert chunks([2, 2, 1, 5], 5) == [[0, 1, 2], [3]]
+    assert chunks([3, 5, 2, 4], 5) == [[0], [1], [2], [3]]
+    assert chunks([], 5) == []
 
 
 def _model_weights() -> list[float]:
