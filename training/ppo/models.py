@@ -84,14 +84,14 @@ def response_logprobs(model, ids: torch.Tensor, attention_mask: torch.Tensor, pr
     out = model(
         input_ids=ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), logits_to_keep=keep
     )
-    logits = out.logits[:, :-1].float()  # (B, T, V): position P-1+t predicts ids[:, P+t]
-    return logprobs_of(logits, ids[:, prompt_len:])
+    return logprobs_of(out.logits[:, :-1], ids[:, prompt_len:])  # position P-1+t predicts ids[:, P+t]
 
 
 def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[token], (B, T, V) x (B, T) -> (B, T), without a (B, T, V) log-softmax copy."""
-    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(logits, dim=-1)
+    """log softmax(logits)[token] in fp32, (B, T, V) x (B, T) -> (B, T). The log-softmax reads bf16 logits as they
+    are, in fp32 inside its kernel: against an fp32 copy minus its logsumexp (SmolLM2's 49,152 words, 8 x 64
+    positions) 53 against 63 ms forward, 140 against 201 with the backward."""
+    return torch.log_softmax(logits, dim=-1, dtype=torch.float32).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def _unwrap(model):
