@@ -17,14 +17,14 @@ from types import SimpleNamespace
 import torch
 
 
-def load(folder, dtype, state=None):
-    from transformers import AutoModelForCausalLM
-
+def load(folder, dtype: str, state=None):
+    """The model as PPO loads it (training/ppo/models.py, the trainers' kernel), with `state`'s weights if given."""
     from training.models import training_attention
+    from training.ppo.models import DTYPES, load_causal_lm
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **training_attention()).eval()
+    model = load_causal_lm(str(folder), dtype, training_attention()).eval()
     if state is not None:
-        model.load_state_dict({k: v.to(dtype) for k, v in state.items()})
+        model.load_state_dict({k: v.to(DTYPES[dtype]) for k, v in state.items()})
     return model
 
 
@@ -87,11 +87,11 @@ def main() -> None:
     folder = resolve_model("default")
     tok = AutoTokenizer.from_pretrained(folder)
     prompts = fixed_length_prompts(tok, args.responses)
-    ref = load(folder, torch.bfloat16)
+    ref = load(folder, "bf16")
     state, actor_state = ref.state_dict(), changed(ref.state_dict(), args.scale)
-    actor = load(folder, torch.bfloat16, actor_state)
+    actor = load(folder, "bf16", actor_state)
     sets = {sdpa: responses(actor, tok, prompts, sdpa) for sdpa in (True, False)}
-    fp32 = (load(folder, torch.float32, actor_state), load(folder, torch.float32, state))
+    fp32 = (load(folder, "fp32", actor_state), load(folder, "fp32", state))
     scorers = {"bf16": (actor, ref), "fp32": fp32}
     for sdpa, batches in sets.items():
         for name, (a, r) in scorers.items():

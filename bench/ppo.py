@@ -133,19 +133,26 @@ def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed"):
     )
 
 
-def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "fixed") -> dict:
+def train_ours(cfg, prompts: str, tmp: Path, name: str) -> tuple[Path, list[dict]]:
+    """One rlhf-studio PPO run through the launcher, as the app starts it: (run folder, its step rows)."""
     from app.training import follow, prepare_ppo_run
     from training.launcher import launch
     from training.registry import step_rows
     from training.runs import read_metrics
 
-    cfg = ours_config(w, dtype, zero_stage, shape)
-    prompts = w["mixed"] if shape == "default" else w["prompts"]
-    run = prepare_ppo_run(str(tmp / f"bench-{dtype}-{shape}.duckdb"), cfg, tmp / "runs", prompts)
+    run = prepare_ppo_run(str(tmp / f"{name}.duckdb"), cfg, tmp / "runs", prompts)
     status = follow(run, launch("ppo", run), poll_s=2.0)
     if status.get("state") != "finished":
         raise RuntimeError(f"rlhf-studio PPO run failed: {status.get('error')} (see {run / 'train.log'})")
-    rows = step_rows("ppo", read_metrics(run))
+    return run, step_rows("ppo", read_metrics(run))
+
+
+def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "fixed") -> dict:
+    from training.runs import read_metrics
+
+    cfg = ours_config(w, dtype, zero_stage, shape)
+    prompts = w["mixed"] if shape == "default" else w["prompts"]
+    run, rows = train_ours(cfg, prompts, tmp, f"bench-{dtype}-{shape}")
     final = next(r for r in read_metrics(run) if r.get("event") == "final")
     decoded = [r["response/decoded"] for r in rows] if shape == "default" else None
     out = summarize(

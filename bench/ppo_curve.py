@@ -35,19 +35,11 @@ def welch_interval(a: list[float], b: list[float]) -> tuple[float, float, float]
 
 
 def run_seed(w: dict, seed: int, tmp: Path) -> dict:
-    from app.training import follow, prepare_ppo_run
-    from bench.ppo import ours_config
-    from training.launcher import launch
-    from training.registry import step_rows
-    from training.runs import read_metrics
+    from bench.ppo import ours_config, train_ours
 
     cfg = ours_config(w, "bf16")
     cfg.max_steps, cfg.seed = STEPS, seed
-    run = prepare_ppo_run(str(tmp / "curve.duckdb"), cfg, tmp / "runs", w["prompts"])
-    status = follow(run, launch("ppo", run), poll_s=2.0)
-    if status.get("state") != "finished":
-        raise RuntimeError(f"seed {seed}: PPO run failed: {status.get('error')} (see {run / 'train.log'})")
-    rows = step_rows("ppo", read_metrics(run))
+    _, rows = train_ours(cfg, w["prompts"], tmp, f"curve-seed{seed}")
     keys = {"score": "reward/score_mean", "kl": "reward/kl", "step_s": "perf/step_s"}
     return {"seed": seed} | {name: [r[key] for r in rows] for name, key in keys.items()}
 

@@ -102,9 +102,11 @@ def decode_steps(
 def prompt_pass_kernel(model):
     """SDPA for the prompt's pass of a model loaded with eager's rounding (eager, or the trainers' "lean"); any
     other kernel stays. The model's own setting is back when the pass is done."""
+    from training.attention import NAME
+
     config = getattr(model, "config", None)
     kernel = getattr(config, "_attn_implementation", None)
-    if kernel not in ("eager", "lean"):
+    if kernel not in ("eager", NAME):
         yield
         return
     config._attn_implementation = "sdpa"
