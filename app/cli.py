@@ -12,6 +12,7 @@ import sys
 
 from app.config_args import add_dataclass_args, dataclass_from_args, given_args
 from app.demo_config import QUICK, ROUNDS, DemoConfig
+from app.limits import ServeLimits
 from app.round_config import RoundConfig
 from store.errors import UserError
 from training.generation import SamplingConfig
@@ -333,6 +334,8 @@ def cmd_ui(args: argparse.Namespace) -> None:
         overlap=args.overlap,
         runs_dir=args.runs_dir,
         admins=args.admins,
+        allowed_hosts=args.allowed_hosts,
+        limits=dataclass_from_args(ServeLimits, args),
     )
 
 
@@ -376,6 +379,12 @@ def _add_data_commands(sub) -> None:
     s.add_argument("--model", default="default", help="SFT model used by the app's sampling")
     s.add_argument("--overlap", type=int, default=1, help="annotators per prompt (2+ measures agreement)")
     s.add_argument("--runs-dir", default="runs", help="where the Train tab's run folders go (default ./runs)")
+    s.add_argument(
+        "--allowed-hosts",
+        help="more names the Host header may carry, comma-separated (a reverse proxy's name; '*' = any); "
+        "loopback names and the --host address are always allowed",
+    )
+    add_dataclass_args(s, ServeLimits)
     s.set_defaults(func=cmd_ui)
 
     s = sub.add_parser("init", help="create or migrate the store")

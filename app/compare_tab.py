@@ -21,6 +21,7 @@ from app.compare import (
     win_rows,
 )
 from app.handlers import safe
+from app.limits import ServeLimits
 from store.errors import UserError
 from training.chat import ChatParams
 
@@ -30,16 +31,16 @@ WIN_HEADERS = ["opponent", "votes", "wins", "losses", "ties", "both bad", "win r
 
 
 def build_compare_tab(ctx, demo, tab=None) -> None:
-    ui = _layout()
+    ui = _layout(ctx.limits)
     _wire(ctx, demo, tab, ui, _handlers(ctx))
 
 
-def _layout() -> SimpleNamespace:
+def _layout(limits: ServeLimits) -> SimpleNamespace:
     """The tab's components, top to bottom."""
-    return SimpleNamespace(**_settings(), **_chats())
+    return SimpleNamespace(**_settings(limits), **_chats(limits))
 
 
-def _settings() -> dict:
+def _settings(limits: ServeLimits) -> dict:
     """The models compared and the sampling settings, above the chats."""
     import gradio as gr
 
@@ -62,19 +63,19 @@ def _settings() -> dict:
             value=1,
             precision=0,
             minimum=1,
-            maximum=64,
+            maximum=limits.max_best_of,
             elem_id="cmp-best-of",
         )
     with gr.Row():
         temperature = gr.Number(label="temperature", value=0.8, minimum=0.01)
         top_p = gr.Number(label="top_p", value=0.95, minimum=0.01, maximum=1.0)
-        max_new = gr.Number(label="max new tokens", value=128, precision=0, minimum=1)
+        max_new = gr.Number(label="max new tokens", value=128, precision=0, minimum=1, maximum=limits.max_new_tokens)
         seed = gr.Number(label="seed", value=0, precision=0)
     models = {"actor": actor, "reference": reference, "reward": reward, "blind": blind, "best_of": best_of}
     return {**models, "temperature": temperature, "top_p": top_p, "max_new": max_new, "seed": seed}
 
 
-def _chats() -> dict:
+def _chats(limits: ServeLimits) -> dict:
     """The two chats with their scores, the message box, the vote and control buttons, the win-rate table."""
     import gradio as gr
 
@@ -88,7 +89,13 @@ def _chats() -> dict:
         left_score = gr.Markdown(elem_id="cmp-left-score")
         right_score = gr.Markdown(elem_id="cmp-right-score")
     with gr.Row(equal_height=True):
-        message = gr.Textbox(label="Message", placeholder="Ask both models", scale=5, elem_id="cmp-message")
+        message = gr.Textbox(
+            label="Message",
+            placeholder="Ask both models",
+            scale=5,
+            elem_id="cmp-message",
+            max_length=limits.max_message_chars,
+        )
         send = gr.Button("Send", variant="primary", scale=1, elem_id="cmp-send")
     with gr.Row():
         vote_buttons = [
@@ -131,6 +138,14 @@ def _check_models(ctx, request, *refs) -> None:
         raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
 
 
+def _whole(value, what: str) -> int:
+    """A number box's value as an int; anything else (None, text, inf) is one line, not a traceback."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{what} must be a whole number, got {value!r}") from None
+
+
 def _handlers(ctx) -> SimpleNamespace:
     """The tab's event handlers, over the plain functions of app/compare.py."""
     import gradio as gr
@@ -141,11 +156,13 @@ def _handlers(ctx) -> SimpleNamespace:
         return ref, rm, win_rows(ctx.db, run)
 
     def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s, rm_v, n_best, request: gr.Request):
+        n, n_best = _whole(n, "max new tokens"), _whole(n_best or 1, "best-of-N")
+        ctx.limits.check_chat(msg or "", n, n_best)  # before any model loads or any token is sampled
         _check_models(ctx, request, actor_v, ref_v, rm_v)
-        ref_v = best_of_ref(ref_v, int(n_best or 1))
+        ref_v = best_of_ref(ref_v, n_best)
         if st is None or st.get("sides") != [actor_v, ref_v] and st.get("sides") != [ref_v, actor_v]:
             st = new_conversation(actor_v, ref_v, bool(blind_v))
-        params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=int(n), seed=int(s))
+        params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=n, seed=int(s))
         names = ("A", "B") if st["blind"] else tuple(st["roles"])
         for a, b, new in respond(ctx.chat_models, st, msg, params, rm_v):
             left_chat, right_chat = gr.Chatbot(chat_html(a), label=names[0]), gr.Chatbot(chat_html(b), label=names[1])

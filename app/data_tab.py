@@ -52,6 +52,7 @@ def ls_export_download(db: str) -> list[str]:
 
 
 def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
+    ctx.limits.check_sampling(int(k), ctx.sampling.max_new_tokens)
     sampler = ctx.sampler(ctx.sampling)
     report = run_sampling(
         ctx.db,
@@ -123,7 +124,7 @@ def build_data_tab(ctx, demo) -> None:
     gr.Markdown("### Prompts and sampling")
     with gr.Row(equal_height=True):
         examples_btn = gr.Button("Load example prompts", elem_id="load-examples")
-        k = gr.Number(value=4, precision=0, minimum=2, maximum=16, label="K responses per prompt")
+        k = gr.Number(value=4, precision=0, minimum=2, maximum=ctx.limits.max_k, label="K responses per prompt")
         limit = gr.Number(value=0, precision=0, minimum=0, label="At most this many prompts (0 = all pending)")
         sample_btn = gr.Button("Sample pending prompts", variant="primary", elem_id="sample")
     prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"], height=120)

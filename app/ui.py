@@ -1,7 +1,8 @@
 """The Gradio app: composition root for the tabs. Tabs only build components and wire events to plain functions.
 
 Binds 127.0.0.1 unless told otherwise, and refuses any other address without --auth (the store holds every
-prompt and ranking; training can be launched from it)."""
+prompt and ranking; training can be launched from it). In front of Gradio sits app/guard.py (the Host check, the
+Origin check, the token without --auth); app/limits.py caps what a request may ask for."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES
+from app.limits import ServeLimits
 from store.db import Store, store_of
 from store.errors import UserError
 from training.generation import Sampler, SamplingConfig
@@ -29,12 +31,14 @@ class AppContext:
         sampling: SamplingConfig | None = None,
         runs_dir: str | Path = "runs",
         admins: set[str] | frozenset[str] = frozenset(),
+        limits: ServeLimits | None = None,
     ):
         from app.train_view import Runs
         from training.chat import Models
 
         self.db = store_of(db)
-        self.chat_models = Models()  # the Compare tab's models, loaded on first use
+        self.limits = limits or ServeLimits()  # every size a request may ask for (app/limits.py)
+        self.chat_models = Models(self.limits.max_chat_models)  # the Compare tab's models, loaded on first use
         # training processes started from the Train tab; starting one frees the app's models for it
         self.runs = Runs(self.db, Path(runs_dir), on_launch=self.release_models)
         self.model = model
@@ -150,6 +154,8 @@ def launch(
     overlap: int = 1,
     runs_dir: str = "runs",
     admins: str | None = None,
+    allowed_hosts: str | None = None,
+    limits: ServeLimits | None = None,
 ):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     # After every event Gradio's queue rebuilds a pandas summary of up to 10,000 past events for its monitoring page
@@ -166,14 +172,39 @@ def launch(
         raise UserError(f"--admins names {unknown[0]}, who is not in the auth file")
     if overlap < 1:
         raise UserError(f"--overlap must be at least 1, got {overlap}")
+    limits = limits or ServeLimits()
+    boundary = serving_boundary(host, port, allowed_hosts, token=not users)
     store = store_of(db).hold()  # open while serving, passed down; CLI commands still get their turn (store/db.py)
-    ctx = AppContext(store, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set)
+    ctx = AppContext(
+        store, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set, limits=limits
+    )
     demo = build_app(ctx)
-    demo.queue(default_concurrency_limit=8).launch(
+    if boundary.token is not None:
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"* rlhf-studio: open http://{shown}:{port}/?token={boundary.token}", flush=True)
+    demo.queue(default_concurrency_limit=8, max_size=limits.max_queue).launch(
         server_name=host,
         server_port=port,
         auth=users,
         show_error=True,
         max_file_size=MAX_FILE_BYTES,  # Gradio stops reading an upload past it (HTTP 413)
         footer_links=[],
+        app_kwargs={"middleware": [guard_middleware(boundary)]},
     )
+
+
+def serving_boundary(host: str, port: int, allowed_hosts: str | None, token: bool):
+    """What app/guard.py lets through: the Host names, and the token (only without --auth)."""
+    from app.guard import Boundary, new_token
+    from app.guard import allowed_hosts as hosts_for
+
+    extra = [h for h in (allowed_hosts or "").split(",") if h.strip()]
+    return Boundary(hosts_for(host, extra), new_token() if token else None, port)
+
+
+def guard_middleware(boundary):
+    from starlette.middleware import Middleware
+
+    from app.guard import Guard
+
+    return Middleware(Guard, boundary=boundary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,14 @@ class AppServer:
         """cpus: pin the app to these cores (the benchmark keeps its load generator off them)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
+        # without --auth the app wants its token on every request (app/guard.py): the browser opens page_url, which
+        # sets its cookie; a client sends `headers`
+        self.token = None if "--auth" in args else secrets.token_urlsafe(16)
+        self.page_url = self.url + (f"?token={self.token}" if self.token else "")
+        self.headers = {"Authorization": f"token {self.token}"} if self.token else {}
         env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
+        if self.token:
+            env["RLHF_TOKEN"] = self.token
         # the app's output goes to a file: a pipe nobody reads would block the app once 64 KB of it piled up
         self.log = tempfile.NamedTemporaryFile(prefix="rlhf-app-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -36,11 +44,17 @@ class AppServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the app exited: {self.output()}")
             try:
-                with urllib.request.urlopen(self.url, timeout=2):
+                with urllib.request.urlopen(self.page_url, timeout=2):
                     return
             except OSError:
                 time.sleep(0.5)
         raise RuntimeError("the app did not answer within 120 s")
+
+    def client(self, **kwargs):
+        """A gradio_client on the app, carrying its token."""
+        from gradio_client import Client
+
+        return Client(self.url, headers=self.headers, verbose=False, **kwargs)
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")

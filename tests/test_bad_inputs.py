@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 
 from app.cli import main
 from tests.app_server import AppServer
@@ -113,7 +113,7 @@ def app(seeded, tmp_path_factory):
     db = str(tmp_path_factory.mktemp("app") / "store.duckdb")
     shutil.copy(seeded, db)
     server = AppServer(db, env={"RLHF_MAX_UPLOAD_MB": "1"})
-    yield server, db, Client(server.url, verbose=False)
+    yield server, db, server.client()
     server.stop()
 
 
@@ -157,7 +157,7 @@ def test_an_upload_named_with_a_path_stays_inside_the_apps_upload_folder(app, tm
         f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
         f"Content-Type: text/plain\r\n\r\nWhat is a river?\n\r\n--{boundary}--\r\n"
     ).encode()
-    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", **server.headers}
     req = urllib.request.Request(server.url + "gradio_api/upload", data=body, headers=headers)
     with urllib.request.urlopen(req, timeout=30) as resp:
         (stored,) = json.loads(resp.read())

@@ -46,7 +46,7 @@ def test_log_in_rank_by_drag_and_keyboard_and_submit(browser, db, tmp_path):
     app = AppServer(db, "--auth", str(users))
     page = browser.new_page(viewport={"width": 1200, "height": 1000})
     try:
-        page.goto(app.url)
+        page.goto(app.page_url)
         page.fill("input[type=text]", "ann")
         page.fill("input[type=password]", "pw-ann")
         page.keyboard.press("Enter")
@@ -93,7 +93,7 @@ def test_an_admin_login_shows_the_data_and_train_tabs(browser, db, tmp_path):
     app = AppServer(db, "--auth", str(users), "--admins", "boss")
     page = browser.new_page()
     try:
-        page.goto(app.url)
+        page.goto(app.page_url)
         page.fill("input[type=text]", "boss")
         page.fill("input[type=password]", "pw-boss")
         page.keyboard.press("Enter")
@@ -142,7 +142,7 @@ def test_an_empty_store_opens_on_the_data_tab_and_tells_an_annotator_why(browser
     solo = AppServer(db)  # no --auth: the one local user is the admin
     page = browser.new_page()
     try:
-        page.goto(solo.url)
+        page.goto(solo.page_url)
         page.wait_for_selector("#store-counts:has-text('The store is empty')", timeout=30_000)
         page.wait_for_selector("button[role=tab][aria-selected=true]:has-text('Data')", timeout=10_000)
     finally:
@@ -191,7 +191,7 @@ def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_mo
     app = AppServer(db)
     page = browser.new_page(viewport={"width": 1200, "height": 1400})
     try:
-        page.goto(app.url)
+        page.goto(app.page_url)
         page.fill("#annotator-name textarea", "ann")
         page.click("#annotate-start")
         page.wait_for_selector("#ranker .card", timeout=30_000)

@@ -42,7 +42,7 @@ def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path,
     app = AppServer(db, "--runs-dir", str(tmp_path / "runs"))
     page = browser.new_page(viewport={"width": 1400, "height": 2200})
     try:
-        page.goto(app.url)
+        page.goto(app.page_url)
         page.get_by_role("tab", name="Train").click()
         page.get_by_text("Reward model settings").click()
         page.get_by_text("PPO settings").click()
@@ -131,7 +131,7 @@ def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, t
     app = AppServer(db, "--runs-dir", str(tmp_path / "runs"))
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
     try:
-        page.goto(app.url)
+        page.goto(app.page_url)
         page.get_by_role("tab", name="Train").click()
         for title in ("Reward model settings", "PPO settings", "DPO settings"):
             page.get_by_text(title).click()
@@ -216,7 +216,7 @@ def test_the_watch_plots_fill_live_and_the_alarm_shows(browser, cli, db, tmp_pat
     app = AppServer(db, "--runs-dir", str(tmp_path / "runs"))
     page = browser.new_page(viewport={"width": 1400, "height": 2600})
     try:
-        page.goto(app.url)
+        page.goto(app.page_url)
         # nothing ranked yet: the page opens on the Data tab once its load answers (tests/test_browser.py)
         page.wait_for_selector("button[role=tab][aria-selected=true]:has-text('Data')", timeout=10_000)
         ARTIFACTS.mkdir(exist_ok=True)
@@ -278,7 +278,7 @@ def test_the_next_round_starts_from_the_train_tab_and_is_ranked_in_the_annotate_
     app = AppServer(db, "--runs-dir", str(runs))
     page = browser.new_page(viewport={"width": 1400, "height": 2000})
     try:
-        page.goto(app.url)
+        page.goto(app.page_url)
         page.get_by_role("tab", name="Train").click()
         page.wait_for_function("document.querySelector('#runs-table').innerText.includes('ppo-')")
         page.click("#runs-table [data-testid=cell-0-0]")  # the newest run: PPO's

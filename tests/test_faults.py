@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gradio_client import Client, handle_file
+from gradio_client import handle_file
 
 from app.cli import main
 from tests.app_server import ROOT, AppServer
@@ -70,7 +70,7 @@ def test_kill_9_inside_a_batch_import_leaves_all_of_it_or_none(db, tmp_path):
     big = ls_export(tmp_path / "big.json", 1000)
     app = AppServer(db, env=env)
     try:
-        client = Client(app.url, verbose=False)
+        client = app.client()
         assert "rankings added 1" in client.predict(handle_file(str(acked)), "", api_name="/import_ls")
         job = client.submit(handle_file(str(big)), "", api_name="/import_ls")
         deadline = time.monotonic() + 120
@@ -97,7 +97,7 @@ def test_kill_9_during_sampling_keeps_whole_prompts_and_the_next_run_finishes(db
     assert main(["--db", db, "prompts", "add", str(tmp_path / "p.txt")]) == 0
     app = AppServer(db, "--model", str(tiny_model_dir))
     try:
-        job = Client(app.url, verbose=False).submit(2, 0, api_name="/sample")
+        job = app.client().submit(2, 0, api_name="/sample")
         deadline = time.monotonic() + 240
         while query(db, "SELECT count(*) FROM responses") == [(0,)]:
             assert time.monotonic() < deadline and not job.done()
@@ -117,7 +117,7 @@ def test_kill_9_during_sampling_keeps_whole_prompts_and_the_next_run_finishes(db
     assert 0 < len(first) < 96
     again = AppServer(db, "--model", str(tiny_model_dir))
     try:
-        line = Client(again.url, verbose=False).predict(2, 0, api_name="/sample")
+        line = again.client().predict(2, 0, api_name="/sample")
     finally:
         again.stop()
     assert line.startswith(f"sampled {96 - len(first)} responses for {48 - len(first) // 2} prompts")
@@ -129,7 +129,7 @@ def test_a_second_app_on_the_same_store_is_refused_and_the_first_keeps_working(d
     seed_store(db, 2)
     first = AppServer(db)
     try:
-        client = Client(first.url, verbose=False)
+        client = first.client()
         env = {**os.environ, "RLHF_LOCK_TIMEOUT": "3"}
         second = subprocess.run(
             [sys.executable, "-m", "app.cli", "--db", db, "ui", "--port", "1"],

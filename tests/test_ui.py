@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -104,22 +105,36 @@ def test_make_run_brings_the_app_up_on_loopback(tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as r:
-                    page = r.read().decode()
-                    break
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read()
-                time.sleep(1)
-        else:
-            pytest.fail("the app did not answer on 127.0.0.1")
+        url = _printed_url(proc, deadline=time.monotonic() + 240)
+        assert url.startswith(f"http://127.0.0.1:{port}/?token=")
+        with urllib.request.urlopen(url, timeout=10) as r:
+            page = r.read().decode()
         assert "rlhf-studio" in page
         assert (tmp_path / "run.duckdb").exists()
+        # the same page without the token: refused, with the one line that says where the token is
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+        assert refused.value.code == 401 and b"open the URL `rlhf ui` printed at start" in refused.value.read()
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
+
+
+def _printed_url(proc, deadline: float) -> str:
+    """The URL with the token that `rlhf ui` prints once it serves (read from its output)."""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            pytest.fail("the app exited before printing its URL")
+        if line.startswith("* rlhf-studio: open "):
+            url = line.split("open ", 1)[1].strip()
+            for _ in range(240):  # the line comes just before Gradio starts answering
+                try:
+                    with urllib.request.urlopen(url, timeout=2):
+                        return url
+                except OSError:
+                    time.sleep(0.5)
+    pytest.fail("the app did not print its URL")
 
 
 def test_sampling_in_the_app_does_not_block_annotators(app, db):

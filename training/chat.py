@@ -1,11 +1,13 @@
 """Chat with two models side by side (the Compare tab): both replies stream token by token in lockstep with the
 same sampling parameters and the same seed, and a reward model can score each reply.
 
-Models load on first use and stay cached until `release()` (the app frees them when a training run starts)."""
+Models load on first use; the cache keeps the few used last (`Models(max_loaded)`) and drops them all on
+`release()` (the app frees them when a training run starts)."""
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,32 +36,50 @@ def model_folder(ref: str) -> Path:
 
 
 class Models:
-    """A small cache of loaded models, shared by every session of the app."""
+    """A small cache of loaded models, shared by every session of the app: at most `max_loaded` of them, the least
+    recently used dropped first (a reply streaming from a dropped model keeps it until the reply ends)."""
 
-    def __init__(self):
-        self._cache: dict[tuple[str, str], tuple] = {}
+    def __init__(self, max_loaded: int = 3):
+        if max_loaded < 1:
+            raise ValueError(f"the chat model cache needs room for at least 1 model, got {max_loaded}")
+        self.max_loaded = max_loaded
+        self._cache: OrderedDict[tuple[str, str], tuple] = OrderedDict()
         self._lock = threading.Lock()
 
     def causal(self, ref: str):
         from transformers import AutoModelForCausalLM
 
         folder = model_folder(ref)
-        with self._lock:
-            key = ("causal", str(folder.resolve()))
-            if key not in self._cache:
-                try:
-                    model = AutoModelForCausalLM.from_pretrained(folder, **SAFE_WEIGHTS)
-                except (OSError, ValueError) as e:
-                    raise ModelError(f"cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
-                self._cache[key] = (model.eval(), load_tokenizer(folder))
-            return self._cache[key]
+
+        def load():
+            try:
+                model = AutoModelForCausalLM.from_pretrained(folder, **SAFE_WEIGHTS)
+            except (OSError, ValueError) as e:
+                raise ModelError(f"cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
+            return model.eval(), load_tokenizer(folder)
+
+        return self._get(("causal", str(folder.resolve())), load)
 
     def reward(self, ref: str):
+        def load():
+            return load_scalar_model(ref, "fp32").eval(), load_tokenizer(reward_folder(ref))
+
+        return self._get(("reward", str(Path(ref).resolve())), load)
+
+    def _get(self, key: tuple[str, str], load):
         with self._lock:
-            key = ("reward", str(Path(ref).resolve()))
             if key not in self._cache:
-                self._cache[key] = (load_scalar_model(ref, "fp32").eval(), load_tokenizer(reward_folder(ref)))
+                # room first: the model evicted is freed before the new one takes its memory
+                while len(self._cache) >= self.max_loaded:
+                    self._cache.popitem(last=False)
+                self._cache[key] = load()
+            self._cache.move_to_end(key)
             return self._cache[key]
+
+    def loaded(self) -> list[tuple[str, str]]:
+        """(kind, folder) of the models held, least recently used first."""
+        with self._lock:
+            return list(self._cache)
 
     def release(self) -> int:
         """Drop every loaded model (a training run needs the memory); returns how many were loaded."""
@@ -67,6 +87,22 @@ class Models:
             n = len(self._cache)
             self._cache.clear()
         return n
+
+
+def context_length(model) -> int | None:
+    """The longest sequence the model's positions cover (None when its config does not say)."""
+    n = getattr(model.config, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
+def check_fits(model, prompt_tokens: int, max_new_tokens: int) -> None:
+    """A reply must fit the model's context: the decode sizes its cache for prompt + new tokens up front."""
+    n = context_length(model)
+    if n is not None and prompt_tokens + max_new_tokens > n:
+        raise ModelError(
+            f"the conversation is {prompt_tokens} tokens and {max_new_tokens} new ones would pass this model's "
+            f"context of {n}: ask for fewer new tokens or clear the chat"
+        )
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -81,6 +117,7 @@ def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
 def _tokens(model, tokenizer, messages: list[dict], params: ChatParams) -> Iterator[int | None]:
     """Token ids of one reply as they are sampled; None once it has ended (so two streams can be zipped)."""
     ids = torch.tensor([chat_ids(tokenizer, messages)])
+    check_fits(model, ids.shape[1], params.max_new_tokens)
     gen = torch.Generator().manual_seed(params.seed)
     eos = tokenizer.eos_token_id
     for token, _ in decode_steps(model, ids, torch.ones_like(ids), params, eos, tokenizer.pad_token_id, generator=gen):

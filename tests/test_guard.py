@@ -1,0 +1,150 @@
+"""The server's boundary (app/guard.py): the Host check, the Origin check on requests that change something, and
+the token without --auth; first the pure checks, then a real `rlhf ui` probed as an attacker would."""
+
+import json
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from gradio_client import Client
+
+from app.guard import Boundary, allowed_hosts, host_name, refusal
+from tests.app_server import AppServer
+
+LOCAL = Boundary(allowed_hosts("127.0.0.1"), "t0k", 7860)
+
+
+@pytest.mark.parametrize(
+    "value, name",
+    [
+        ("127.0.0.1:7860", "127.0.0.1"),
+        ("LocalHost:80", "localhost"),
+        ("[::1]:7860", "::1"),
+        ("::1", "::1"),
+        ("evil.example", "evil.example"),
+    ],
+)
+def test_host_name(value, name):
+    assert host_name(value) == name
+
+
+def _h(**headers) -> list[tuple[bytes, bytes]]:
+    return [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+
+
+@pytest.mark.parametrize(
+    "method, headers, query, status",
+    [
+        ("GET", _h(host="127.0.0.1:7860"), "token=t0k", None),  # the printed URL
+        ("GET", _h(host="localhost:7860", cookie="rlhf-token-7860=t0k"), "", None),  # the page's later requests
+        ("POST", _h(host="[::1]:7860", authorization="token t0k"), "", None),  # a script
+        ("GET", _h(host="127.0.0.1:7860"), "", 401),  # no token
+        ("GET", _h(host="127.0.0.1:7860", cookie="rlhf-token-7861=t0k"), "", 401),  # another port's cookie
+        ("GET", _h(host="127.0.0.1:7860"), "token=t0", 401),  # a wrong token
+        ("GET", _h(host="rebound.example:7860"), "token=t0k", 400),  # DNS rebinding
+        ("GET", [], "token=t0k", 400),  # no Host at all
+        # a cross-origin form POST carries the cookie only if SameSite allowed it; refused by its Origin anyway
+        ("POST", _h(host="127.0.0.1:7860", origin="http://evil.example", authorization="token t0k"), "", 403),
+        ("POST", _h(host="127.0.0.1:7860", origin="http://127.0.0.1:8000", authorization="token t0k"), "", 403),
+        ("POST", _h(host="127.0.0.1:7860", origin="null", authorization="token t0k"), "", 403),
+        ("POST", _h(host="127.0.0.1:7860", origin="http://127.0.0.1:7860", authorization="token t0k"), "", None),
+        ("POST", _h(host="127.0.0.1:7860", sec_fetch_site="cross-site", authorization="token t0k"), "", 403),
+        ("GET", _h(host="127.0.0.1:7860", origin="http://evil.example", authorization="token t0k"), "", None),
+    ],
+)
+def test_refusal(method, headers, query, status):
+    got = refusal(LOCAL, method, "/", headers, query)
+    assert (got and got[0]) == status
+
+
+def test_startup_check_needs_no_token_and_auth_needs_none():
+    """Gradio's launch() calls its own startup-events without our token; under --auth there is no token (the login
+    is the gate), but the Host check stays."""
+    assert refusal(LOCAL, "GET", "/gradio_api/startup-events", _h(host="127.0.0.1:7860"), "") is None
+    logins = Boundary(allowed_hosts("127.0.0.1"), None, 7860)
+    assert refusal(logins, "GET", "/", _h(host="127.0.0.1:7860"), "") is None
+    assert refusal(logins, "GET", "/", _h(host="rebound.example"), "")[0] == 400
+
+
+def test_allowed_hosts():
+    assert allowed_hosts("127.0.0.1") == {"127.0.0.1", "localhost", "::1"}
+    assert "labels.example.com" in allowed_hosts("127.0.0.1", ["Labels.Example.com"])
+    assert allowed_hosts("0.0.0.0", ["*"]) is None
+    behind_proxy = Boundary(allowed_hosts("127.0.0.1", ["labels.example.com"]), None, 7860)
+    # the proxy rewrote the Host; the page's origin is the proxy's public name
+    headers = _h(host="127.0.0.1:7860", origin="https://labels.example.com")
+    assert refusal(behind_proxy, "POST", "/gradio_api/upload", headers, "") is None
+
+
+def _status(url: str, headers: dict | None = None, data: bytes | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def _upload(name: str, text: str) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+        f"Content-Type: text/plain\r\n\r\n{text}\r\n--{boundary}--\r\n"
+    ).encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    server = AppServer(str(tmp_path_factory.mktemp("guard") / "store.duckdb"))
+    yield server
+    server.stop()
+
+
+def test_without_the_token_nothing_answers(app):
+    """Another local user (or a page in the user's browser) that reaches 127.0.0.1 is not an admin: the page, the
+    config, the API and uploads all want the token."""
+    for path in ("", "config", "gradio_api/info", "gradio_api/upload"):
+        status, body = _status(app.url + path, data=b"" if path.endswith("upload") else None)
+        assert status == 401 and "needs its token" in body, path
+    with pytest.raises(Exception):  # noqa: B017 (gradio_client raises its own kinds)
+        Client(app.url, verbose=False)
+    assert "The store is empty" in app.client().predict(api_name="/counts")[0]
+
+
+def test_a_rebound_name_is_refused_even_with_the_token(app):
+    status, body = _status(app.page_url, {"Host": f"attacker.example:{app.port}"})
+    assert status == 400 and "refused a request for host 'attacker.example" in body
+    assert _status(app.page_url, {"Host": f"localhost:{app.port}"})[0] == 200
+
+
+def test_a_cross_origin_upload_is_refused_and_stores_nothing(app):
+    body, kind = _upload("planted.txt", "from another site")
+    cross = {"Content-Type": kind, "Origin": "http://evil.example", **app.headers}
+    status, text = _status(app.url + "gradio_api/upload", cross, body)
+    assert status == 403 and "refused a POST from the page at 'http://evil.example'" in text
+    own = {"Content-Type": kind, "Origin": f"http://127.0.0.1:{app.port}", **app.headers}
+    status, text = _status(app.url + "gradio_api/upload", own, body)
+    assert status == 200 and json.loads(text)[0].endswith("planted.txt")
+
+
+def test_the_printed_url_sets_a_cookie_for_this_port(app):
+    req = urllib.request.Request(app.page_url)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        cookie = r.headers["set-cookie"]
+    assert cookie.startswith(f"rlhf-token-{app.port}={app.token};") and "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie
+    assert _status(app.url + "config", {"Cookie": cookie.split(";")[0]})[0] == 200
+
+
+def test_under_auth_the_host_check_stays_and_a_proxy_name_can_be_added(tmp_path):
+    users = tmp_path / "users.txt"
+    users.write_text("ann:pw\n")
+    server = AppServer(str(tmp_path / "s.duckdb"), "--auth", str(users), "--allowed-hosts", "labels.example.com")
+    try:
+        assert _status(server.url, {"Host": "attacker.example"})[0] == 400
+        assert _status(server.url, {"Host": "labels.example.com"})[0] == 200  # Gradio's login page
+        Client(server.url, auth=("ann", "pw"), verbose=False).predict(api_name="/compare_runs")
+    finally:
+        server.stop()

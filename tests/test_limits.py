@@ -1,0 +1,89 @@
+"""Every size a user controls has a cap the server enforces (app/limits.py), driven through a real `rlhf ui` with
+gradio_client as an annotator's script would; and the Compare tab's model cache keeps only the last few."""
+
+import shutil
+
+import pytest
+
+from app.limits import ServeLimits
+from store.errors import UserError
+from tests.app_server import AppServer
+from tests.conftest import query
+from training.chat import Models
+
+
+def _send(client, message, actor, reference, max_new=8, best_of=1):
+    # message, actor, reference, blind, temperature, top_p, max new tokens, seed, reward, best-of-N
+    return client.predict(
+        message, actor, reference, False, 0.8, 0.95, max_new, 0, "", best_of, api_name="/compare_send"
+    )
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_model_dir):
+    folder = tmp_path_factory.mktemp("limits")
+    reference = shutil.copytree(tiny_model_dir, folder / "reference")
+    db = str(folder / "store.duckdb")
+    server = AppServer(db, "--model", str(tiny_model_dir), "--max-new-tokens", "4096")
+    yield server, server.client(), str(tiny_model_dir), str(reference), db
+    server.stop()
+
+
+def test_oversized_compare_requests_are_one_line_and_sample_nothing(served):
+    """A million new tokens (the decode would size its cache for them before the first one), a 5,000-character
+    message, best-of-1000: each refused before a model loads, and the server answers the next request."""
+    server, client, actor, reference, _ = served
+    with pytest.raises(Exception, match="greater than maximum value 4096"):  # Gradio's own bound on the box
+        _send(client, "hi", actor, reference, max_new=10**6)
+    with pytest.raises(Exception, match="the message is 5,000 characters; this server takes at most 4,000"):
+        _send(client, "x" * 5000, actor, reference)
+    with pytest.raises(Exception, match="greater than maximum value 16"):
+        _send(client, "hi", actor, reference, best_of=1000)
+    left, right, *_ = _send(client, "hi", actor, reference)
+    assert len(left["value"]) == len(right["value"]) == 2  # the message and each side's reply
+
+
+def test_a_reply_that_would_pass_the_models_context_is_refused(served):
+    _, client, actor, reference, _ = served
+    with pytest.raises(Exception, match="2000 new ones would pass this model's context of 1024"):
+        _send(client, "hi", actor, reference, max_new=2000)
+
+
+def test_k_is_capped_where_the_app_samples(served):
+    """The Data tab's Sample and the Train tab's next round (K from the policy + M from the previous one)."""
+    _, client, _, _, db = served
+    client.predict(api_name="/load_examples")
+    with pytest.raises(Exception, match="greater than maximum value 16"):
+        client.predict(1000, 1, api_name="/sample")
+    with pytest.raises(Exception, match=r"responses per prompt \(K\) must be from 1 to 16 on this server, got 1001"):
+        client.predict("a-run", 1000, 1, "random", 0, api_name="/start_round")
+    assert query(db, "SELECT count(*) FROM responses") == [(0,)]
+
+
+def test_the_caps_as_plain_checks():
+    limits = ServeLimits(max_new_tokens=10, max_message_chars=5, max_best_of=2, max_k=3, max_sample_tokens=7)
+    limits.check_chat("12345", 10, 2)  # at each cap: fine
+    limits.check_sampling(3, 7)
+    for args, line in [
+        (("123456", 1, 1), "the message is 6 characters; this server takes at most 5"),
+        (("hi", 11, 1), "max new tokens must be from 1 to 10 on this server, got 11"),
+        (("hi", 0, 1), "max new tokens must be from 1 to 10 on this server, got 0"),
+        (("hi", 1, 3), "best-of-N must be from 1 to 2 on this server, got 3"),
+    ]:
+        with pytest.raises(UserError, match=line):
+            limits.check_chat(*args)
+    with pytest.raises(UserError, match="max new tokens must be from 1 to 7 on this server, got 8"):
+        limits.check_sampling(2, 8)
+
+
+def test_the_chat_cache_keeps_the_least_recently_used_out(tiny_model_dir, tmp_path):
+    folders = [str(shutil.copytree(tiny_model_dir, tmp_path / f"m{i}")) for i in range(3)]
+    models = Models(max_loaded=2)
+    first = models.causal(folders[0])
+    models.causal(folders[1])
+    assert models.causal(folders[0]) is first  # a hit, and now the most recent
+    models.causal(folders[2])  # over the cap: m1, the least recently used, goes
+    assert [p.rsplit("/", 1)[1] for _, p in models.loaded()] == ["m0", "m2"]
+    assert models.causal(folders[0]) is first
+    with pytest.raises(ValueError, match="at least 1 model"):
+        Models(max_loaded=0)
