@@ -16,6 +16,8 @@ from store.assignments import (
     close_assignment,
     delete_ranking,
     get_assignment,
+    is_undone,
+    keep_undone,
     last_closed,
     open_assignment,
     reopen,
@@ -161,11 +163,16 @@ def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str)
 
 
 def undo_last(db: str | os.PathLike, annotator: str) -> Task:
-    """Take back the annotator's last submission or skip and hand its task back for editing.
+    """Take back the annotator's last submission or skip and hand its task back for editing; what was taken back is
+    kept in undone_rankings (`rlhf undone`). Only the last one: while its task is open again, Undo refuses (the
+    answers before it stay as they are).
 
     The prompt the annotator holds meanwhile (if any) goes back to the pool."""
     _check_annotator(annotator)
     with write(db) as con:
+        current = open_assignment(con, annotator)
+        if current is not None and is_undone(con, current[0]):
+            raise UserError("only your last answer can be undone, and it is open now: submit or skip it first")
         last = last_closed(con, annotator)
         if last is None:
             raise UserError("nothing to undo yet")
@@ -173,9 +180,9 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         ranks = dict(
             con.execute("SELECT response_id, rank FROM ranking_items WHERE ranking_id = ?", [ranking_id]).fetchall()
         )
-        current = open_assignment(con, annotator)
         if current is not None:
             con.execute("DELETE FROM assignments WHERE assignment_id = ?", [current[0]])
+        keep_undone(con, ranking_id, assignment_id)
         delete_ranking(con, ranking_id)
         reopen(con, assignment_id)
         _, prompt_id, order, *_ = get_assignment(con, assignment_id)

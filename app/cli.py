@@ -287,6 +287,28 @@ def cmd_runs(args: argparse.Namespace) -> None:
         print(f"{run_id}  {kind}  {created[:19]}  {status.get('state')}{error}  {step}{headline}  {path}")
 
 
+def cmd_undone(args: argparse.Namespace) -> None:
+    """`rlhf undone`: every answer the Annotate tab's Undo took back, with who, when and what it was."""
+    from store.assignments import undone
+    from store.db import connect
+
+    with connect(args.db, create=False) as con:
+        rows = undone(con, args.annotator)
+    if args.json:
+        for r in rows:
+            print(json.dumps(dataclasses.asdict(r)))
+        return
+    if not rows:
+        print("nothing undone" + (f" by {args.annotator}" if args.annotator else ""))
+    for r in rows:
+        what = (
+            f"skip ({r.skip_reason})"
+            if r.skipped
+            else "ranks " + " ".join(f"{i}:{k}" for i, k in zip(r.response_ids, r.ranks, strict=True))
+        )
+        print(f"{r.undone_at}  {r.annotator}  prompt {r.prompt_id}  ranking {r.ranking_id} of {r.ranked_at}  {what}")
+
+
 def cmd_rounds(args: argparse.Namespace) -> None:
     from store.db import connect
     from store.rounds import list_rounds
@@ -474,6 +496,11 @@ def _add_store_and_run_commands(sub) -> None:
 
     s = sub.add_parser("runs", help="list training runs with status and headline metrics")
     s.set_defaults(func=cmd_runs)
+
+    s = sub.add_parser("undone", help="list the answers annotators undid (who, when, the ranking as it was)")
+    s.add_argument("--annotator", help="only this annotator's")
+    s.add_argument("--json", action="store_true", help="one JSON object a line")
+    s.set_defaults(func=cmd_undone)
 
     s = sub.add_parser("rounds", help="list annotation rounds: policy, prompts, rankings, pairs, runs")
     s.set_defaults(func=cmd_rounds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import duckdb
 
@@ -97,6 +98,55 @@ def reopen(con: duckdb.DuckDBPyConnection, assignment_id: int) -> None:
                   assigned_at = current_timestamp WHERE assignment_id = ?""",
         [assignment_id],
     )
+
+
+def is_undone(con: duckdb.DuckDBPyConnection, assignment_id: int) -> bool:
+    """Whether this open task is one an undo handed back (a second undo would reach the answer before it)."""
+    return (
+        con.execute("SELECT count(*) FROM undone_rankings WHERE assignment_id = ?", [assignment_id]).fetchone()[0] > 0
+    )
+
+
+def keep_undone(con: duckdb.DuckDBPyConnection, ranking_id: int, assignment_id: int) -> None:
+    """Copy a ranking (or skip) about to be undone into undone_rankings, in the caller's transaction."""
+    con.execute(
+        """INSERT INTO undone_rankings (ranking_id, assignment_id, prompt_id, annotator, skipped, skip_reason,
+                                        response_ids, ranks, ranked_at)
+           SELECT r.ranking_id, ?, r.prompt_id, r.annotator, r.skipped, r.skip_reason,
+                  coalesce(list(i.response_id ORDER BY i.shown_position) FILTER (i.response_id IS NOT NULL), []),
+                  coalesce(list(i.rank ORDER BY i.shown_position) FILTER (i.response_id IS NOT NULL), []),
+                  r.created_at
+           FROM rankings r LEFT JOIN ranking_items i USING (ranking_id) WHERE r.ranking_id = ?
+           GROUP BY ALL""",
+        [assignment_id, ranking_id],
+    )
+
+
+@dataclass
+class Undone:
+    """One undone answer, as `rlhf undone` lists it."""
+
+    undo_id: int
+    annotator: str
+    prompt_id: int
+    ranking_id: int
+    skipped: bool
+    skip_reason: str | None
+    response_ids: list[int]
+    ranks: list[int]
+    ranked_at: str
+    undone_at: str
+
+
+def undone(con: duckdb.DuckDBPyConnection, annotator: str | None = None) -> list[Undone]:
+    """Every undone answer (one annotator's with `annotator`), oldest first."""
+    rows = con.execute(
+        """SELECT undo_id, annotator, prompt_id, ranking_id, skipped, skip_reason, response_ids, ranks,
+                  strftime(ranked_at, '%Y-%m-%d %H:%M:%S'), strftime(undone_at, '%Y-%m-%d %H:%M:%S')
+           FROM undone_rankings WHERE ? IS NULL OR annotator = ? ORDER BY undo_id""",
+        [annotator, annotator],
+    ).fetchall()
+    return [Undone(*row) for row in rows]
 
 
 def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:

@@ -4,6 +4,7 @@ import pytest
 from gradio_client import Client
 
 from app.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, empty_store_line, on_load, on_submit, on_undo
+from app.cli import main
 from app.ui import AppContext, first_tab
 from store.errors import StoreError
 from tests.app_server import AppServer
@@ -61,6 +62,30 @@ def test_submit_skip_undo_through_the_api(server, db):
     bob = _client(server, "bob")
     bob_prompt = bob.predict("", api_name="/annotate_next")[0]
     assert bob_prompt not in (prompt, prompt2)
+
+
+def test_undo_takes_back_only_the_last_answer_and_keeps_a_trace(server, db, capsys):
+    """Three rankings, then Undo pressed three times: the first brings the last ranking back, the others refuse,
+    and the two before it stay; `rlhf undone` shows who took back what, and when."""
+    ann = _client(server, "ann")
+    _, value, *_ = ann.predict("", api_name="/annotate_next")
+    for _ in range(3):
+        _, value, *_ = ann.predict("", _reverse(value), api_name="/annotate_submit")
+    last = query(db, "SELECT max(ranking_id) FROM rankings")[0][0]
+    ranks = query(db, f"SELECT list(rank ORDER BY shown_position) FROM ranking_items WHERE ranking_id = {last}")
+    _, back, *_ = ann.predict("", api_name="/annotate_undo")
+    for _ in range(2):
+        with pytest.raises(Exception, match="only your last answer can be undone, and it is open now"):
+            ann.predict("", api_name="/annotate_undo")
+    assert query(db, "SELECT count(*) FROM rankings WHERE annotator = 'ann'") == [(2,)]
+    assert query(db, "SELECT ranking_id, annotator, ranks FROM undone_rankings") == [(last, "ann", ranks[0][0])]
+    assert main(["--db", db, "undone", "--annotator", "ann"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "  ann  prompt " in line and f"ranking {last} of " in line and " ranks " in line
+    # submitted again, the answer is the last one once more, and can be undone again
+    ann.predict("", back, api_name="/annotate_submit")
+    ann.predict("", api_name="/annotate_undo")
+    assert query(db, "SELECT count(*) FROM undone_rankings") == [(2,)]
 
 
 def test_kill_9_keeps_every_acknowledged_ranking(server, db, users):
