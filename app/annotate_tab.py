@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from annotation.actions import store_stats
 from annotation.ranker_view import is_shown_order, ranks_from_value, widget_value
+from annotation.response_html import response_html
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
 from store.errors import UserError
 
@@ -16,6 +17,7 @@ SHOWN_ORDER_WARNING = (
     "You kept the order exactly as shown. If that is your ranking, press Submit again; otherwise drag the "
     "responses (or focus one and press its rank number)."
 )
+PROMPT_HEADING = "<h3>Prompt</h3>\n"
 ASK_AN_ADMIN = "Nothing to annotate yet: an admin loads prompts and samples responses in the Data tab."
 
 
@@ -113,10 +115,12 @@ def _show(view: View) -> tuple:
     """The outputs of every action: task, prompt, ranker, progress, status, the shown-order confirmation."""
     import gradio as gr
 
+    # the prompt is someone's text, rendered as the responses are (annotation/response_html.py: Markdown, its own
+    # HTML escaped, no images); a gr.Markdown would let its HTML and images through
     if view.task is None:  # what to do next, not a prompt
-        prompt = view.prompt
+        prompt = response_html(view.prompt)
     else:
-        prompt = gr.update() if view.prompt == "" else f"### Prompt\n\n{view.prompt}"
+        prompt = gr.update() if view.prompt == "" else PROMPT_HEADING + response_html(view.prompt)
     return view.task, prompt, view.ranker, view.progress, view.status, view.confirm
 
 
@@ -151,7 +155,7 @@ def build_annotate_tab(ctx, demo) -> None:
         )
         progress_md = gr.Markdown(elem_id="annotate-progress")
     start = gr.Button("Start / next prompt", elem_id="annotate-start")
-    prompt_md = gr.Markdown(elem_id="annotate-prompt")
+    prompt_md = gr.HTML(elem_id="annotate-prompt")
     gr.Markdown(
         "Best first: drag the responses into order, or focus one (Tab) and press its rank number; "
         "equal numbers are a tie."
@@ -184,7 +188,9 @@ def build_annotate_tab(ctx, demo) -> None:
     if ctx.auth:  # the login is the annotator: the first prompt is there when the page opens
         demo.load(load, [name], outputs)
     else:  # no name typed yet: an empty store still says what to do first
-        demo.load(lambda: empty_store_line(ctx.db, True) or "", None, prompt_md, api_name="annotate_hint")
+        demo.load(
+            lambda: response_html(empty_store_line(ctx.db, True) or ""), None, prompt_md, api_name="annotate_hint"
+        )
     submit_btn.click(
         sub, [name, task_state, widget, confirm_state], outputs, api_name="annotate_submit", trigger_mode="once"
     )

@@ -85,6 +85,8 @@ def pull_ls(db: str, url: str, project, key: str, order: str) -> str:
     """A running Label Studio project's annotations into the store; the token is used for this call only."""
     if not url or not project:
         raise UserError("give the Label Studio URL and the project id")
+    if project < 1:
+        raise UserError(f"a Label Studio project id is a positive whole number, got {project}")
     return import_labelstudio_url(db, url, int(project), key or "", bucket_order=_bucket_order(order)).line()
 
 
@@ -103,7 +105,9 @@ def _labelstudio_section() -> SimpleNamespace:
         with gr.Column():
             url = gr.Textbox(label="Or pull from a running Label Studio: URL", placeholder="http://127.0.0.1:8080")
             with gr.Row():
-                project = gr.Number(label="Project id", precision=0, minimum=1, value=None)
+                # no `minimum`: the browser marks the empty box invalid (red) against it before anyone types;
+                # pull_ls checks the id instead
+                project = gr.Number(label="Project id", precision=0, value=None, elem_id="ls-project")
                 key = gr.Textbox(label="Access token (used once, never stored)", type="password")
             pull_btn = gr.Button("Pull and import", elem_id="pull-ls")
         with gr.Column():

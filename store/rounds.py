@@ -87,7 +87,7 @@ def list_rounds(con: duckdb.DuckDBPyConnection) -> list[dict]:
            LEFT JOIN rounds r USING (round) ORDER BY i.round"""
     ).fetchall()
     out, spent = [], 0
-    starts = [created for *_, created in rounds[1:]] + [None]
+    starts = [created for *_, created in rounds[1:]] + [None] if rounds else []  # each round ends where the next starts
     for (round_, prompts, responses, rankings, pairs, selection, created), until in zip(rounds, starts, strict=True):
         policy, previous = round_policies(con, round_)
         spent += rankings

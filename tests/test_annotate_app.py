@@ -42,7 +42,7 @@ def test_submit_skip_undo_through_the_api(server, db):
     """gr.State (the task held) stays on the server: the API takes the name and the widget value only."""
     ann = _client(server, "ann")
     prompt, value, progress, status = ann.predict("", api_name="/annotate_next")
-    assert prompt.startswith("### Prompt") and len(value["items"]) == 4
+    assert prompt.startswith("<h3>Prompt</h3>") and len(value["items"]) == 4
     assert progress == "you: 0 ranked · team: 0 · prompts waiting: 6 · pairs: 0"
     prompt2, value2, progress, status = ann.predict("", _reverse(value), api_name="/annotate_submit")
     assert status == "Saved. Next prompt." and progress.startswith("you: 1 ranked · team: 1")

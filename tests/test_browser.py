@@ -145,6 +145,9 @@ def test_an_empty_store_opens_on_the_data_tab_and_tells_an_annotator_why(browser
         page.goto(solo.page_url)
         page.wait_for_selector("#store-counts:has-text('The store is empty')", timeout=30_000)
         page.wait_for_selector("button[role=tab][aria-selected=true]:has-text('Data')", timeout=10_000)
+        # before anyone types, no box is marked invalid (the Label Studio project id was outlined red at its default)
+        invalid = page.evaluate("() => [...document.querySelectorAll('input:invalid')].map(e => e.ariaLabel)")
+        assert invalid == []
     finally:
         page.close()
         solo.stop()
@@ -158,14 +161,14 @@ HOSTILE_TEXT = ('<img src=x onerror="window.__pwned=1">', "<script>window.__pwne
 
 
 def _seed_hostile(db) -> None:
-    """One prompt whose first sample is Markdown with hostile HTML in it, and three plain samples."""
+    """One prompt with Markdown and hostile HTML in it, whose first sample is the same, and three plain samples."""
     from store.db import write
     from store.prompts import prompt_ids
     from store.responses import Sample, add_samples
 
     texts = [HOSTILE, "plain one", "plain two", "plain three"]
     with write(db) as con:
-        (pid,) = prompt_ids(con, ["Show me"], "test").values()
+        (pid,) = prompt_ids(con, ["Show me\n\n" + HOSTILE], "test").values()
         add_samples(con, [Sample(pid, t, j, 3, "eos", 0) for j, t in enumerate(texts)], model_id="test")
 
 
@@ -197,6 +200,7 @@ def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_mo
         page.wait_for_selector("#ranker .card", timeout=30_000)
         card = "#ranker .card:has(h2)"
         _check_rendered(page, card)
+        _check_rendered(page, "#annotate-prompt")  # the prompt renders as the responses do
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "ranker-markdown.png"), full_page=True)
         page.click(f"{card} .text")  # interact: click the text, move the card by its rank key, submit

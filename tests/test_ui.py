@@ -59,6 +59,15 @@ def test_data_tab_end_to_end(app, db, tmp_path):
     assert "prompts 43 (5 with responses, 38 pending)" in counts and "pairs 2" in counts
 
 
+def test_rounds_table_and_project_id_on_a_store_with_prompts_but_no_round(app):
+    """The Data tab's rounds table on a store with prompts and nothing sampled yet was a red "Error" (one round start
+    too many for no round); a negative project id is one line now that the box no longer carries the bound."""
+    assert app.predict(api_name="/load_examples").startswith("prompts: 40 added")
+    assert app.predict(api_name="/counts_by_round")["data"] == []
+    with pytest.raises(Exception, match="a Label Studio project id is a positive whole number, got -1"):
+        app.predict("http://127.0.0.1:9", -1, "", "", api_name="/pull_ls")
+
+
 def test_a_bad_upload_is_an_error_message_and_changes_nothing(app, db, tmp_path):
     before = store_rows(db)
     bad = tmp_path / "bad.json"
