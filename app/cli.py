@@ -156,13 +156,13 @@ def cmd_train_pairs(args: argparse.Namespace) -> None:
     """`rlhf train-rm` and `rlhf train-dpo`: a trainer on preference pairs (a snapshot of the store, or --pairs)."""
     from pathlib import Path
 
-    from app.training import prepare_pairs_run, resume_run, run_training
+    from app.training import prepare_pairs_run, recorded_run, resume_run, run_training
     from training.registry import trainer
 
     spec = trainer(args.config_class.KIND)
     show = _progress(spec.kind)
     if args.resume:
-        run = Path(args.resume)
+        run = recorded_run(args.db, args.resume, args.runs_dir)
         status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
         cfg, dtype_line = with_resolved_dtype(dataclass_from_args(spec.config, args))
@@ -186,11 +186,11 @@ def cmd_train_pairs(args: argparse.Namespace) -> None:
 def cmd_train_ppo(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.training import prepare_ppo_run, resume_run, run_training
+    from app.training import prepare_ppo_run, recorded_run, resume_run, run_training
 
     show = _progress("ppo")
     if args.resume:
-        run = Path(args.resume)
+        run = recorded_run(args.db, args.resume, args.runs_dir)
     else:
         cfg, dtype_line = with_resolved_dtype(dataclass_from_args(PPOConfig, args))
         run = prepare_ppo_run(args.db, cfg, Path(args.runs_dir), args.prompts)
@@ -253,13 +253,10 @@ def cmd_restore(args: argparse.Namespace) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
+    from app.training import recorded_run
     from training.runs import effective_status, request_stop
 
-    run = Path(args.run)
-    if not (run / "config.json").is_file():
-        raise UserError(f"{run} is not a run folder: no config.json")
+    run = recorded_run(args.db, args.run, args.runs_dir)
     state = effective_status(run).get("state")
     if state not in ("starting", "running"):
         raise UserError(f"run {run.name} is {state}, not running")
@@ -363,7 +360,12 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
 def add_launch_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--runs-dir", default="runs", help="where run folders go (default ./runs)")
-    s.add_argument("--resume", metavar="RUN", help="continue a stopped or killed run folder from its last checkpoint")
+    s.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue a stopped or killed run from its last checkpoint: its id (`rlhf runs`), or its folder; "
+        "only runs the store recorded under --runs-dir",
+    )
     s.add_argument(
         "--num-accelerators",
         "--num-gpus",
@@ -491,7 +493,8 @@ def _add_store_and_run_commands(sub) -> None:
     s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("stop", help="stop a running training run after its current step (checkpointed, resumable)")
-    s.add_argument("run", help="the run folder")
+    s.add_argument("run", help="the run's id (`rlhf runs`), or its folder")
+    s.add_argument("--runs-dir", default="runs", help="where run folders go (default ./runs)")
     s.set_defaults(func=cmd_stop)
 
     s = sub.add_parser("runs", help="list training runs with status and headline metrics")

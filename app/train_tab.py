@@ -15,6 +15,7 @@ from app.handlers import admin_only
 from app.rounds_ui import build_next_round
 from app.train_view import log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
 from app.train_view import status_line as run_status_line
+from store.errors import UserError
 from training.registry import TRAINERS
 
 RM_SKIP, PPO_SKIP = TRAINERS["reward"].form_skip, TRAINERS["ppo"].form_skip
@@ -75,7 +76,7 @@ def _run_view(ctx) -> dict:
     gr.Markdown("### Runs")
     table = gr.Dataframe(headers=RUN_HEADERS, interactive=False, elem_id="runs-table", wrap=True)
     with gr.Row(equal_height=True):
-        selected = gr.Textbox(label="Run folder (click a row)", elem_id="selected-run", scale=4)
+        selected = gr.Textbox(label="Run (click a row)", elem_id="selected-run", scale=4)
         stop_btn = gr.Button("Stop", elem_id="stop-run", scale=1)
         resume_btn = gr.Button("Resume", elem_id="resume-run", scale=1)
     build_next_round(ctx, selected, action)
@@ -106,13 +107,16 @@ def start_run(runs, forms: dict, which: str, data_value, prompts_value, with_dpo
         run = runs.start_pairs(cfg[which], data_value)
     else:
         run = runs.start_ppo(cfg[which], prompts_value)
-    return f"started {run.name}", str(run)
+    return f"started {run.name}", run.name
 
 
 def refresh_view(ctx, run_path: str) -> list:
     """The runs table, and the selected run's status line, samples, log tail and plots."""
     ctx.runs.poll()
-    run = Path(run_path) if run_path and Path(run_path, "config.json").is_file() else None
+    try:  # only a run the store recorded (a typed folder shows nothing)
+        run = ctx.runs.find(run_path) if run_path else None
+    except UserError:
+        run = None
     return [
         runs_rows(ctx.db),
         run_status_line(run) if run else "",
@@ -137,7 +141,7 @@ def _wire(ctx, demo, ui) -> None:
 
     def on_select(rows, evt: gr.SelectData):
         row = evt.index[0]
-        return rows.iloc[row, -1] if hasattr(rows, "iloc") else rows[row][-1]
+        return rows.iloc[row, 0] if hasattr(rows, "iloc") else rows[row][0]  # the run's id
 
     inputs = [ui.data, ui.prompts, ui.chain_dpo, *(c for comps in ui.forms.values() for c in comps)]
     views = [ui.table, ui.status, ui.samples, ui.log, *ui.plots]
@@ -147,8 +151,8 @@ def _wire(ctx, demo, ui) -> None:
     for btn, which, name in clicks:
         start = admin_only(ctx, functools.partial(start_run, runs, ui.forms, which))
         btn.click(start, inputs, [ui.action, ui.selected], api_name=name).then(view, [ui.selected], views)
-    ui.stop_btn.click(admin_only(ctx, lambda p: runs.stop(Path(p))), [ui.selected], [ui.action], api_name="stop_run")
-    resume = admin_only(ctx, lambda p: f"resumed {runs.resume(Path(p)).name}")
+    ui.stop_btn.click(admin_only(ctx, lambda name: runs.stop(name)), [ui.selected], [ui.action], api_name="stop_run")
+    resume = admin_only(ctx, lambda name: f"resumed {runs.resume(name).name}")
     ui.resume_btn.click(resume, [ui.selected], [ui.action], api_name="resume_run")
     for kind, comps in ui.forms.items():
         values = functools.partial(form_values_from_file, TRAINERS[kind].config, TRAINERS[kind].form_skip)

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.training import frozen_prompts, launch, prepare_pairs_run, prepare_ppo_run, run_kind
+from app.training import frozen_prompts, launch, prepare_pairs_run, prepare_ppo_run, recorded_run, run_kind
 from store.db import connect
 from store.errors import UserError
 from store.runs import list_runs
@@ -104,13 +104,19 @@ class Runs:
         proc = self.procs.get(run)
         return proc is not None and proc.poll() is None
 
-    def stop(self, run: Path) -> str:
+    def find(self, name: str | Path) -> Path:
+        """A run this store recorded under the runs folder, by id or folder (app/training.py::recorded_run)."""
+        return recorded_run(self.db, str(name), self.runs_dir)
+
+    def stop(self, name: str | Path) -> str:
+        run = self.find(name)
         if effective_status(run).get("state") not in ("starting", "running"):
             raise UserError(f"run {run.name} is not running")
         request_stop(run)
         return f"asked {run.name} to stop after its current step (it keeps a checkpoint; Resume continues it)"
 
-    def resume(self, run: Path) -> Path:
+    def resume(self, name: str | Path) -> Path:
+        run = self.find(name)
         state = effective_status(run).get("state")
         if state in ("starting", "running", "finished"):
             raise UserError(f"run {run.name} is {state}; only a stopped or failed run resumes")

@@ -19,7 +19,7 @@ from pathlib import Path
 from annotation.prompt_files import read_prompts as read_prompt_file
 from store.db import connect, write
 from store.errors import UserError
-from store.runs import latest_snapshot_id, record_run
+from store.runs import latest_snapshot_id, record_run, run_by_id
 from store.snapshot import split_of, write_snapshot
 from training.config_file import ConfigFile
 from training.launcher import launch
@@ -112,6 +112,27 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
         status = {**status, "state": "failed", "error": error}
         write_json_atomic(run / "status.json", status)
     return status
+
+
+def recorded_run(db: str, name: str, runs_dir: str | Path) -> Path:
+    """The folder of a run the store recorded under `runs_dir`, named by its id (or by that folder, as `rlhf runs`
+    prints it). Anything else is refused, everywhere a run is named (Resume, Stop, the run view, next round; the
+    CLI's --resume and stop): resuming a folder makes DeepSpeed unpickle its checkpoint files, so a planted folder
+    would run its code."""
+    name = (name or "").strip()
+    if not name:
+        raise UserError("name a run: its id, as `rlhf runs` lists it (click a row in the Train tab)")
+    with connect(db, create=False) as con:
+        row = run_by_id(con, name)
+        if row is None and os.sep in name:  # a folder: only the run recorded at exactly that folder
+            row = run_by_id(con, Path(name).name)
+            row = row if row is not None and Path(row.path).resolve() == Path(name).resolve() else None
+    if row is None:
+        raise UserError(f"no run {name!r} in the store: name one `rlhf runs` lists")
+    path, root = Path(row.path).resolve(), Path(runs_dir).resolve()
+    if not path.is_relative_to(root):
+        raise UserError(f"run {row.run_id} is not under the runs folder {runs_dir} (--runs-dir)")
+    return path
 
 
 def run_kind(run: Path) -> str:

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import duckdb
+
+
+@dataclass
+class RecordedRun:
+    run_id: str
+    kind: str
+    path: str  # absolute, as recorded when the run was prepared
+    created_at: str
 
 
 def record_run(
@@ -24,6 +33,11 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str, str]]
             "SELECT run_id, kind, path, created_at FROM runs ORDER BY created_at DESC, run_id DESC"
         ).fetchall()
     ]
+
+
+def run_by_id(con: duckdb.DuckDBPyConnection, run_id: str) -> RecordedRun | None:
+    row = con.execute("SELECT run_id, kind, path, created_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return None if row is None else RecordedRun(row[0], row[1], row[2], str(row[3]))
 
 
 def latest_snapshot_id(con: duckdb.DuckDBPyConnection) -> int | None:

@@ -91,6 +91,7 @@ DB_AFTER = {
     "demo": ["demo", "--quick"],
     "stop": ["stop", "runs/x"],
     "runs": ["runs"],
+    "undone": ["undone"],
     "rounds": ["rounds"],
     "round": ["round", "start", "--policy", "default"],
     "pairs": ["pairs", "--stats"],

@@ -303,27 +303,27 @@ def test_bad_ppo_input_is_one_error_line_and_no_run(cli, db, tmp_path, liked_rm,
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_stop_checkpoints_and_resume_finishes(tmp_path, tiny_model_dir, liked_rm, prompts_file, cli):
+def test_stop_checkpoints_and_resume_finishes(tmp_path, db, tiny_model_dir, liked_rm, prompts_file, cli):
     from app.training import follow, prepare_ppo_run
     from training.launcher import launch
     from training.ppo.config import PPOConfig
     from training.runs import read_metrics, read_status
 
     cfg = PPOConfig(actor=str(tiny_model_dir), reward=str(liked_rm), max_new_tokens=8, max_steps=30, epochs=10)
-    run = prepare_ppo_run(str(tmp_path / "s.duckdb"), cfg, tmp_path / "runs", str(prompts_file))
+    run = prepare_ppo_run(db, cfg, tmp_path / "runs", str(prompts_file))
     proc = launch("ppo", run)
     deadline = time.monotonic() + 300
     while not any(r.get("step", 0) >= 2 and "loss/actor" in r for r in read_metrics(run)):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.1)
-    code, out, _ = cli("stop", str(run))
+    code, out, _ = cli("stop", str(run), "--runs-dir", str(tmp_path / "runs"))  # by its folder
     assert code == 0 and "stop" in out
     status = follow(run, proc, poll_s=0.2)
     assert status["state"] == "stopped" and proc.returncode == 0
     stopped = next(r for r in read_metrics(run) if r.get("event") == "stopped")
     assert status["step"] == stopped["step"] < 30
     assert (run / "checkpoints" / "actor" / "latest").read_text().strip() == f"step{stopped['step']}"
-    code, out, err = cli("train-ppo", "--resume", str(run))
+    code, out, err = cli("train-ppo", "--resume", run.name, "--runs-dir", str(tmp_path / "runs"))  # by its id
     assert code == 0, err
     assert read_status(run)["state"] == "finished"
     resumed = next(r for r in read_metrics(run) if r.get("event") == "resumed")

@@ -103,7 +103,8 @@ def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(tmp_pa
     # resumable: the run continues from the checkpoint to the end (the alarm does not fire twice)
     from app.cli import main
 
-    assert main(["--db", str(tmp_path / "s.duckdb"), "train-ppo", "--resume", str(run)]) == 0
+    resume = ["train-ppo", "--resume", run.name, "--runs-dir", str(tmp_path / "runs")]  # by its id, as `rlhf runs`
+    assert main(["--db", str(tmp_path / "s.duckdb"), *resume]) == 0
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "finished" and status["alarm"] == alarm["reason"]
     assert sorted(steps_of(run)) == list(range(1, 25))
