@@ -355,7 +355,26 @@ def cmd_ui(args: argparse.Namespace) -> None:
         admins=args.admins,
         allowed_hosts=args.allowed_hosts,
         limits=dataclass_from_args(ServeLimits, args),
+        session_hours=args.session_hours,
+        ssl_keyfile=args.ssl_keyfile,
+        ssl_certfile=args.ssl_certfile,
     )
+
+
+def cmd_user_add(args: argparse.Namespace) -> None:
+    """`rlhf user add NAME --file FILE`: NAME's argon2 hash into the users file `rlhf ui --auth` reads."""
+    import getpass
+
+    from app.logins import add_user
+
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            raise UserError("the two passwords differ; nothing written")
+    new = add_user(args.file, args.name, password)
+    print(f"{'added' if new else 'updated'} {args.name} in {args.file} (argon2id hash; the file is mode 600)")
 
 
 def add_launch_args(s: argparse.ArgumentParser) -> None:
@@ -408,8 +427,19 @@ def _add_data_commands(sub) -> None:
         help="more names the Host header may carry, comma-separated (a reverse proxy's name; '*' = any); "
         "loopback names and the --host address are always allowed",
     )
+    s.add_argument("--session-hours", type=float, default=12.0, help="a login lasts this long (default 12)")
+    s.add_argument("--ssl-keyfile", help="serve HTTPS with this private key (with --ssl-certfile)")
+    s.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (with --ssl-keyfile)")
     add_dataclass_args(s, ServeLimits)
     s.set_defaults(func=cmd_ui)
+
+    s = sub.add_parser("user", help="manage the logins of `rlhf ui --auth FILE`")
+    us = s.add_subparsers(dest="user_command", required=True, metavar="ACTION")
+    a = us.add_parser("add", help="add a login (or set its password) as an argon2 hash; the file is kept at mode 600")
+    a.add_argument("name")
+    a.add_argument("--file", required=True, help="the users file (created if missing)")
+    a.add_argument("--password-stdin", action="store_true", help="read the password from stdin, not a prompt")
+    a.set_defaults(func=cmd_user_add)
 
     s = sub.add_parser("init", help="create or migrate the store")
     s.set_defaults(func=cmd_init)

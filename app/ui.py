@@ -13,6 +13,7 @@ from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES
 from app.limits import ServeLimits
+from app.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, store_of
 from store.errors import UserError
 from training.generation import Sampler, SamplingConfig
@@ -71,26 +72,6 @@ class AppContext:
             return self._sampler
 
 
-def read_auth_file(path: str | os.PathLike) -> list[tuple[str, str]]:
-    """`user:password` lines (blank lines and # comments ignored)."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read auth file {path}: {e}") from None
-    users = []
-    for n, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        user, sep, password = line.partition(":")
-        if not sep or not user.strip() or not password:
-            raise UserError(f"auth file {path} line {n}: expected user:password")
-        users.append((user.strip(), password))
-    if not users:
-        raise UserError(f"auth file {path} has no users")
-    return users
-
-
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -116,8 +97,13 @@ def build_app(ctx: AppContext):
     from app.data_tab import build_data_tab
     from app.train_tab import build_train_tab
 
-    with gr.Blocks(title="rlhf-studio", analytics_enabled=False) as demo:
-        gr.Markdown("# rlhf-studio\nRank sampled responses, train a reward model, run PPO, compare.")
+    # delete_cache: every hour, Gradio deletes the uploads and downloads it cached over a day ago (it keeps them
+    # forever otherwise: every pairs download leaves a copy)
+    with gr.Blocks(title="rlhf-studio", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
+        with gr.Row():
+            gr.Markdown("# rlhf-studio\nRank sampled responses, train a reward model, run PPO, compare.")
+            if ctx.auth:  # Gradio's /logout ends this login's sessions and goes back to the login page
+                gr.Button("Log out", link="/logout", size="sm", scale=0, min_width=90, elem_id="logout")
         with gr.Tabs() as tabs:
             with gr.Tab("Annotate", id="annotate"):
                 build_annotate_tab(ctx, demo)
@@ -156,16 +142,23 @@ def launch(
     admins: str | None = None,
     allowed_hosts: str | None = None,
     limits: ServeLimits | None = None,
+    session_hours: float = 12.0,
+    ssl_keyfile: str | None = None,
+    ssl_certfile: str | None = None,
 ):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     # After every event Gradio's queue rebuilds a pandas summary of up to 10,000 past events for its monitoring page
     # (unused here): 1-5 ms of CPU per submit, growing with uptime. Once every 1,000 events is plenty.
     os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
-    users = read_auth_file(auth) if auth else None
+    users = read_users(auth) if auth else None
     if not is_loopback(host) and not users:
         raise UserError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
+    if bool(ssl_keyfile) != bool(ssl_certfile):
+        raise UserError("TLS takes both --ssl-keyfile and --ssl-certfile")
+    if session_hours <= 0:
+        raise UserError(f"--session-hours must be above 0, got {session_hours}")
     admin_set = {a.strip() for a in (admins or "").split(",") if a.strip()}
-    unknown = sorted(admin_set - {u for u, _ in users or []})
+    unknown = sorted(admin_set - set(users.secrets if users else ()))
     if admin_set and not users:
         raise UserError("--admins needs --auth: without logins everyone using the app is its admin")
     if unknown:
@@ -179,17 +172,27 @@ def launch(
         store, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set, limits=limits
     )
     demo = build_app(ctx)
+    scheme = "https" if ssl_certfile else "http"
     if boundary.token is not None:
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        print(f"* rlhf-studio: open http://{shown}:{port}/?token={boundary.token}", flush=True)
+        print(f"* rlhf-studio: open {scheme}://{shown}:{port}/?token={boundary.token}", flush=True)
+    if users and users.plaintext:
+        print(
+            f"* rlhf-studio: {len(users.plaintext)} login(s) in {auth} have a plaintext password "
+            f"({', '.join(users.plaintext[:3])}): replace each with `rlhf user add NAME --file {auth}`",
+            flush=True,
+        )
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue).launch(
         server_name=host,
         server_port=port,
-        auth=users,
+        auth=LoginGate(users) if users else None,
         show_error=True,
         max_file_size=MAX_FILE_BYTES,  # Gradio stops reading an upload past it (HTTP 413)
         footer_links=[],
-        app_kwargs={"middleware": [guard_middleware(boundary)]},
+        ssl_keyfile=ssl_keyfile,
+        ssl_certfile=ssl_certfile,
+        ssl_verify=False,  # only Gradio's check of its own loopback address, which a self-signed certificate fails
+        app_kwargs={"middleware": [guard_middleware(boundary)], "lifespan": sessions_expire(session_hours)},
     )
 
 
@@ -200,6 +203,18 @@ def serving_boundary(host: str, port: int, allowed_hosts: str | None, token: boo
 
     extra = [h for h in (allowed_hosts or "").split(",") if h.strip()]
     return Boundary(hosts_for(host, extra), new_token() if token else None, port)
+
+
+def sessions_expire(hours: float):
+    """A lifespan hook that puts expiring sessions in place of Gradio's login tokens before the first request."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app):
+        app.tokens = ExpiringSessions(hours * 3600)
+        yield
+
+    return lifespan
 
 
 def guard_middleware(boundary):

@@ -189,6 +189,7 @@ def run(annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4
         _preload(db, stored, k)
         users = Path(tmp) / "users.txt"
         users.write_text("".join(f"a{i:02d}:pw\n" for i in range(annotators)))
+        users.chmod(0o600)  # rlhf ui refuses a users file others can read
         app = AppServer(db, "--auth", str(users), cpus=app_cores)
         try:
             os.sched_setaffinity(0, generator_core)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,8 @@ class AppServer:
     def __init__(self, db: str, *args: str, env: dict | None = None, cpus: set[int] | None = None):
         """cpus: pin the app to these cores (the benchmark keeps its load generator off them)."""
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
+        scheme = "https" if "--ssl-certfile" in args else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}/"
         # without --auth the app wants its token on every request (app/guard.py): the browser opens page_url, which
         # sets its cookie; a client sends `headers`
         self.token = None if "--auth" in args else secrets.token_urlsafe(16)
@@ -44,7 +46,9 @@ class AppServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the app exited: {self.output()}")
             try:
-                with urllib.request.urlopen(self.page_url, timeout=2):
+                # a test's self-signed certificate: this only asks whether the app is up
+                context = ssl._create_unverified_context() if scheme == "https" else None
+                with urllib.request.urlopen(self.page_url, timeout=2, context=context):
                     return
             except OSError:
                 time.sleep(0.5)

@@ -16,6 +16,7 @@ from tests.test_session import seed_store
 def users(tmp_path):
     f = tmp_path / "users.txt"
     f.write_text("ann:pw-ann\nbob:pw-bob\n")
+    f.chmod(0o600)  # rlhf ui refuses a users file others can read
     return str(f)
 
 

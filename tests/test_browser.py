@@ -43,6 +43,7 @@ def test_log_in_rank_by_drag_and_keyboard_and_submit(browser, db, tmp_path):
     seed_store(db, 3)
     users = tmp_path / "users.txt"
     users.write_text("ann:pw-ann\n")
+    users.chmod(0o600)
     app = AppServer(db, "--auth", str(users))
     page = browser.new_page(viewport={"width": 1200, "height": 1000})
     try:
@@ -71,6 +72,12 @@ def test_log_in_rank_by_drag_and_keyboard_and_submit(browser, db, tmp_path):
         page.wait_for_function("document.querySelector('#annotate-progress').innerText.includes('you: 1 ranked')")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "annotate.png"), full_page=True)
+        # Log out ends the session: the login form again, and a reload does not get past it
+        page.click("#logout")
+        page.wait_for_selector("input[type=password]", timeout=30_000)
+        page.reload()
+        page.wait_for_selector("input[type=password]", timeout=30_000)
+        assert page.locator("#ranker").count() == 0
     finally:
         page.close()
         app.stop()
@@ -90,6 +97,7 @@ def test_an_admin_login_shows_the_data_and_train_tabs(browser, db, tmp_path):
     seed_store(db, 1)
     users = tmp_path / "users.txt"
     users.write_text("ann:pw-ann\nboss:pw-boss\n")
+    users.chmod(0o600)
     app = AppServer(db, "--auth", str(users), "--admins", "boss")
     page = browser.new_page()
     try:
@@ -122,6 +130,7 @@ def test_an_empty_store_opens_on_the_data_tab_and_tells_an_annotator_why(browser
     has no Data tab, reads one line on the Annotate tab saying what has to happen first."""
     users = tmp_path / "users.txt"
     users.write_text("ann:pw-ann\nboss:pw-boss\n")
+    users.chmod(0o600)
     app = AppServer(db, "--auth", str(users), "--admins", "boss")
     page = browser.new_page()
     try:

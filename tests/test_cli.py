@@ -92,6 +92,7 @@ DB_AFTER = {
     "stop": ["stop", "runs/x"],
     "runs": ["runs"],
     "undone": ["undone"],
+    "user": ["user", "add", "ann", "--file", "users.txt"],
     "rounds": ["rounds"],
     "round": ["round", "start", "--policy", "default"],
     "pairs": ["pairs", "--stats"],

@@ -141,6 +141,7 @@ def test_the_printed_url_sets_a_cookie_for_this_port(app):
 def test_under_auth_the_host_check_stays_and_a_proxy_name_can_be_added(tmp_path):
     users = tmp_path / "users.txt"
     users.write_text("ann:pw\n")
+    users.chmod(0o600)  # rlhf ui refuses a users file others can read
     server = AppServer(str(tmp_path / "s.duckdb"), "--auth", str(users), "--allowed-hosts", "labels.example.com")
     try:
         assert _status(server.url, {"Host": "attacker.example"})[0] == 400

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from gradio_client import Client, handle_file
 
-from app.ui import AppContext, build_app, is_loopback, read_auth_file
+from app.logins import read_users
+from app.ui import AppContext, build_app, is_loopback
 from store.errors import StoreError
 from tests.conftest import DATA, query, store_rows
 from tests.labelstudio_server import free_port
@@ -80,10 +81,11 @@ def test_a_bad_upload_is_an_error_message_and_changes_nothing(app, db, tmp_path)
 def test_auth_file_and_bind_rules(tmp_path):
     f = tmp_path / "users.txt"
     f.write_text("# team\nann:pw1\nbob:p:w2\n")
-    assert read_auth_file(f) == [("ann", "pw1"), ("bob", "p:w2")]
+    f.chmod(0o600)
+    assert read_users(f).secrets == {"ann": "pw1", "bob": "p:w2"}
     f.write_text("ann\n")
     with pytest.raises(StoreError, match="line 1: expected user:password"):
-        read_auth_file(f)
+        read_users(f)
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.7")
 
@@ -166,6 +168,7 @@ def test_admins_need_logins_and_must_be_among_them(tmp_path, capsys):
 
     users = tmp_path / "users.txt"
     users.write_text("ann:pw1\nbob:pw2\n")
+    users.chmod(0o600)  # rlhf ui refuses a users file others can read
     db = str(tmp_path / "s.duckdb")
     assert main(["--db", db, "ui", "--admins", "ann"]) == 1
     assert capsys.readouterr().err.strip() == (

@@ -1,0 +1,133 @@
+"""Logins (app/logins.py): hashed entries written by `rlhf user add`, a users file others can read refused, failed
+logins throttled, sessions that end, TLS passed through; driven through the CLI and a real `rlhf ui` over HTTP."""
+
+import io
+import ssl
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from app.logins import ExpiringSessions, LoginGate, Users, read_users
+from store.errors import UserError
+from tests.app_server import AppServer
+
+
+def test_user_add_writes_a_hash_at_mode_600_and_replaces_an_entry(cli, tmp_path, monkeypatch):
+    users = tmp_path / "users.txt"
+    monkeypatch.setattr("sys.stdin", io.StringIO("correct horse\n"))
+    code, out, _ = cli("user", "add", "ann", "--file", str(users), "--password-stdin")
+    assert code == 0 and out.startswith("added ann")
+    assert users.stat().st_mode & 0o777 == 0o600
+    (line,) = users.read_text().splitlines()
+    assert line.startswith("ann:$argon2id$") and "correct horse" not in line
+    monkeypatch.setattr("sys.stdin", io.StringIO("battery staple\n"))
+    code, out, _ = cli("user", "add", "ann", "--file", str(users), "--password-stdin")
+    assert code == 0 and out.startswith("updated ann") and len(users.read_text().splitlines()) == 1
+    gate = LoginGate(read_users(users))
+    assert gate("ann", "battery staple") and not gate("ann", "correct horse") and not gate("bob", "battery staple")
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    code, _, err = cli("user", "add", "bob", "--file", str(users), "--password-stdin")
+    assert code == 1 and "at least 8 characters" in err and "bob" not in users.read_text()
+
+
+def test_a_users_file_others_can_read_is_refused(cli, tmp_path):
+    users = tmp_path / "users.txt"
+    users.write_text("ann:pw-ann\n")
+    users.chmod(0o644)
+    code, _, err = cli("ui", "--auth", str(users))
+    assert code == 1 and err.strip() == (
+        f"error: auth file {users} can be read by others (mode -rw-r--r--): run chmod 600 {users} "
+        "(it holds every login's password hash)"
+    )
+
+
+def test_failed_logins_lock_a_name_for_a_while_doubling():
+    now = [0.0]
+    gate = LoginGate(Users({"ann": "right-password"}), max_failures=3, lock_s=30, clock=lambda: now[0])
+    for _ in range(3):
+        assert not gate("ann", "guess")
+    assert gate.locked("ann") and not gate("ann", "right-password")  # refused unchecked while locked
+    now[0] = 31.0
+    for _ in range(3):  # three more wrong ones, no success between: the next lock is twice as long
+        assert not gate("ann", "guess")
+    now[0] = 31.0 + 59
+    assert gate.locked("ann")
+    now[0] = 31.0 + 61
+    assert gate("ann", "right-password")  # the lock ran out; a success clears the count and the doubling
+    for _ in range(3):
+        gate("ann", "guess")
+    now[0] += 31
+    assert not gate.locked("ann")
+    assert not gate.locked("bob") and not gate("bob", "x")  # an unknown name costs a check, and fails
+
+
+def test_sessions_expire():
+    now = [0.0]
+    sessions = ExpiringSessions(ttl_s=60, clock=lambda: now[0])
+    sessions["t1"] = "ann"
+    assert sessions.get("t1") == "ann" and "t1" in sessions
+    now[0] = 61
+    assert sessions.get("t1") is None and "t1" not in sessions
+    with pytest.raises(KeyError):
+        sessions["t1"]
+
+
+def _login(url: str, user: str, password: str, context=None) -> int:
+    data = urllib.parse.urlencode({"username": user, "password": password}).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + "login", data=data), context=context) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_a_real_app_throttles_guessing_over_https_with_a_hashed_users_file(cli, tmp_path, monkeypatch):
+    users = tmp_path / "users.txt"
+    monkeypatch.setattr("sys.stdin", io.StringIO("pw-of-ann-123\n"))
+    assert cli("user", "add", "ann", "--file", str(users), "--password-stdin")[0] == 0
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
+        + ["-days", "1", "-subj", "/CN=localhost"],
+        check=True,
+        capture_output=True,
+    )
+    app = AppServer(
+        str(tmp_path / "s.duckdb"), "--auth", str(users), "--ssl-keyfile", str(key), "--ssl-certfile", str(cert)
+    )
+    try:
+        url = app.url
+        assert url.startswith("https://")
+        tls = ssl.create_default_context(cafile=str(cert))
+        tls.check_hostname = False  # the certificate names localhost; the test connects to 127.0.0.1
+        assert _login(url, "ann", "pw-of-ann-123", tls) == 200
+        codes = [_login(url, "ann", f"guess-{i}", tls) for i in range(5)]
+        assert codes == [400] * 5
+        assert _login(url, "ann", "pw-of-ann-123", tls) == 400  # locked: even the right password, for 30 s
+        with pytest.raises(OSError):  # plain HTTP gets no answer from a TLS port
+            urllib.request.urlopen(app.url.replace("https://", "http://"), timeout=5)
+    finally:
+        app.stop()
+
+
+def test_plaintext_entries_still_work_with_a_warning(tmp_path):
+    users = tmp_path / "users.txt"
+    users.write_text("ann:pw-ann\n")
+    users.chmod(0o600)
+    app = AppServer(str(tmp_path / "s.duckdb"), "--auth", str(users))
+    try:
+        assert _login(app.url, "ann", "pw-ann") == 200
+        assert "1 login(s) in" in app.output() and "have a plaintext password (ann)" in app.output()
+    finally:
+        app.stop()
+
+
+def test_the_users_file_checks_its_lines(tmp_path):
+    users = tmp_path / "users.txt"
+    users.write_text("ann\n")
+    users.chmod(0o600)
+    with pytest.raises(UserError, match="line 1: expected user:password"):
+        read_users(users)
