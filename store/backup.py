@@ -1,19 +1,21 @@
 """`rlhf backup OUT` and `rlhf restore BACKUP`: the whole store as a folder of Parquet files (DuckDB's EXPORT
 DATABASE: schema.sql with the sequences at their positions, load.sql, one Parquet file per table) plus a manifest
-of row counts, and back.
+of row counts and each file's sha256, and back.
 
 The restore runs no SQL from the backup folder (IMPORT DATABASE would run its schema.sql and load.sql, and a
 folder someone handed you can say anything there: `COPY ... TO` any file). It builds our own schema at the backup's
 version, reads each of our tables from its Parquet file by a bound parameter, and takes only the sequences'
 positions from schema.sql, as numbers.
 
-Both are all or nothing: a backup is written beside OUT and renamed into place once complete; a restore builds the
-new store beside its target, checks every table's row count against the manifest, then renames it into place. A
-restore never overwrites an existing store."""
+Both are all or nothing: a backup is written beside OUT and renamed into place once complete; a restore checks
+every file against its hash, builds the new store beside its target, checks every table's row count against the
+manifest and every id sequence against its table's largest id, then renames it into place. A restore never
+overwrites an existing store."""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -33,6 +35,16 @@ def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}  # names from the catalog
 
 
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    """{file name: sha256} of every file EXPORT DATABASE wrote (it writes them all directly in the folder)."""
+    return {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
+
+
 def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
     out = Path(out)
     if out.exists():
@@ -49,6 +61,7 @@ def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "schema_version": version,
             "rows": counts,
+            "files": _hashes(partial),
         }
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         partial.rename(out)
@@ -67,18 +80,22 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
         manifest = json.loads((folder / MANIFEST).read_text())
         expected = {str(k): int(v) for k, v in manifest["rows"].items()}
         version = int(manifest["schema_version"])
+        # a manifest from before the hashes has no `files`: it still restores, on its row counts alone
+        files = {str(k): str(v) for k, v in manifest.get("files", {}).items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise UserError(f"{folder} is not an rlhf-studio backup: no readable {MANIFEST}") from None
     if not 1 <= version <= latest_version():
         raise UserError(f"{folder} was made by schema version {version}; this rlhf-studio reads 1..{latest_version()}")
     if target.exists():
         raise UserError(f"{target} already exists: restore into a new store file (the old one is never replaced)")
+    _check_files(folder, files)
     building = target.with_name(target.name + ".restoring")
     building.unlink(missing_ok=True)
     try:
         con = duckdb.connect(str(building))
         try:
             _rebuild(con, folder.resolve(), version)
+            _check_sequences(con)
             got = _counts(con)
             expected["schema_version"] = got.get("schema_version")  # ours: the latest schema's history
         finally:
@@ -96,6 +113,70 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
         building.unlink(missing_ok=True)
         raise
     return manifest
+
+
+def _check_files(folder: Path, files: dict[str, str]) -> None:
+    """Every file the manifest lists is there with the sha256 it had when the backup was made: a backup damaged or
+    edited after it was written (a Parquet file rewritten with its row count patched to match) restores nothing."""
+    for name, digest in sorted(files.items()):
+        if Path(name).name != name or name in (".", ".."):  # EXPORT DATABASE writes plain names, nothing elsewhere
+            raise UserError(f"{folder} is not an rlhf-studio backup: {MANIFEST} lists a file outside it ({name!r})")
+        path = folder / name
+        if not path.is_file():
+            raise UserError(f"{folder} is not a complete backup: {name} is missing; nothing restored")
+        try:
+            same = _sha256(path) == digest
+        except OSError as e:
+            raise UserError(f"cannot read {path}: {e.strerror or e}; nothing restored") from None
+        if not same:
+            raise UserError(
+                f"{folder} has changed since the backup was made: {name} does not match its sha256 in "
+                f"{MANIFEST}; nothing restored"
+            )
+
+
+_ID_COLUMN = re.compile(r"(\w+) BIGINT PRIMARY KEY DEFAULT nextval\('(\w+)'\)")
+
+
+def _id_sequences() -> dict[str, tuple[str, str]]:
+    """{sequence: (table, id column)} for every sequence that is the DEFAULT of a table's id, from our own schema."""
+    found = {}
+    for _, sql in schema_scripts():
+        for table, body in re.findall(r"CREATE TABLE (\w+) \((.*?)\n\);", sql, re.S):
+            for column, sequence in _ID_COLUMN.findall(body):
+                found[sequence] = (table, column)
+    return found
+
+
+def _check_sequences(con: duckdb.DuckDBPyConnection) -> None:
+    """Each id sequence would hand out an id above every id already used: its table's, and those in other tables'
+    columns of the same name (undone_rankings keeps the ids of rankings it took back). A schema.sql whose START is
+    behind the data (edited, or from a DuckDB that wrote it differently) would make a store whose next insert fails
+    on its primary key, or hands a new ranking the id an undo record still names."""
+    # the next value without taking it: last_value is NULL until the first nextval (our sequences count up by 1)
+    next_ids = dict(
+        con.execute(
+            "SELECT sequence_name, coalesce(last_value + increment_by, start_value) FROM duckdb_sequences()"
+        ).fetchall()
+    )
+    for sequence, (table, column) in sorted(_id_sequences().items()):
+        for holder in [table, *(t for t in _tables_with(con, column) if t != table)]:
+            largest = con.execute(f"SELECT max({column}) FROM {holder}").fetchone()[0]  # names from our catalog
+            if largest is not None and next_ids[sequence] <= largest:
+                where = holder if holder == table else f"{holder}.{column}"
+                raise UserError(
+                    f"the backup's sequence {sequence} would hand out id {next_ids[sequence]}, but {where} already "
+                    f"holds ids up to {largest}: the backup is inconsistent; nothing restored"
+                )
+
+
+def _tables_with(con: duckdb.DuckDBPyConnection, column: str) -> list[str]:
+    """The tables (not views) that have a column of this name."""
+    sql = (
+        "SELECT c.table_name FROM duckdb_columns() c JOIN duckdb_tables() t USING (schema_name, table_name) "
+        "WHERE c.column_name = ? ORDER BY c.table_name"
+    )
+    return [t for (t,) in con.execute(sql, [column]).fetchall()]
 
 
 _SEQUENCE = re.compile(r"CREATE SEQUENCE (\w+) INCREMENT BY 1 MINVALUE 1 MAXVALUE \d+ START (\d+) NO CYCLE")
