@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from annotation.files import read_text
-from annotation.labelstudio import parse_export
+from annotation.labelstudio import parse_export, server_url
 from annotation.native import parse_native
 from store.db import write
 from store.rankings import RankingIn, insert_rankings
@@ -25,6 +25,7 @@ class ImportSummary:
     pairs: int = 0
     flagged: int = 0
     skipped: Counter = field(default_factory=Counter)
+    conflicts: list[str] = field(default_factory=list)  # keys stored with other content, left as stored
 
     def line(self) -> str:
         skipped = sum(self.skipped.values())
@@ -32,8 +33,14 @@ class ImportSummary:
         return (
             f"tasks {self.tasks}, annotations {self.annotations}, rankings added {self.added}, "
             f"pairs added {self.pairs}, already imported {self.already}, skipped {skipped}{why}, "
-            f"flagged {self.flagged}"
+            f"flagged {self.flagged}{self._conflicts()}"
         )
+
+    def _conflicts(self) -> str:
+        """Said only when there are some, so the line of every clean import reads as it always has."""
+        if not self.conflicts:
+            return ""
+        return f", conflicts {len(self.conflicts)} (first {self.conflicts[0]}; the stored ranking is kept)"
 
     def as_dict(self) -> dict:
         return {
@@ -44,6 +51,7 @@ class ImportSummary:
             "pairs": self.pairs,
             "flagged": self.flagged,
             "skipped": dict(self.skipped),
+            "conflicts": list(self.conflicts),
         }
 
 
@@ -62,7 +70,7 @@ def store_rankings(
             [source, origin, content_sha256],
         ).fetchone()[0]
         result = insert_rankings(con, rankings, import_id=import_id)
-        summary.added, summary.already = result.added, result.already
+        summary.added, summary.already, summary.conflicts = result.added, result.already, result.conflicts
         summary.pairs, summary.flagged = result.pairs, result.flagged
         if result.added:
             con.execute(
@@ -91,8 +99,9 @@ def import_labelstudio_text(
     origin: str,
     config_xml: str | None = None,
     bucket_order: list[str] | None = None,
+    pulled_from: tuple[str, int] | None = None,
 ) -> ImportSummary:
-    parsed = parse_export(text, name, config_xml=config_xml, bucket_order=bucket_order)
+    parsed = parse_export(text, name, config_xml=config_xml, bucket_order=bucket_order, pulled_from=pulled_from)
     summary = ImportSummary(tasks=parsed.tasks, annotations=parsed.annotations, skipped=parsed.skipped)
     return store_rankings(db, parsed.rankings, summary, "labelstudio", origin, _sha(text))
 
@@ -113,7 +122,28 @@ def import_labelstudio_url(
     """Pull a project's JSON export live with label-studio-sdk (Label Studio 1.2x: a personal access token)."""
     from annotation.labelstudio_live import fetch_export
 
+    server_url(url)  # a malformed URL is one clear line before any network call
     tasks, config_xml = fetch_export(url, project, api_key)
+    return import_labelstudio_tasks(db, tasks, url, project, config_xml, bucket_order)
+
+
+def import_labelstudio_tasks(
+    db: str | os.PathLike,
+    tasks: list,
+    url: str,
+    project: int,
+    config_xml: str | None = None,
+    bucket_order: list[str] | None = None,
+) -> ImportSummary:
+    """Tasks pulled from project `project` of the server at `url`, as its JSON export holds them; their keys
+    name that server and project. The origin recorded leaves out any credentials in the URL."""
+    server = server_url(url)
     return import_labelstudio_text(
-        db, json.dumps(tasks), f"{url} project {project}", f"{url}#project={project}", config_xml, bucket_order
+        db,
+        json.dumps(tasks),
+        f"{server} project {project}",
+        f"{server}#project={project}",
+        config_xml,
+        bucket_order,
+        pulled_from=(server, project),
     )

@@ -5,7 +5,8 @@ the Ranker template (rank mode `{"ranker": {"<name>": [ids]}}`, the older flat l
 buckets `{"ranker": {"_": [...], "<bucket>": [...]}}` with a user-given bucket order) and the Pairwise template
 (`{"selected": "left" | "right"}`, left = the first `toName` field). Cancelled or empty annotations are skipped, and
 so are tasks nobody has annotated yet (an export of all tasks holds them: no annotations, or empty CSV cells).
-A ranking equal to the order shown, or made in under `FAST_LEAD_TIME_S`, is stored with a flag.
+A ranking equal to the order shown, or made in under `FAST_LEAD_TIME_S`, is stored with a flag. Each ranking's
+key names the server and project it comes from as far as the input says (see `ranking_keys`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from annotation.files import loads_json
 from store.errors import UserError
@@ -70,6 +72,8 @@ class Annotation:
     lead_time: float | None = None
     cancelled: bool = False
     annotated: bool = True  # False: a task without annotations, which an export of all tasks also lists
+    project: str | None = None  # the Label Studio project id, when the input says it
+    server: str | None = None  # scheme://host:port of a live pull; a file does not say its server
 
 
 @dataclass
@@ -91,6 +95,14 @@ def _float(x: object) -> float | None:
         return float(x)
     except (TypeError, ValueError):
         return None
+
+
+def _project(*candidates: object) -> str | None:
+    """The first project id given as a whole number (the JSON export puts one on every annotation)."""
+    for p in candidates:
+        if (isinstance(p, int) and not isinstance(p, bool)) or (isinstance(p, str) and p.isdigit()):
+            return str(p)
+    return None
 
 
 def _from_json_tasks(tasks: list) -> list[Annotation]:
@@ -116,6 +128,7 @@ def _from_json_tasks(tasks: list) -> list[Annotation]:
                     annotator=_annotator(a.get("completed_by")),
                     lead_time=_float(a.get("lead_time")),
                     cancelled=bool(a.get("was_cancelled") or a.get("skipped")),
+                    project=_project(a.get("project"), task.get("project")),
                 )
             )
     return out
@@ -326,16 +339,17 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     if not isinstance(prompt, str):
         raise UserError(f"{where}: no '{cfg.prompt_field}' text in the task data")
     if ann.annotation_id is not None:
-        key = f"ls:{ann.task_id}:{ann.annotation_id}"
+        key, same_as = ranking_keys(ann)
     else:  # a hand-made export without annotation ids: the content is the identity
         canon = json.dumps([prompt, [(it.text, it.rank) for it in items], ann.annotator], ensure_ascii=False)
-        key = "ls:sha256:" + hashlib.sha256(canon.encode()).hexdigest()[:32]
+        key, same_as = "ls:sha256:" + hashlib.sha256(canon.encode()).hexdigest()[:32], []
     ranking = RankingIn(
         prompt=prompt,
         items=items,
         annotator=ann.annotator,
         source="labelstudio",
         external_key=key,
+        same_as=same_as,
         lead_time_s=ann.lead_time,
         flags=_flags(items, ann.lead_time, pairwise),
     )
@@ -346,6 +360,47 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     return ranking
 
 
+def server_url(url: str) -> str:
+    """A Label Studio URL as the server it names: scheme://host:port, lowercased, without credentials, path or
+    trailing slash, so every spelling of one server gives the same ranking keys."""
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        port = None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or port is None:
+        raise UserError("not a Label Studio URL: give http[s]://host[:port]")  # not echoed: it may hold a password
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6, lowercased by urlsplit
+    return f"{parts.scheme.lower()}://{host}:{port}"
+
+
+def _like(text: str) -> str:
+    """text as a LIKE pattern matching only itself: a hand-made export's task id 'task_1' is no wildcard."""
+    return re.sub(r"[\\%_]", lambda m: "\\" + m.group(), text)
+
+
+def ranking_keys(ann: Annotation) -> tuple[str, list[str]]:
+    """(the ranking's external key, LIKE patterns of keys it may already be stored under).
+
+    The key names where the annotation lives, so two servers or projects with the same task and annotation ids
+    stay apart: 'ls:<server>/p<project>:<task>:<annotation>' for a live pull (server as `server_url` writes it,
+    e.g. 'ls:http://127.0.0.1:8080/p3:17:101'), 'ls:file/p<project>:<task>:<annotation>' for an export file
+    whose annotations name their project (the JSON export does; no file names its server), and the key of
+    before origins were recorded, 'ls:<task>:<annotation>', for one that does not (JSON_MIN, CSV, TSV).
+    Where one of two keys leaves the server or project unknown, the same task and annotation ids with equal
+    content are the same annotation: a file after a live pull of its project, the JSON after the CSV, an old
+    export into a store keyed the old way all add nothing. The price: a file is told apart from the same
+    project number on another server only by its content (equal content is then one judgement, stored once)."""
+    task, annotation = str(ann.task_id), str(ann.annotation_id)
+    ids = f"{_like(task)}:{_like(annotation)}"
+    if ann.project is None:
+        return f"ls:{task}:{annotation}", [f"ls:%:{ids}"]  # the same ids from any origin
+    project = _like(ann.project)
+    # a pull: an export file of its project; a file: its project pulled from any server
+    elsewhere = f"ls:file/p{project}:{ids}" if ann.server else f"ls:%/p{project}:{ids}"
+    return f"ls:{ann.server or 'file'}/p{ann.project}:{task}:{annotation}", [f"ls:{ids}", elsewhere]
+
+
 def _dense(items: list[RankedItem]) -> list[RankedItem]:
     """Renumber ranks 1..n keeping ties, so a partial ranking still reads 'rank r of the items ranked'."""
     order = {r: n for n, r in enumerate(sorted({it.rank for it in items}), 1)}
@@ -354,10 +409,21 @@ def _dense(items: list[RankedItem]) -> list[RankedItem]:
     return items
 
 
-def parse_export(text: str, name: str, config_xml: str | None = None, bucket_order: list[str] | None = None) -> Parsed:
-    """Every ranking in a Label Studio export, with counts of what was skipped and why."""
+def parse_export(
+    text: str,
+    name: str,
+    config_xml: str | None = None,
+    bucket_order: list[str] | None = None,
+    pulled_from: tuple[str, int] | None = None,
+) -> Parsed:
+    """Every ranking in a Label Studio export, with counts of what was skipped and why. `pulled_from`: the
+    (server, project id) of a live pull, which its keys name."""
     cfg = parse_label_config(config_xml) if config_xml else LabelConfig()
     annotations = read_export(text, name)
+    if pulled_from:
+        server = server_url(pulled_from[0])
+        for ann in annotations:
+            ann.server, ann.project = server, str(pulled_from[1])
     rankings, skipped = [], Counter()
     seen = set()
     for ann in annotations:

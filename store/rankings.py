@@ -27,6 +27,10 @@ class RankingIn:
     annotator: str
     source: str  # 'native', 'labelstudio', 'ui', 'compare'
     external_key: str | None = None
+    # LIKE patterns (`\` escapes) of keys an earlier import may hold this same ranking under, for when the key
+    # cannot say everything about where the ranking comes from (an older key scheme, a file that does not name
+    # its server): a stored ranking of the same prompt under such a key, with equal content, is this one.
+    same_as: list[str] = field(default_factory=list)
     lead_time_s: float | None = None
     flags: list[str] = field(default_factory=list)
     skipped: bool = False
@@ -64,7 +68,8 @@ class RankingIn:
 @dataclass
 class InsertResult:
     added: int = 0
-    already: int = 0  # external key seen before (re-import of the same export)
+    already: int = 0  # stored before under its key, or under a `same_as` key with equal content (a re-import)
+    conflicts: list[str] = field(default_factory=list)  # keys stored with other content; the stored one stays
     pairs: int = 0
     flagged: int = 0
 
@@ -88,7 +93,9 @@ def _stored_responses(con: duckdb.DuckDBPyConnection, pids: list[int]) -> tuple[
 def insert_rankings(
     con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], import_id: int | None = None
 ) -> InsertResult:
-    """Write rankings whose external key is new; re-imported ones are counted in `already` and left alone.
+    """Write rankings whose external key is new; re-imported ones are counted in `already` and left alone, and a
+    key already stored with other content (prompt, response texts or ranks) is a conflict: listed in
+    `conflicts`, never overwritten.
 
     Each item is matched to a stored response of its prompt (by id when given and the text agrees, else by text),
     and the rest become new responses. Everything is planned in Python first and written in four statements
@@ -124,26 +131,75 @@ def insert_rankings(
 
 
 def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], result: InsertResult) -> list:
-    """The rankings to write: those without an external key, and the first of each key the store lacks (the
-    others count in result.already)."""
-    keys = [r.external_key for r in rankings if r.external_key]
-    seen = set()
-    if keys:
-        seen = {
-            k
-            for (k,) in con.execute(
-                "SELECT external_key FROM rankings WHERE external_key IN (SELECT unnest(?::VARCHAR[]))", [keys]
-            ).fetchall()
-        }
+    """The rankings to write: those whose key (if any) is neither stored nor earlier in the batch, and that no
+    `same_as` key holds with equal content. A known key with equal content counts in result.already, with other
+    content in result.conflicts."""
+    stored = _contents(_rows_by_key(con, [r.external_key for r in rankings if r.external_key]))
+    stored = {key: content for (_, key), content in stored.items()}
+    aliased = _contents(_rows_by_alias(con, [(n, r) for n, r in enumerate(rankings) if r.external_key not in stored]))
+    alias_contents = {(n, content) for (n, _), content in aliased.items()}
     todo = []
-    for r in rankings:
-        if r.external_key and r.external_key in seen:
+    for n, r in enumerate(rankings):
+        key = r.external_key
+        if key in stored:
+            if stored[key] == _content(r):
+                result.already += 1
+            else:
+                result.conflicts.append(key)
+        elif (n, _content(r)) in alias_contents:
             result.already += 1
-            continue
-        if r.external_key:
-            seen.add(r.external_key)
-        todo.append(r)
+        else:
+            if key:
+                stored[key] = _content(r)
+            todo.append(r)
     return todo
+
+
+def _content(r: RankingIn) -> tuple:
+    """What makes two rankings the same judgement: the prompt, and each response text with its rank."""
+    return r.prompt, tuple(sorted((it.text, it.rank) for it in r.items))
+
+
+def _contents(rows: list[tuple]) -> dict[tuple, tuple]:
+    """(tag, key, prompt, response text, rank) rows -> {(tag, key): content as `_content` gives it}. A ranking
+    without items (a skip) has one row whose text is NULL."""
+    prompts, items = {}, {}
+    for tag, key, prompt, text, rank in rows:
+        prompts[(tag, key)] = prompt
+        items.setdefault((tag, key), []).extend([(text, rank)] if text is not None else [])
+    return {k: (prompts[k], tuple(sorted(items[k]))) for k in prompts}
+
+
+def _rows_by_key(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[tuple]:
+    """The stored rankings under these keys, as `_contents` reads them (tagged with their key)."""
+    if not keys:
+        return []
+    return con.execute(
+        """SELECT k.external_key, k.external_key, p.text, r.text, i.rank
+           FROM rankings k JOIN prompts p ON p.prompt_id = k.prompt_id
+           LEFT JOIN ranking_items i ON i.ranking_id = k.ranking_id
+           LEFT JOIN responses r ON r.response_id = i.response_id
+           WHERE k.external_key IN (SELECT unnest(?::VARCHAR[]))""",
+        [keys],
+    ).fetchall()
+
+
+def _rows_by_alias(con: duckdb.DuckDBPyConnection, wanted: list[tuple[int, RankingIn]]) -> list[tuple]:
+    """Stored rankings of the same prompt under a key that one of the ranking's `same_as` patterns matches, as
+    `_contents` reads them (tagged with the ranking's index). Joined through the prompt text, so the pattern is
+    only tried on the few rankings of that prompt."""
+    asked = [(n, r.prompt, pattern) for n, r in wanted for pattern in r.same_as]
+    if not asked:
+        return []
+    return con.execute(
+        """SELECT q.n, k.external_key, p.text, r.text, i.rank
+           FROM (SELECT unnest(?::BIGINT[]) AS n, unnest(?::VARCHAR[]) AS prompt, unnest(?::VARCHAR[]) AS pattern) q
+           JOIN prompts p ON p.text = q.prompt
+           JOIN rankings k ON k.prompt_id = p.prompt_id AND k.external_key LIKE q.pattern ESCAPE '\\'
+           LEFT JOIN ranking_items i ON i.ranking_id = k.ranking_id
+           LEFT JOIN responses r ON r.response_id = i.response_id""",
+        [list(col) for col in zip(*asked, strict=True)],
+    ).fetchall()
 
 
 def _plan_items(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, result: InsertResult) -> tuple[list, list]:

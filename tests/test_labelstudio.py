@@ -77,7 +77,7 @@ def test_ranker_json(cli, db):
     flags = query(db, "SELECT annotator, flags, lead_time_s FROM rankings WHERE len(flags) > 0")
     assert flags == [("ls:c@example.org", ["shown_order", "fast"], 1.1)]
     keys = {k for (k,) in query(db, "SELECT external_key FROM rankings")}
-    assert keys == {"ls:17:101", "ls:17:103", "ls:18:104"}
+    assert keys == {"ls:file/p5:17:101", "ls:file/p5:17:103", "ls:file/p5:18:104"}  # the file says project 5
 
 
 @pytest.mark.parametrize("fmt", [Format.JSON_MIN, Format.CSV, Format.TSV])
@@ -87,7 +87,8 @@ def test_ranker_other_formats_give_the_same_pairs(cli, db, tmp_path, fmt):
     assert code == 0, err
     assert "rankings added 3, pairs added 15" in out
     assert pairs(db) == RANKER_PAIRS
-    # the same annotations in JSON add nothing: the key is task id + annotation id in every format
+    # the same annotations in JSON add nothing: JSON_MIN and CSV name no project, so the same task id, annotation
+    # id and content is the same annotation
     before = store_rows(db)
     code, out, _ = cli("import-ls", str(LS / "ranker_rank.json"))
     assert "rankings added 0" in out and "already imported 3" in out
