@@ -32,10 +32,12 @@ def add_example_prompts(db: str | os.PathLike) -> str:
     return add_prompt_file(db, example_prompts_path(), source="example")
 
 
-def write_pairs_file(db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False) -> str:
+def write_pairs_file(
+    db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
+) -> str:
     with connect(db, create=False) as con:
-        n = export_pairs(con, out, drop_flagged=drop_flagged)
-    return f"wrote {n} pairs to {out}"
+        n = export_pairs(con, out, drop_flagged=drop_flagged, with_votes=with_votes)
+    return f"wrote {n} pairs to {out}" + (" (the Compare tab's decided votes included)" if with_votes else "")
 
 
 def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:

@@ -132,7 +132,7 @@ def cmd_pairs(args: argparse.Namespace) -> None:
     if not args.out and not args.stats:
         raise UserError("give --out FILE.jsonl|.parquet|.csv and/or --stats")
     if args.out:
-        print(write_pairs_file(args.db, args.out, drop_flagged=args.drop_flagged))
+        print(write_pairs_file(args.db, args.out, drop_flagged=args.drop_flagged, with_votes=args.with_votes))
     if args.stats:
         s = store_stats(args.db)
         print(json.dumps(s, indent=2) if args.json else "\n".join(stats_lines(s)))
@@ -549,6 +549,7 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument("--stats", action="store_true", help="print counts")
     s.add_argument("--json", action="store_true", help="with --stats: print JSON")
     s.add_argument("--drop-flagged", action="store_true", help="leave out rankings flagged as suspicious")
+    s.add_argument("--with-votes", action="store_true", help="also the Compare tab's decided votes, a pair each")
     s.set_defaults(func=cmd_pairs)
 
 

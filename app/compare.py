@@ -1,6 +1,7 @@
 """The Compare tab's plain functions: a conversation with the tuned actor and the reference side by side, blind
 or not, streamed in lockstep; reward-model scores under each reply (blind: after the vote, with the names); votes
-stored as 'compare' rankings; the win-rate table. The conversation lives in a per-session state dict."""
+stored apart from the annotation data (store/compare.py); the win-rate table. The conversation lives in a
+per-session state dict."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 
 from annotation.response_html import response_html
 from annotation.winrate import win_table
-from store.compare import compare_votes, record_vote
+from store.compare import Vote, compare_votes, record_vote
 from store.db import connect, write
 from store.errors import UserError
 from training.chat import ChatParams, Models, best_of_reply, model_folder, score_reply, stream_pair
@@ -183,18 +184,21 @@ def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
     replies = [(text, model_name(ref)) for text, ref in zip(state["replies"], state["sides"], strict=True)]
     flags = ["blind"] if state["blind"] else []
     if state.get("multi_turn"):
-        flags.append("multi_turn")  # the prompt stored is the last user message; earlier turns differ per side
+        flags.append("multi_turn")  # earlier turns differ per side: the context holds each side's
+    # each side's conversation before this exchange (its history ends with the message and the reply)
+    context = [h[:-2] for h in state["history"]]
+    vote_row = Vote(
+        annotator or "anonymous",
+        state["prompt"],
+        replies,
+        choice,
+        state["params"],
+        state["params"]["seed"],
+        context,
+        flags,
+    )
     with write(db) as con:
-        record_vote(
-            con,
-            state["prompt"],
-            replies,
-            choice,
-            annotator or "anonymous",
-            state["params"],
-            state["params"]["seed"],
-            flags,
-        )
+        record_vote(con, vote_row)
     state = {**state, "voted": True}
     return state, reveal_line(state)
 

@@ -1,7 +1,7 @@
 """Compare tab: the tuned actor and the reference answer the same message side by side (streaming, same sampling
 parameters and seed), each reply with its reward-model score; blind mode hides which is which, and the scores, until
-the vote; votes become 'compare' rankings and feed a win-rate table. Messages show as Markdown rendered on the server
-(their own HTML escaped). Handlers are the plain functions of app/compare.py.
+the vote; votes are stored apart from the annotation data (store/compare.py) and feed a win-rate table. Messages
+show as Markdown rendered on the server (their own HTML escaped). Handlers are the plain functions of app/compare.py.
 
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 

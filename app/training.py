@@ -67,6 +67,8 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
     data = str(Path(pairs).resolve()) if pairs else None
     if data and cfg.rounds:
         raise UserError("--rounds picks pairs from the store by round; a pairs file has no rounds")
+    if data and cfg.with_votes:
+        raise UserError("--with-votes takes the votes from the store; a pairs file has none")
     if data:  # a pairs file is read before the store is opened, so the store is held only for the record
         _check_pairs(data, cfg)
     with write(db) as con:
@@ -77,6 +79,7 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
                 eval_fraction=cfg.eval_fraction,
                 seed=cfg.seed,
                 rounds=round_numbers(cfg.rounds),
+                with_votes=cfg.with_votes,
             )
             data, snapshot_id = str(folder.resolve()), latest_snapshot_id(con)  # the ranks run in the run folder
             _check_pairs(data, cfg)

@@ -64,21 +64,21 @@ def schema_scripts(folder: Path | None = None) -> list[tuple[int, str]]:
 
 
 def migrate(con: duckdb.DuckDBPyConnection, folder: Path | None = None, upto: int | None = None) -> tuple[int, int]:
-    """Bring the schema to the latest version (or `upto`) in one transaction; returns (version before, after)."""
+    """Bring the schema to the latest version (or `upto`), one transaction per version (a store is always at some
+    whole version; DuckDB also cannot delete, in one transaction, rows that rows deleted there referred to, which
+    a data migration may need two steps for); returns (version before, after)."""
     before = schema_version(con)
     todo = [(v, sql) for v, sql in schema_scripts(folder) if v > before and (upto is None or v <= upto)]
     after = max([before] + [v for v, _ in todo])
-    if not todo:
-        return before, after
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for version, sql in todo:
+    for version, sql in todo:
+        con.execute("BEGIN TRANSACTION")
+        try:
             con.execute(sql)
             con.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
     return before, after
 
 

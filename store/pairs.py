@@ -18,9 +18,12 @@ PAIR_COLUMNS = (
 )
 
 
-def pairs_query(drop_flagged: bool = False) -> str:
+def pairs_query(drop_flagged: bool = False, with_votes: bool = False) -> str:
+    """The store's pairs; with_votes: the Compare tab's decided votes after them (store/compare.py)."""
     where = "WHERE NOT flagged" if drop_flagged else ""
-    return f"SELECT {PAIR_COLUMNS} FROM pairs {where} ORDER BY prompt_id, ranking_id, chosen_id, rejected_id"
+    source = "(SELECT * FROM pairs UNION ALL BY NAME SELECT * FROM vote_pairs)" if with_votes else "pairs"
+    order = "prompt_id NULLS LAST, prompt, ranking_id, chosen_id, rejected_id, chosen"
+    return f"SELECT {PAIR_COLUMNS} FROM {source} {where} ORDER BY {order}"
 
 
 def _copy_format(path: Path) -> str:
@@ -52,7 +55,9 @@ def _write_csv(con: duckdb.DuckDBPyConnection, query: str, path: Path) -> None:
             out.writerows([csv_cell(v) for v in row] for row in rows)
 
 
-def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_flagged: bool = False) -> int:
+def export_pairs(
+    con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
+) -> int:
     """Write all pairs to OUT (.jsonl, .parquet or .csv); the file appears whole or not at all. Returns the count."""
     out = Path(out)
     fmt = _copy_format(out)
@@ -61,9 +66,9 @@ def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_fl
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         if fmt == "csv":
-            _write_csv(con, pairs_query(drop_flagged), tmp)
+            _write_csv(con, pairs_query(drop_flagged, with_votes), tmp)
         else:
-            con.execute(f"COPY ({pairs_query(drop_flagged)}) TO {sql_string(tmp)} {fmt}")
+            con.execute(f"COPY ({pairs_query(drop_flagged, with_votes)}) TO {sql_string(tmp)} {fmt}")
         os.replace(tmp, out)
     except duckdb.Error as e:
         raise UserError(f"cannot write {out}: {str(e).splitlines()[0]}") from None
@@ -71,12 +76,11 @@ def export_pairs(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_fl
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     finally:
         tmp.unlink(missing_ok=True)
-    return count_pairs(con, drop_flagged)
+    return count_pairs(con, drop_flagged, with_votes)
 
 
-def count_pairs(con: duckdb.DuckDBPyConnection, drop_flagged: bool = False) -> int:
-    where = "WHERE NOT flagged" if drop_flagged else ""
-    return con.execute(f"SELECT count(*) FROM pairs {where}").fetchone()[0]
+def count_pairs(con: duckdb.DuckDBPyConnection, drop_flagged: bool = False, with_votes: bool = False) -> int:
+    return con.execute(f"SELECT count(*) FROM ({pairs_query(drop_flagged, with_votes)})").fetchone()[0]
 
 
 def stats(con: duckdb.DuckDBPyConnection) -> dict:

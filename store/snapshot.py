@@ -37,21 +37,34 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: int) -> dict[str, int]:
-    prompts = con.execute("SELECT DISTINCT prompt_id, prompt FROM pairs ORDER BY prompt_id").fetchall()
+def pairs_source(with_votes: bool) -> str:
+    """The relation a snapshot reads its pairs from: the `pairs` view, and with `with_votes` the Compare tab's
+    decided votes too (`vote_pairs`, the same columns; votes have no prompt, ranking or response ids)."""
+    return "(SELECT * FROM pairs UNION ALL BY NAME SELECT * FROM vote_pairs)" if with_votes else "pairs"
+
+
+def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: int, source: str) -> dict[str, str]:
+    """The split of each prompt text (text, not id: a vote's prompt has no id, and lands where a stored prompt
+    of the same text does)."""
+    prompts = dict(
+        con.execute(f"SELECT prompt, min(prompt_id) FROM {source} GROUP BY prompt ORDER BY prompt").fetchall()
+    )
     if not prompts:
         raise UserError("no pairs in the store yet: import or submit rankings first")
-    splits = {pid: split_of(text, eval_fraction, seed) for pid, text in prompts}
-    # A small store could hash every prompt to one side; keep at least one prompt on each side when possible.
+    splits = {text: split_of(text, eval_fraction, seed) for text in prompts}
+    # A small store could hash every prompt to one side; keep at least one prompt on each side when possible (the
+    # one whose id hashes lowest; a vote's prompt, which has no id, by its text).
     if eval_fraction > 0 and len(prompts) >= 2 and "eval" not in splits.values():
-        splits[min(splits, key=lambda p: hashlib.sha256(f"{seed}:{p}".encode()).hexdigest())] = "eval"
-    con.execute("CREATE OR REPLACE TEMP TABLE snapshot_split (prompt_id BIGINT, split VARCHAR)")
+        key = lambda t: hashlib.sha256(f"{seed}:{t if prompts[t] is None else prompts[t]}".encode()).hexdigest()  # noqa: E731
+        splits[min(splits, key=key)] = "eval"
+    con.execute("CREATE OR REPLACE TEMP TABLE snapshot_split (prompt VARCHAR, split VARCHAR)")
     con.executemany("INSERT INTO snapshot_split VALUES (?, ?)", list(splits.items()))
     return splits
 
 
 def _pair_filter(con: duckdb.DuckDBPyConnection, drop_flagged: bool, rounds: list[int] | None) -> str:
-    """The WHERE clause's tail that picks the snapshot's pairs; a round the store lacks is a UserError."""
+    """The WHERE clause's tail that picks the snapshot's pairs; a round the store lacks is a UserError. (A vote has
+    no round: a snapshot of some rounds leaves the votes out.)"""
     where = "AND NOT p.flagged" if drop_flagged else ""
     if rounds is not None:
         have = {r for (r,) in con.execute("SELECT DISTINCT round FROM pairs").fetchall()}
@@ -61,18 +74,20 @@ def _pair_filter(con: duckdb.DuckDBPyConnection, drop_flagged: bool, rounds: lis
     return where
 
 
-def _write_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, where: str) -> dict:
+def _write_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, where: str, source: str = "pairs") -> dict:
     """One split's pairs as folder/<split>.parquet; returns its manifest entry (counts and sha256)."""
     path = folder / f"{split}.parquet"
     query = f"""SELECT {", ".join("p." + c.strip() for c in PAIR_COLUMNS.split(","))}
-                FROM pairs p JOIN snapshot_split s USING (prompt_id)
+                FROM {source} p JOIN snapshot_split s USING (prompt)
                 WHERE s.split = '{split}' {where}
-                ORDER BY p.prompt_id, p.ranking_id, p.chosen_id, p.rejected_id"""
+                ORDER BY p.prompt_id NULLS LAST, p.prompt, p.ranking_id, p.chosen_id, p.rejected_id, p.chosen"""
     con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
-    pairs, prompts, rankings = con.execute(
-        f"SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT ranking_id) FROM ({query})"
+    pairs, prompts, rankings, votes = con.execute(
+        f"""SELECT count(*), count(DISTINCT prompt), count(DISTINCT ranking_id), count(*) FILTER (ranking_id IS NULL)
+            FROM ({query})"""
     ).fetchone()
-    return {"file": path.name, "pairs": pairs, "prompts": prompts, "rankings": rankings, "sha256": _sha256(path)}
+    entry = {"file": path.name, "pairs": pairs, "prompts": prompts, "rankings": rankings}
+    return {**entry, **({"votes": votes} if source != "pairs" else {}), "sha256": _sha256(path)}
 
 
 def write_snapshot(
@@ -82,20 +97,23 @@ def write_snapshot(
     seed: int = 0,
     drop_flagged: bool = False,
     rounds: list[int] | None = None,
+    with_votes: bool = False,
 ) -> Path:
     """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns the folder. With
-    `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt.
+    `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt. With
+    `with_votes`, the Compare tab's decided votes too, one pair each.
 
     The folder appears whole (written aside, then renamed) and its files are read-only."""
     if not 0 <= eval_fraction < 1:
         raise UserError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    _assign_splits(con, eval_fraction, seed)
+    source = pairs_source(with_votes)
+    _assign_splits(con, eval_fraction, seed, source)
     where = _pair_filter(con, drop_flagged, rounds)
     tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=root))
     try:
-        splits = {split: _write_split(con, tmp, split, where) for split in SPLITS}
+        splits = {split: _write_split(con, tmp, split, where, source) for split in SPLITS}
         content = hashlib.sha256("".join(splits[s]["sha256"] for s in SPLITS).encode()).hexdigest()
         created = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         manifest = {
@@ -106,6 +124,7 @@ def write_snapshot(
             "seed": seed,
             "drop_flagged": drop_flagged,
             **({"rounds": sorted(rounds)} if rounds is not None else {}),
+            **({"with_votes": True} if with_votes else {}),
             "columns": [c.strip() for c in PAIR_COLUMNS.split(",")],
             "splits": splits,
             "content_sha256": content,

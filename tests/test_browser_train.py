@@ -103,16 +103,11 @@ def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path,
     finally:
         page.close()
         app.stop()
-    votes = query(
-        db,
-        """SELECT r.source, r.flags, i.shown_position, i.rank, s.model_id FROM rankings r
-           JOIN ranking_items i USING (ranking_id) JOIN responses s USING (response_id)
-           WHERE r.source = 'compare' ORDER BY i.shown_position""",
-    )
-    assert [(v[0], v[2], v[3]) for v in votes] == [("compare", 0, 1), ("compare", 1, 2)]
-    assert votes[0][1] == ["blind"]
-    models = {v[4] for v in votes}
+    ((choice, flags, left_model, right_model),) = query(db, "SELECT choice, flags, left_model, right_model FROM votes")
+    assert choice == "left" and flags == ["blind"]
+    models = {left_model, right_model}
     assert any(re.search(r"ppo-.*/actor$", m) for m in models) and len(models) == 2
+    assert query(db, "SELECT count(*) FROM rankings WHERE source = 'compare'") == [(0,)]
     assert json.loads((tmp_path / "runs").joinpath(ppo_run.split("/")[-1], "config.json").read_text())["max_steps"] == 3
 
 
@@ -179,13 +174,9 @@ def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, t
     dpo_config = json.loads((tmp_path / "runs" / dpo_run.split("/")[-1] / "config.json").read_text())
     rm_config = json.loads((tmp_path / "runs" / rm_run.split("/")[-1] / "config.json").read_text())
     assert dpo_config["kind"] == "dpo" and dpo_config["data"] == rm_config["data"]  # the same snapshot
-    votes = query(
-        db,
-        """SELECT r.flags, i.rank, s.model_id FROM rankings r JOIN ranking_items i USING (ranking_id)
-           JOIN responses s USING (response_id) WHERE r.source = 'compare' ORDER BY i.shown_position""",
-    )
-    assert [v[1] for v in votes] == [2, 1] and votes[0][0] == ["blind"]  # the right side won
-    models = {v[2] for v in votes}
+    ((choice, flags, left_model, right_model),) = query(db, "SELECT choice, flags, left_model, right_model FROM votes")
+    assert choice == "right" and flags == ["blind"]  # the right side won
+    models = {left_model, right_model}
     assert any(re.search(r"ppo-.*/actor$", m) for m in models) and any(re.search(r"dpo-.*/policy$", m) for m in models)
 
 

@@ -58,30 +58,31 @@ def test_bootstrap_interval_narrows_with_more_votes_and_is_degenerate_when_unani
     assert many[0] < 0.5 < many[1]
 
 
-@pytest.mark.parametrize(
-    "choice, ranks, skipped, pairs",
-    [("left", [1, 2], False, 1), ("right", [2, 1], False, 1), ("tie", [1, 1], False, 0), ("both_bad", [1, 1], True, 0)],
-)
-def test_a_vote_is_a_compare_ranking(db, choice, ranks, skipped, pairs):
-    from store.compare import compare_votes, record_vote
+@pytest.mark.parametrize("choice, pair", [("left", ("hello!", "hi.")), ("right", ("hi.", "hello!")), ("tie", None)])
+def test_a_vote_is_stored_apart_from_the_annotation_data(db, choice, pair):
+    from store.compare import Vote, compare_votes, record_vote
+    from store.db import write
+
+    replies = [("hello!", "ppo-run"), ("hi.", "default:ref")]
+    with write(db) as con:
+        record_vote(con, Vote("ann", "Say hi", replies, choice, {"seed": 3}, 3, [[], []], ["blind"]))
+        assert compare_votes(con) == [("ppo-run", "default:ref", choice)]
+    assert query(db, "SELECT count(*) FROM prompts") == [(0,)]  # no prompt for the annotators' queue
+    assert query(db, "SELECT count(*) FROM responses") == query(db, "SELECT count(*) FROM rankings") == [(0,)]
+    assert query(db, "SELECT count(*) FROM pairs") == [(0,)]
+    got = query(db, "SELECT prompt, chosen, rejected, source FROM vote_pairs")
+    assert got == ([("Say hi", *pair, "compare")] if pair else [])
+
+
+def test_identical_replies_are_a_tie_and_both_bad_gives_no_pair(db):
+    from store.compare import Vote, count_votes, record_vote
     from store.db import write
 
     with write(db) as con:
-        record_vote(con, "Say hi", [("hello!", "ppo-run"), ("hi.", "default:ref")], choice, "ann", {"seed": 3}, 3)
-    rows = query(
-        db,
-        """SELECT s.text, s.model_id, i.rank, i.shown_position, r.source, r.skipped, r.annotator
-           FROM rankings r JOIN ranking_items i USING (ranking_id) JOIN responses s USING (response_id)
-           ORDER BY i.shown_position""",
-    )
-    assert [(t, m, rk, pos) for t, m, rk, pos, *_ in rows] == [
-        ("hello!", "ppo-run", ranks[0], 0),
-        ("hi.", "default:ref", ranks[1], 1),
-    ]
-    assert {(src, sk, ann) for *_, src, sk, ann in rows} == {("compare", skipped, "ann")}
-    assert query(db, "SELECT count(*) FROM pairs")[0][0] == pairs
-    with write(db) as con:
-        assert compare_votes(con) == [("ppo-run", "default:ref", choice)]
+        record_vote(con, Vote("ann", "Say hi", [("same", "a"), ("same", "b")], "left", {}, 0))
+        record_vote(con, Vote("ann", "Say hi", [("x", "a"), ("y", "b")], "both_bad", {}, 0))
+        assert count_votes(con) == (2, 0)
+    assert query(db, "SELECT choice FROM votes ORDER BY vote_id") == [("tie",), ("both_bad",)]
 
 
 def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
@@ -104,7 +105,7 @@ def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
     assert again["replies"] == state["replies"]  # same seed, same parameters: the same replies
     state, reveal = vote(db, state, "left", "rev")
     assert "actor" in reveal and "reference" in reveal
-    assert query(db, "SELECT count(*), min(source) FROM rankings") == [(1, "compare")]
+    assert query(db, "SELECT count(*), min(choice), min(annotator) FROM votes") == [(1, "left", "rev")]
     (row,) = win_rows(db, str(tiny_model_dir))
     assert row[1:6] == [1, 1, 0, 0, 0] and row[6] == "1.00"
     with pytest.raises(Exception, match="already has your vote"):
@@ -145,11 +146,14 @@ def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_d
         assert [m["role"] for m in history] == ["user", "assistant", "user", "assistant"]
         assert history[2]["content"] == "second question"
     assert state["replies"][0] == state["replies"][1]  # one model on both sides, one seed: the same reply
-    state, _ = vote(db, state, "tie", "rev")
-    assert query(db, "SELECT flags, skipped, skip_reason FROM rankings") == [
-        (["blind", "multi_turn"], True, "identical replies")  # stored, but it makes no pair
-    ]
-    assert query(db, "SELECT text FROM prompts") == [("second question",)]
+    state, _ = vote(db, state, "left", "rev")
+    # identical replies: stored as a tie (no pair); the context is each side's first exchange
+    ((flags, choice, prompt, context),) = query(db, "SELECT flags, choice, prompt, context FROM votes")
+    assert (flags, choice, prompt) == (["blind", "multi_turn"], "tie", "second question")
+    sides = json.loads(context)
+    assert [[m["content"] for m in side][0] for side in sides] == ["first question", "first question"]
+    assert all([m["role"] for m in side] == ["user", "assistant"] for side in sides)
+    assert query(db, "SELECT count(*) FROM prompts") == [(0,)]
 
 
 def test_the_chat_shows_markdown_and_never_a_messages_own_html():
@@ -267,7 +271,106 @@ def test_best_of_n_of_the_reference_is_a_contestant(db, tiny_model_dir, tmp_path
     assert state["replies"][1] == replies[scores.index(max(scores))]
     assert all(f[1][-1]["content"] == state["replies"][1] for f in frames)  # shown whole from the first frame
     vote(db, state, "right", "rev")
-    ids = query(db, "SELECT s.model_id FROM ranking_items i JOIN responses s USING (response_id) ORDER BY 1")
-    assert f"best-of-3:{tiny_model_dir.resolve()}" in {m for (m,) in ids}
+    assert query(db, "SELECT right_model FROM votes") == [(f"best-of-3:{tiny_model_dir.resolve()}",)]
     with pytest.raises(Exception, match="picks with a reward model"):
         list(respond(models, new_conversation("default", ref, blind=False), "hi", params, ""))
+
+
+def test_a_vote_through_the_app_reaches_no_queue_no_prompt_and_training_only_when_asked(tmp_path, tiny_model_dir):
+    """An annotator's chat message is the text of a stored prompt: voting on it adds nothing to that prompt, hands
+    no one a task, and no pair leaves the store unless asked for with --with-votes."""
+
+    from app.cli import main
+    from tests.app_server import AppServer
+    from tests.test_session import seed_store
+    from training.tiny import build_plain_model
+
+    db = str(tmp_path / "s.duckdb")
+    seed_store(db, 2)
+    reference = build_plain_model(tmp_path / "reference", hidden=32, seed=5)  # other weights: other replies
+    app = AppServer(db)
+    try:
+        client = app.client()
+        client.predict(
+            "prompt 0", str(tiny_model_dir), str(reference), False, 0.8, 0.95, 4, 0, api_name="/compare_send"
+        )
+        client.predict(str(tiny_model_dir), api_name="/vote_left")
+        client.predict(
+            "Tell me a secret", str(tiny_model_dir), str(reference), False, 0.8, 0.95, 4, 1, api_name="/compare_send"
+        )
+        client.predict(str(tiny_model_dir), api_name="/vote_right")
+        seen = []
+        for _ in range(3):
+            prompt, value, *_ = client.predict("bob", api_name="/annotate_next")
+            seen.append(prompt)
+            if value["items"]:
+                ranked = {"items": [{**it, "rank": len(value["items"]) - it["pos"]} for it in value["items"]]}
+                client.predict("bob", ranked, api_name="/annotate_submit")
+    finally:
+        app.stop()
+    assert query(db, "SELECT count(*) FROM votes") == [(2,)]
+    assert query(db, "SELECT text FROM prompts ORDER BY prompt_id") == [("prompt 0",), ("prompt 1",)]
+    assert query(db, "SELECT count(*) FROM responses") == [(8,)]  # the seeded 2 x 4, no reply added
+    assert "Tell me a secret" not in " ".join(seen) and "Nothing left to rank" in seen[-1]
+    out = tmp_path / "pairs.jsonl"
+    assert main(["--db", db, "pairs", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12 and {r["source"] for r in rows} == {"ui"}  # bob's two rankings of 4: 2 x 6 pairs
+    assert main(["--db", db, "pairs", "--out", str(out), "--with-votes"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 14 and sorted(r["prompt"] for r in rows if r["source"] == "compare") == [
+        "Tell me a secret",
+        "prompt 0",
+    ]
+
+
+def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):
+    """A store written before votes had their table (schema 5): each vote a 'compare' ranking of two replies added
+    as responses to a prompt of the message's text. Migrated, they are votes; replies nobody else ranked and the
+    prompts only votes made are gone; another ranking of a reply keeps it and its prompt."""
+    import duckdb
+
+    from store.db import migrate
+    from store.prompts import prompt_ids
+    from store.rankings import RankedItem, RankingIn, insert_rankings
+    from store.responses import Sample, add_samples
+
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    migrate(con, upto=5)
+    (pid,) = prompt_ids(con, ["prompt 0"], "test").values()
+    add_samples(con, [Sample(pid, f"sampled {j}", j, 3, "eos", 0) for j in range(4)], model_id="test")
+
+    def old_vote(prompt, left, right, ranks, skipped=None):
+        (p,) = prompt_ids(con, [prompt], source="compare").values()
+        ids = []
+        for pos, (text, model) in enumerate([left, right]):
+            add_samples(con, [Sample(p, text, pos, 0, "", 7, {"seed": 7})], model)
+            ids.append(con.execute("SELECT max(response_id) FROM responses").fetchone()[0])
+        items = [RankedItem(t, r, pos, i) for (t, _), r, pos, i in zip([left, right], ranks, (0, 1), ids, strict=True)]
+        ranking = RankingIn(
+            prompt, items, "rev", "compare", flags=["blind"], skipped=bool(skipped), skip_reason=skipped
+        )
+        insert_rankings(con, [ranking])
+        return ids
+
+    old_vote("prompt 0", ("vote L", "ppo"), ("vote R", "ref"), (1, 2))  # onto a stored prompt
+    kept = old_vote("Tell me a secret", ("secret L", "ppo"), ("secret R", "ref"), (1, 1), "both bad")
+    old_vote("Another chat", ("chat L", "ppo"), ("chat R", "ref"), (2, 1))
+    # an annotator was handed the vote's prompt and ranked its replies (the bug this migration ends)
+    items = [RankedItem("secret L", 1, 0, kept[0]), RankedItem("secret R", 2, 1, kept[1])]
+    insert_rankings(con, [RankingIn("Tell me a secret", items, "bob", "ui")])
+    migrate(con)
+    got = con.execute("SELECT prompt, left_text, right_text, choice, flags FROM votes ORDER BY vote_id").fetchall()
+    assert got == [
+        ("prompt 0", "vote L", "vote R", "left", ["blind"]),
+        ("Tell me a secret", "secret L", "secret R", "both_bad", ["blind"]),
+        ("Another chat", "chat L", "chat R", "right", ["blind"]),
+    ]
+    assert con.execute("SELECT count(*) FROM rankings WHERE source = 'compare'").fetchone() == (0,)
+    texts = con.execute("SELECT p.text, s.text FROM responses s JOIN prompts p USING (prompt_id) ORDER BY 2").fetchall()
+    assert texts == [("prompt 0", f"sampled {j}") for j in range(4)] + [
+        ("Tell me a secret", "secret L"),
+        ("Tell me a secret", "secret R"),
+    ]
+    assert con.execute("SELECT text FROM prompts ORDER BY text").fetchall() == [("Tell me a secret",), ("prompt 0",)]
+    assert con.execute("SELECT annotator, source FROM rankings").fetchall() == [("bob", "ui")]

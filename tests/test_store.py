@@ -42,17 +42,21 @@ def test_numbered_migrations_apply_once_in_order(tmp_path):
     assert "note" in [r[0] for r in con.execute("DESCRIBE prompts").fetchall()]
 
 
-def test_a_failing_migration_changes_nothing(tmp_path):
+def test_a_failing_migration_changes_nothing_of_its_own_and_keeps_the_versions_before(tmp_path):
+    """Each version is one transaction: the store stops at the last whole version before the broken one."""
     folder = tmp_path / "migrations"
     folder.mkdir()
     (folder / "0002_ok.sql").write_text("ALTER TABLE prompts ADD COLUMN note VARCHAR;")
-    (folder / "0003_broken.sql").write_text("ALTER TABLE no_such_table ADD COLUMN x INT;")
+    (folder / "0003_broken.sql").write_text(
+        "ALTER TABLE prompts ADD COLUMN other VARCHAR; ALTER TABLE no_such_table ADD COLUMN x INT;"
+    )
     con = duckdb.connect(str(tmp_path / "m.duckdb"))
     migrate(con, tmp_path / "none")
     with pytest.raises(duckdb.Error):
         migrate(con, folder)
-    assert schema_version(con) == 1
-    assert "note" not in [r[0] for r in con.execute("DESCRIBE prompts").fetchall()]
+    assert schema_version(con) == 2
+    columns = [r[0] for r in con.execute("DESCRIBE prompts").fetchall()]
+    assert "note" in columns and "other" not in columns
 
 
 @pytest.mark.parametrize(

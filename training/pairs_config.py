@@ -45,6 +45,9 @@ class PairsConfig(ConfigFile):
     save_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0 = only at the end)"})
     eval_fraction: float = field(default=0.1, metadata={"help": "share of prompts held out when data is a pairs file"})
     rounds: str = field(default="", metadata={"help": "train on these rounds' pairs, e.g. 2,3 (default: all)"})
+    with_votes: bool = field(
+        default=False, metadata={"help": "also train on the Compare tab's decided votes (a pair each)"}
+    )
     seed: int = field(default=0, metadata={"help": "seed for the data order and the split"})
 
     def check(self) -> None:
