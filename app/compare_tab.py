@@ -5,6 +5,7 @@ show as Markdown rendered on the server (their own HTML escaped). Handlers are t
 
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 
+import sys
 from types import SimpleNamespace
 
 from app.compare import (
@@ -24,6 +25,7 @@ from app.handlers import safe
 from app.limits import ServeLimits
 from store.errors import UserError
 from training.chat import ChatParams
+from training.models import ModelError
 
 # the send handler's inputs, in its parameters' order
 SEND_INPUTS = "message state actor reference blind temperature top_p max_new seed reward best_of".split()
@@ -138,6 +140,33 @@ def _check_models(ctx, request, *refs) -> None:
         raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
 
 
+class QuietModels:
+    """The chat models as an annotator loads them: a model that fails to load says only that, and the folder and
+    the reason go to the app's log (an annotator learns nothing of the server's disk from an error)."""
+
+    LINE = "that model could not be loaded; an admin can read why in the app's log"
+
+    def __init__(self, models):
+        self.models = models
+
+    def causal(self, ref: str):
+        return self._quiet(self.models.causal, ref)
+
+    def reward(self, ref: str):
+        return self._quiet(self.models.reward, ref)
+
+    def _quiet(self, load, ref: str):
+        try:
+            return load(ref)
+        except (ModelError, ValueError, OSError) as e:
+            print(f"rlhf-studio: an annotator's model {ref!r} did not load: {e}", file=sys.stderr, flush=True)
+            raise ModelError(self.LINE) from None
+
+
+def _models(ctx, request):
+    return ctx.chat_models if ctx.is_admin(request) else QuietModels(ctx.chat_models)
+
+
 def _whole(value, what: str) -> int:
     """A number box's value as an int; anything else (None, text, inf) is one line, not a traceback."""
     try:
@@ -164,18 +193,19 @@ def _handlers(ctx) -> SimpleNamespace:
             st = new_conversation(actor_v, ref_v, bool(blind_v))
         params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=n, seed=int(s))
         names = ("A", "B") if st["blind"] else tuple(st["roles"])
-        for a, b, new in respond(ctx.chat_models, st, msg, params, rm_v):
+        for a, b, new in respond(_models(ctx, request), st, msg, params, rm_v):
             left_chat, right_chat = gr.Chatbot(chat_html(a), label=names[0]), gr.Chatbot(chat_html(b), label=names[1])
             yield left_chat, right_chat, new, "", "", "", "", *_voting(False), msg
 
     def after_send(st, rm, request: gr.Request):
         _check_models(ctx, request, rm)
         if st:
-            st = {**st, "scores": scores_of(ctx.chat_models, st, rm)}
+            st = {**st, "scores": scores_of(_models(ctx, request), st, rm)}
         return st, *score_lines(st), blind_line(st), *_voting(bool(st and st.get("replies")))
 
     def on_vote(choice):
         def handler(st, actor_v, request: gr.Request):
+            _check_models(ctx, request, actor_v)  # the win table below reads the actor's folder
             st, line = vote(ctx.db, st, choice, getattr(request, "username", None) or "anonymous")
             return st, line, *score_lines(st), *_voting(False), win_rows(ctx.db, actor_v)
 

@@ -3,7 +3,10 @@ pairs download. Every button calls a plain function from annotation/ or store/."
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,8 +39,22 @@ def agreement_table(db: str) -> list[list]:
     return [[r["annotators"], r["shared_prompts"], round(r["mean_tau"], 3)] for r in agreement(db)]
 
 
-def _out_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="rlhf-download-"))
+DOWNLOAD_AGE_S = 600  # Gradio copies a download into its own cache as it answers; ours can go soon after
+
+
+def _out_dir(root: Path | None = None) -> Path:
+    """A fresh folder for one download, under one root per user of the machine; folders there older than
+    DOWNLOAD_AGE_S are removed first (each download used to leave its copy in /tmp for good)."""
+    root = root or Path(tempfile.gettempdir()) / f"rlhf-downloads-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    now = time.time()
+    for old in root.iterdir():
+        try:
+            if now - old.stat().st_mtime > DOWNLOAD_AGE_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:  # another session removed it first
+            pass
+    return Path(tempfile.mkdtemp(prefix="download-", dir=root))
 
 
 def pairs_download(db: str, fmt: str) -> str:

@@ -42,17 +42,34 @@ class Runs:
         self._lock = threading.Lock()
 
     def _launch(self, kind: str, run: Path) -> Path:
-        (run / STOP_FILE).unlink(missing_ok=True)
-        if self.on_launch:
-            self.on_launch()
-        with self._lock:
+        with self._lock:  # the check and the launch together: two clicks at once start one run
+            self.check_free(run)
+            (run / STOP_FILE).unlink(missing_ok=True)
+            if self.on_launch:
+                self.on_launch()
             self.procs[run] = launch(kind, run, self.num_accelerators)
         return run
+
+    def check_free(self, run: Path | None = None) -> None:
+        """One training at a time on this machine: a run of this app's, or one the store records as starting or
+        running (the CLI's too), makes a start or resume wait. Two runs would share the CPU cores or the GPU's
+        memory and both crawl, or one die out of memory."""
+        alive = [r for r, proc in self.procs.items() if proc.poll() is None and r != run]
+        if not alive:
+            with connect(self.db, create=False) as con:
+                alive = [Path(path) for _, _, path, _ in list_runs(con) if Path(path) != run]
+            alive = [r for r in alive if effective_status(r).get("state") in ("starting", "running")]
+        if alive:
+            state = effective_status(alive[0]).get("state", "running")
+            raise UserError(
+                f"run {alive[0].name} is {state}: one training at a time here (stop it, or wait until it ends)"
+            )
 
     def start_pairs(self, cfg: ConfigFile, data: str | None = None) -> Path:
         """A trainer on preference pairs (the reward model, DPO) on `data` (a snapshot or pairs file; None: a new
         snapshot of the store)."""
         cfg, _ = with_resolved_dtype(cfg)  # the run's config.json, and its status line, name the dtype picked
+        self.check_free()  # before a snapshot and a run folder are made for nothing
         return self._launch(cfg.KIND, prepare_pairs_run(self.db, cfg, self.runs_dir, data))
 
     def start_reward(self, cfg: RewardConfig, data: str | None = None) -> Path:
@@ -60,6 +77,7 @@ class Runs:
 
     def start_ppo(self, cfg: PPOConfig, prompts: str | None = None) -> Path:
         cfg, _ = with_resolved_dtype(cfg)
+        self.check_free()
         return self._launch("ppo", prepare_ppo_run(self.db, cfg, self.runs_dir, prompts))
 
     def start_chain(

@@ -186,7 +186,9 @@ def launch(
         server_name=host,
         server_port=port,
         auth=LoginGate(users) if users else None,
-        show_error=True,
+        # a user's mistake is a gr.Error with its one line (app/handlers.py); anything else shows as a bare "Error"
+        # and its text goes only to the log: an annotator reads no exception text or server path
+        show_error=False,
         max_file_size=MAX_FILE_BYTES,  # Gradio stops reading an upload past it (HTTP 413)
         footer_links=[],
         ssl_keyfile=ssl_keyfile,

@@ -203,6 +203,8 @@ def test_an_annotator_can_neither_read_nor_change_anyone_elses_work(server, db):
     assert query(db, "SELECT annotator, count(*) FROM rankings GROUP BY ALL") == [("ann", 1)]
     # the Compare tab is his, but only on the listed runs: no model folder of his choosing from the server's disk
     with pytest.raises(Exception, match="annotators compare the listed PPO runs only, not /etc"):
+        bob.predict("/etc", api_name="/vote_left")  # the vote's win table read the actor's folder unchecked
+    with pytest.raises(Exception, match="annotators compare the listed PPO runs only, not /etc"):
         bob.predict("hi", "/etc", "default", True, 0.8, 0.95, 8, 0, api_name="/compare_send")
     counts = ann.predict(api_name="/counts")
     assert "rankings 1" in repr(counts)

@@ -374,3 +374,20 @@ def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):
     ]
     assert con.execute("SELECT text FROM prompts ORDER BY text").fetchall() == [("Tell me a secret",), ("prompt 0",)]
     assert con.execute("SELECT annotator, source FROM rankings").fetchall() == [("bob", "ui")]
+
+
+def test_an_annotator_reads_no_path_or_reason_when_a_model_fails_to_load(tmp_path, capsys):
+    from app.compare_tab import QuietModels
+    from training.chat import Models
+    from training.models import ModelError
+
+    broken = tmp_path / "runs" / "ppo-x" / "actor"
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(ModelError) as admin_sees:
+        Models().causal(str(broken))
+    assert str(broken) in str(admin_sees.value)
+    with pytest.raises(ModelError) as annotator_sees:
+        QuietModels(Models()).causal(str(broken))
+    assert str(annotator_sees.value) == QuietModels.LINE and str(tmp_path) not in str(annotator_sees.value)
+    assert str(broken) in capsys.readouterr().err  # the reason is in the app's log

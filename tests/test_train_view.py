@@ -8,6 +8,9 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
+from store.errors import StoreError
 from tests.conftest import write_jsonl
 from tests.test_ppo_training import build_liked_token_rm
 from tests.test_reward_training import separable_pairs
@@ -66,6 +69,11 @@ def test_a_run_killed_with_kill_9_shows_as_failed_and_resumes(db, tmp_path, tiny
     runs = Runs(db, tmp_path / "runs")
     run = runs.start_reward(RewardConfig(model=str(tiny_model_dir), max_steps=40, save_every=2), str(pairs))
     wait_for(lambda: any(r.get("step", 0) >= 3 and "loss/rm" in r for r in read_metrics(run)), what="step 3")
+    # one training at a time: a second start (this app's, or another app's on the same store) is refused
+    for starter in (runs, Runs(db, tmp_path / "runs")):
+        with pytest.raises(StoreError, match=f"run {run.name} is running: one training at a time here"):
+            starter.start_reward(RewardConfig(model=str(tiny_model_dir), max_steps=1), str(pairs))
+    assert len(list((tmp_path / "runs").iterdir())) == 1  # no run folder made for the refused start
     os.killpg(runs.procs[run].pid, signal.SIGKILL)
     wait_for(lambda: runs_rows(db)[0][3] == "failed", timeout=30, what="failed")
     runs.resume(run)

@@ -209,3 +209,18 @@ def test_blind_compare_shows_the_scores_with_the_names_after_the_vote(app, db, t
     assert reveal.startswith("Left was **") and reveal.count("reward model score") == 2
     assert query(db, "SELECT count(*) FROM votes") == [(1,)]  # (a tie: one model's weights on both sides)
     assert query(db, "SELECT count(*) FROM rankings") == [(0,)]  # a vote is not a ranking
+
+
+def test_downloads_do_not_pile_up(tmp_path):
+    """Each pairs or Label Studio download wrote a folder in /tmp that stayed for good; now a new one removes the
+    ones over ten minutes old."""
+    import os
+
+    from app.data_tab import DOWNLOAD_AGE_S, _out_dir
+
+    first, second = _out_dir(tmp_path), _out_dir(tmp_path)
+    (first / "pairs.jsonl").write_text("{}\n")
+    old = os.stat(first).st_mtime - DOWNLOAD_AGE_S - 1
+    os.utime(first, (old, old))
+    third = _out_dir(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([second.name, third.name])
