@@ -10,6 +10,10 @@
    (`?token=...`, which sets a cookie for the rest of the visit), in that cookie, or in an `Authorization: token ...`
    header (scripts, gradio_client). Another local user, or a page in the user's own browser, does not know it.
 
+4. Uploads (`/gradio_api/upload`, where every file a page sends lands before a handler sees it) are the admins':
+   an annotator has no control that uploads, so one is refused; an admin (the one local user without --auth) may
+   store at most `--max-upload-mb-per-hour` (Gradio caps each file; this caps a login's files together).
+
 Pure checks first (`refusal`), then the ASGI middleware that applies them."""
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import ipaddress
 import os
 import secrets
 import socket
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs, urlsplit
 
@@ -152,13 +158,71 @@ def _same_site(origin: str, host: str | None, boundary: Boundary) -> bool:
     return boundary.hosts is not None and name in boundary.hosts and name not in LOOPBACK_NAMES
 
 
+UPLOAD_PATH = "/gradio_api/upload"
+
+
+@dataclass
+class Uploads:
+    """Who may upload and how much (point 4 above). `app` is Gradio's server app, set once it starts (its login
+    tokens say who a request is); without --auth (`auth` False) every request is the one local admin's."""
+
+    auth: bool
+    admins: frozenset[str]
+    mb_per_hour: float
+    app: object = None
+    clock: object = time.monotonic
+    _sent: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def login(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        if not self.auth:
+            return "local"
+        if self.app is None:
+            return None
+        jar = SimpleCookie()
+        try:
+            jar.load(_header(headers, b"cookie") or "")
+        except Exception:  # a malformed Cookie header is no login
+            return None
+        cookie_id = getattr(self.app, "cookie_id", "")
+        for name in (f"access-token-{cookie_id}", f"access-token-unsecure-{cookie_id}"):
+            if name in jar:
+                return self.app.tokens.get(jar[name].value)
+        return None
+
+    def refusal(self, headers: list[tuple[bytes, bytes]]):
+        """(status, line) for an upload this login may not make, else None (counted against its hour)."""
+        user = self.login(headers)
+        if user is None:
+            return None  # not logged in: Gradio's own login check answers 401
+        if self.auth and user not in self.admins:
+            return 403, f"rlhf-studio: {user} is an annotator: uploads are for admins"
+        try:
+            size = int(_header(headers, b"content-length") or "")
+        except ValueError:
+            return 411, "rlhf-studio: an upload must say its size (Content-Length)"
+        now, cap = self.clock(), int(self.mb_per_hour * 1_000_000)
+        with self._lock:
+            recent = [(t, n) for t, n in self._sent.get(user, []) if now - t < 3600]
+            used = sum(n for _, n in recent)
+            if used + size > cap:
+                self._sent[user] = recent
+                return 429, (
+                    f"rlhf-studio: {user} has uploaded {used / 1e6:.1f} MB this hour; this server takes "
+                    f"{self.mb_per_hour:g} MB an hour per login (--max-upload-mb-per-hour)"
+                )
+            self._sent[user] = [*recent, (now, size)]
+        return None
+
+
 class Guard:
     """ASGI middleware: refuses what `refusal` refuses with its one line, and sets the token's cookie when the token
     came in the URL (so the page's own requests carry it)."""
 
-    def __init__(self, app, boundary: Boundary):
+    def __init__(self, app, boundary: Boundary, uploads: Uploads | None = None):
         self.app = app
         self.boundary = boundary
+        self.uploads = uploads
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -166,6 +230,8 @@ class Guard:
         method = scope.get("method", "GET") if scope["type"] == "http" else "WEBSOCKET"
         query = scope.get("query_string", b"").decode("latin-1")
         refused = refusal(self.boundary, method, scope.get("path", ""), scope.get("headers", []), query)
+        if refused is None and self.uploads is not None and method == "POST" and scope.get("path") == UPLOAD_PATH:
+            refused = self.uploads.refusal(scope.get("headers", []))
         if refused is not None:
             return await self._refuse(scope, send, *refused)
         token, in_url = presented_token(scope.get("headers", []), query, self.boundary.cookie)

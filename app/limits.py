@@ -20,6 +20,9 @@ class ServeLimits:
     max_sample_tokens: int = field(default=1024, metadata={"help": "longest response the app's sampling asks for"})
     max_queue: int = field(default=64, metadata={"help": "requests waiting in the app's queue before it refuses more"})
     max_chat_models: int = field(default=3, metadata={"help": "models the Compare tab keeps loaded (least recent go)"})
+    max_upload_mb_per_hour: float = field(
+        default=2000.0, metadata={"help": "MB of uploads a login may send in an hour (annotators: none)"}
+    )
 
     def check_chat(self, message: str, max_new_tokens: int, best_of: int) -> None:
         """A Compare request: one line naming the cap it is over, else nothing."""

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES
+from app.guard import Uploads
 from app.limits import ServeLimits
 from app.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, store_of
@@ -167,6 +168,7 @@ def launch(
         raise UserError(f"--overlap must be at least 1, got {overlap}")
     limits = limits or ServeLimits()
     boundary = serving_boundary(host, port, allowed_hosts, token=not users)
+    uploads = Uploads(bool(users), frozenset(admin_set), limits.max_upload_mb_per_hour)
     store = store_of(db).hold()  # open while serving, passed down; CLI commands still get their turn (store/db.py)
     ctx = AppContext(
         store, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set, limits=limits
@@ -194,7 +196,10 @@ def launch(
         ssl_keyfile=ssl_keyfile,
         ssl_certfile=ssl_certfile,
         ssl_verify=False,  # only Gradio's check of its own loopback address, which a self-signed certificate fails
-        app_kwargs={"middleware": [guard_middleware(boundary)], "lifespan": sessions_expire(session_hours)},
+        app_kwargs={
+            "middleware": [guard_middleware(boundary, uploads)],
+            "lifespan": sessions_expire(session_hours, uploads),
+        },
     )
 
 
@@ -207,21 +212,24 @@ def serving_boundary(host: str, port: int, allowed_hosts: str | None, token: boo
     return Boundary(hosts_for(host, extra), new_token() if token else None, port)
 
 
-def sessions_expire(hours: float):
-    """A lifespan hook that puts expiring sessions in place of Gradio's login tokens before the first request."""
+def sessions_expire(hours: float, uploads=None):
+    """A lifespan hook that puts expiring sessions in place of Gradio's login tokens before the first request, and
+    hands the upload policy the server app (whose tokens say who is logged in)."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def lifespan(app):
         app.tokens = ExpiringSessions(hours * 3600)
+        if uploads is not None:
+            uploads.app = app
         yield
 
     return lifespan
 
 
-def guard_middleware(boundary):
+def guard_middleware(boundary, uploads=None):
     from starlette.middleware import Middleware
 
     from app.guard import Guard
 
-    return Middleware(Guard, boundary=boundary)
+    return Middleware(Guard, boundary=boundary, uploads=uploads)

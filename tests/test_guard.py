@@ -149,3 +149,47 @@ def test_under_auth_the_host_check_stays_and_a_proxy_name_can_be_added(tmp_path)
         Client(server.url, auth=("ann", "pw"), verbose=False).predict(api_name="/compare_runs")
     finally:
         server.stop()
+
+
+def _logged_in(url: str, user: str, password: str):
+    import http.cookiejar
+    import urllib.parse
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    data = urllib.parse.urlencode({"username": user, "password": password}).encode()
+    opener.open(urllib.request.Request(url + "login", data=data), timeout=30)
+    return opener
+
+
+def _opened(opener, url: str, headers: dict | None = None, data: bytes | None = None) -> tuple[int, str]:
+    try:
+        with opener.open(urllib.request.Request(url, data=data, headers=headers or {}), timeout=30) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def test_uploads_are_the_admins_and_capped_per_hour_and_logins_expire(tmp_path):
+    """An annotator has no upload control, so his uploads are refused; an admin's are capped per hour (here 1 MB);
+    a login ends after --session-hours (here 2 s)."""
+    import time
+
+    users = tmp_path / "users.txt"
+    users.write_text("ann:pw-ann\nboss:pw-boss\n")
+    users.chmod(0o600)
+    flags = ["--auth", str(users), "--admins", "boss", "--max-upload-mb-per-hour", "1", "--session-hours", "0.00056"]
+    server = AppServer(str(tmp_path / "s.duckdb"), *flags)
+    try:
+        small, kind = _upload("notes.txt", "x" * 600_000)
+        ann, boss = _logged_in(server.url, "ann", "pw-ann"), _logged_in(server.url, "boss", "pw-boss")
+        status, text = _opened(ann, server.url + "gradio_api/upload", {"Content-Type": kind}, small)
+        assert status == 403 and "ann is an annotator: uploads are for admins" in text
+        assert _opened(boss, server.url + "gradio_api/upload", {"Content-Type": kind}, small)[0] == 200
+        status, text = _opened(boss, server.url + "gradio_api/upload", {"Content-Type": kind}, small)
+        assert status == 429 and "boss has uploaded 0.6 MB this hour; this server takes 1 MB an hour" in text
+        assert _opened(boss, server.url + "gradio_api/login_check")[0] == 200
+        time.sleep(2.5)
+        assert _opened(boss, server.url + "gradio_api/login_check")[0] == 401  # the session ended
+    finally:
+        server.stop()
