@@ -7,10 +7,10 @@ folder someone handed you can say anything there: `COPY ... TO` any file). It bu
 version, reads each of our tables from its Parquet file by a bound parameter, and takes only the sequences'
 positions from schema.sql, as numbers.
 
-Both are all or nothing: a backup is written beside OUT and renamed into place once complete; a restore checks
-every file against its hash, builds the new store beside its target, checks every table's row count against the
-manifest and every id sequence against its table's largest id, then renames it into place. A restore never
-overwrites an existing store."""
+Both are all or nothing, and on disk once they return: a backup is written beside OUT, fsynced and renamed into
+place once complete (store/durable.py); a restore checks every file against its hash, builds the new store beside
+its target, checks every table's row count against the manifest and every id sequence against its table's largest
+id, then fsyncs it and renames it into place. A restore never overwrites an existing store."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 
 from store.db import connect, latest_version, migrate, schema_scripts, sql_string
+from store.durable import rename_durably
 from store.errors import UserError
 
 MANIFEST = "manifest.json"
@@ -64,7 +65,7 @@ def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
             "files": _hashes(partial),
         }
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        partial.rename(out)
+        rename_durably(partial, out)
     except OSError as e:
         shutil.rmtree(partial, ignore_errors=True)
         raise UserError(f"cannot write the backup {out}: {e.strerror or e}") from None
@@ -105,7 +106,7 @@ def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
         if got != expected:
             diff = ", ".join(f"{t}: {got.get(t)} != {n}" for t, n in expected.items() if got.get(t) != n)
             raise UserError(f"the restored store does not match the backup's manifest ({diff or 'tables differ'})")
-        building.rename(target)
+        rename_durably(building, target)
     except duckdb.Error as e:
         building.unlink(missing_ok=True)
         raise UserError(f"cannot restore {folder}: {str(e).splitlines()[0][:200]}") from None

@@ -58,6 +58,21 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
 
 
+def checked_schema_version(con: duckdb.DuckDBPyConnection, folder: Path | None = None) -> int:
+    """schema_version, or a UserError for a store a newer rlhf-studio has migrated past this code's latest version,
+    raised before anything writes to it: its tables may hold columns, rows and rules this code does not know, and
+    an older writer would break them (rows a newer NOT NULL column lacks, a newer migration's data half kept up).
+    Reads are refused too: this code's queries may not mean the same thing on the newer tables."""
+    version, latest = schema_version(con), latest_version(folder)
+    if version > latest:
+        path = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+        raise UserError(
+            f"store {path[0] or ':memory:'} has schema version {version}, newer than this rlhf-studio ({latest}): "
+            "upgrade rlhf-studio to use it"
+        )
+    return version
+
+
 def schema_scripts(folder: Path | None = None) -> list[tuple[int, str]]:
     """(version, sql) of every schema step: schema.sql is version 1, then the migrations."""
     return [(1, _schema_sql()), *migrations(folder)]
@@ -66,8 +81,9 @@ def schema_scripts(folder: Path | None = None) -> list[tuple[int, str]]:
 def migrate(con: duckdb.DuckDBPyConnection, folder: Path | None = None, upto: int | None = None) -> tuple[int, int]:
     """Bring the schema to the latest version (or `upto`), one transaction per version (a store is always at some
     whole version; DuckDB also cannot delete, in one transaction, rows that rows deleted there referred to, which
-    a data migration may need two steps for); returns (version before, after)."""
-    before = schema_version(con)
+    a data migration may need two steps for); returns (version before, after). A store newer than the latest
+    version is refused (`checked_schema_version`)."""
+    before = checked_schema_version(con, folder)
     todo = [(v, sql) for v, sql in schema_scripts(folder) if v > before and (upto is None or v <= upto)]
     after = max([before] + [v for v, _ in todo])
     for version, sql in todo:
@@ -156,6 +172,7 @@ class Store(os.PathLike):
         self.timeout = timeout
         self._held: duckdb.DuckDBPyConnection | None = None
         self._holding = False
+        self._checked: duckdb.DuckDBPyConnection | None = None  # the held connection whose version was checked
         self._turn = threading.RLock()  # every use of the held connection, and letting it go
         self._writers = threading.Lock()  # this process's writers take turns (see `write`)
 
@@ -174,8 +191,12 @@ class Store(os.PathLike):
         with self._turn:
             if not self._holding:
                 con, _ = _open(self.path, self.timeout, ask=False)
-                migrate(con)
-                self._held, self._holding = con, True
+                try:
+                    migrate(con)
+                except BaseException:
+                    con.close()
+                    raise
+                self._held, self._checked, self._holding = con, con, True
                 threading.Thread(target=self._watch, daemon=True, name="store-handoff").start()
         return self
 
@@ -184,7 +205,7 @@ class Store(os.PathLike):
             self._holding = False
             if self._held is not None:
                 self._held.close()
-                self._held = None
+                self._held = self._checked = None
 
     def _watch(self) -> None:
         """Let go for a waiting command even while the app is idle (no request would otherwise notice)."""
@@ -230,6 +251,9 @@ class Store(os.PathLike):
                 self._let_go_if_asked()
                 if self._held is None:  # a reopen failed earlier: try again now
                     self._held = _open(self.path, timeout, ask=False)[0]
+                if self._held is not self._checked:  # reopened: a newer rlhf-studio may have migrated it meanwhile
+                    checked_schema_version(self._held)
+                    self._checked = self._held
                 con = self._held.cursor()
                 try:
                     yield con

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from store.db import sql_string
+from store.durable import rename_durably
 from store.errors import UserError
 from store.pairs import PAIR_COLUMNS
 
@@ -103,7 +104,7 @@ def write_snapshot(
     `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt. With
     `with_votes`, the Compare tab's decided votes too, one pair each.
 
-    The folder appears whole (written aside, then renamed) and its files are read-only."""
+    The folder appears whole (written aside, fsynced, then renamed) and its files are read-only."""
     if not 0 <= eval_fraction < 1:
         raise UserError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     root = Path(root)
@@ -136,7 +137,7 @@ def write_snapshot(
         if final.exists():  # same second, same content: the snapshot already exists
             shutil.rmtree(tmp)
         else:
-            tmp.rename(final)
+            rename_durably(tmp, final)
     except (duckdb.Error, OSError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"cannot write snapshot under {root}: {str(e).splitlines()[0]}") from None

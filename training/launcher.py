@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from training.registry import trainer
-from training.runs import read_status, write_json_atomic
+from training.runs import pid_record, read_status, write_json_atomic
 
 # glibc's malloc for the training ranks: blocks under 32 MB from the heap, and up to 256 MB of free heap kept rather
 # than handed back to the kernel. By default glibc maps many of a step's tensors afresh (its threshold moves with
@@ -69,6 +69,6 @@ def launch(kind: str, run_dir: Path, num_accelerators: int = 1, hostfile: str | 
     previous = read_status(run_dir)
     write_json_atomic(
         run_dir / "status.json",
-        {"state": "starting", "pid": proc.pid, "updated_at": time.time(), "step": previous.get("step", 0)},
+        {"state": "starting", **pid_record(proc.pid), "updated_at": time.time(), "step": previous.get("step", 0)},
     )
     return proc

@@ -1,7 +1,8 @@
 """A run folder: config.json, metrics.jsonl, status.json, train.log, checkpoints/, model/. Written by rank 0.
 
 status.json is replaced atomically, so a reader (the CLI, the app) never sees half a file; a run whose process
-died shows its last status, and the reader compares the pid with the live processes."""
+died shows its last status, and the reader compares the pid (and the process's start time, recorded with it) with
+the live processes."""
 
 from __future__ import annotations
 
@@ -13,9 +14,27 @@ from pathlib import Path
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
+    """Write aside, then rename over path: a reader sees the old file or the new one, never half of either. The
+    data is fsynced before the rename and the folder after it, or a power cut could keep the rename but not the
+    data it names (an empty status.json) or lose the rename itself."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    with tmp.open("w") as f:
+        f.write(json.dumps(obj, indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in folder durable. (store/durable.py has its twin: training never imports store.)"""
+    if os.name == "nt":  # Windows cannot open a folder, and needs no fsync for its renames
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class RunFiles:
@@ -28,7 +47,13 @@ class RunFiles:
         if self.rank == 0:
             write_json_atomic(
                 self.folder / "status.json",
-                {"state": state, "pid": os.getpid(), "updated_at": time.time(), "started_at": self.started, **extra},
+                {
+                    "state": state,
+                    **pid_record(os.getpid()),
+                    "updated_at": time.time(),
+                    "started_at": self.started,
+                    **extra,
+                },
             )
 
     def metrics(self, row: dict) -> None:
@@ -102,21 +127,47 @@ def read_metrics(folder: str | Path) -> list[dict]:
     return rows
 
 
-def _alive(pid: object) -> bool:
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat from field 3 (the state) on, so field N is [N - 3]; None where there is no
+    /proc (not Linux) or no such process. (The command name, field 2, may hold spaces and parentheses.)"""
     try:
-        os.kill(int(pid), 0)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (field 22 of /proc/PID/stat); None without /proc."""
+    fields = _proc_stat(pid)
+    return int(fields[22 - 3]) if fields else None
+
+
+def pid_record(pid: int) -> dict:
+    """The fields status.json names its process by: the OS hands a dead run's pid to a later process, so the pid
+    alone could keep a dead run 'running' forever; the pid and its start time name one process."""
+    return {"pid": pid, "pid_start_ticks": process_start(pid)}
+
+
+def _alive(pid: object, start_ticks: object = None) -> bool:
+    """The process is there, not a zombie, and (where status.json recorded it) started when ours did. A status.json
+    from before start times were recorded, or a system without /proc, checks the pid alone."""
+    try:
+        pid = int(pid)
+        os.kill(pid, 0)
     except (OSError, TypeError, ValueError):
         return False
-    try:  # a killed process not yet reaped by its parent is a zombie: as dead as it gets
-        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+    fields = _proc_stat(pid)
+    if fields is None:
         return True
+    if fields[0] == "Z":  # a killed process not yet reaped by its parent is a zombie: as dead as it gets
+        return False
+    return start_ticks is None or start_ticks == int(fields[22 - 3])
 
 
 def effective_status(folder: str | Path) -> dict:
     """status.json, except that a 'starting' or 'running' run whose process is gone is reported as failed, never
     running forever."""
     status = read_status(folder)
-    if status.get("state") in ("starting", "running") and not _alive(status.get("pid")):
+    if status.get("state") in ("starting", "running") and not _alive(status.get("pid"), status.get("pid_start_ticks")):
         return {**status, "state": "failed", "error": "the training process is gone (killed or crashed)"}
     return status
