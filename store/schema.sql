@@ -47,7 +47,8 @@ CREATE TABLE imports (
 );
 
 -- A ranking is one annotator's judgement of one prompt's responses. external_key makes imports idempotent
--- ('ls:<task id>:<annotation id>', 'native:<content hash>').
+-- ('ls:<origin>:<task id>:<annotation id>', origin naming the server and project where known: annotation/labelstudio.py;
+-- 'native:<content hash>').
 CREATE TABLE rankings (
     ranking_id BIGINT PRIMARY KEY DEFAULT nextval('ranking_ids'),
     prompt_id BIGINT NOT NULL REFERENCES prompts (prompt_id),
