@@ -8,6 +8,7 @@ No `from __future__ import annotations` here: Gradio finds the `gr.Request` para
 import sys
 from types import SimpleNamespace
 
+from app.chat_queue import CHAT
 from app.compare import (
     best_of_ref,
     blind_line,
@@ -239,14 +240,16 @@ def _wire(ctx, demo, tab, ui, h) -> None:
     send_outputs += [*ui.vote_buttons, ui.last_message]
     # every event here is named compare_* (or vote_*): the annotator's part of the app, next to annotate_*
     scores_out = [ui.state, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons]
-    event = ui.send.click(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send")
+    # one reply pair sampled at a time, and a bounded share of the queue per login (app/chat_queue.py)
+    chat = {"concurrency_limit": 1, "concurrency_id": CHAT}
+    event = ui.send.click(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send", **chat)
     event.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
-    submit = ui.message.submit(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_enter")
+    submit = ui.message.submit(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_enter", **chat)
     submit.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
     regen = ui.regenerate.click(
         h.on_regenerate, [ui.state, ui.last_message], [ui.state, ui.message], api_name="compare_regenerate"
     ).then(lambda s: int(s) + 1, [ui.seed], [ui.seed], api_name="compare_next_seed")
-    regen_event = regen.then(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_again")
+    regen_event = regen.then(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_again", **chat)
     regen_event.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
     ui.stop.click(None, cancels=[event, submit, regen_event])
     cleared = [ui.state, ui.left, ui.right, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons]

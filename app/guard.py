@@ -233,7 +233,7 @@ class Guard:
         if refused is None and self.uploads is not None and method == "POST" and scope.get("path") == UPLOAD_PATH:
             refused = self.uploads.refusal(scope.get("headers", []))
         if refused is not None:
-            return await self._refuse(scope, send, *refused)
+            return await self._refuse(scope, receive, send, *refused)
         token, in_url = presented_token(scope.get("headers", []), query, self.boundary.cookie)
         if self.boundary.token is None or not in_url or scope["type"] != "http":
             return await self.app(scope, receive, send)
@@ -248,10 +248,16 @@ class Guard:
         return await self.app(scope, receive, with_cookie)
 
     @staticmethod
-    async def _refuse(scope, send, status: int, line: str) -> None:
+    async def _refuse(scope, receive, send, status: int, line: str) -> None:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
+        # read what the client is still sending (up to 2 MB) so it gets to read the refusal; a bigger body is cut
+        drained, more = 0, True
+        while more and drained <= 2_000_000:
+            message = await receive()
+            drained += len(message.get("body", b""))
+            more = message.get("more_body", False) and message["type"] == "http.request"
         body = (line + "\n").encode()
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})

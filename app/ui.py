@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES
+from app.chat_queue import share_the_queue
 from app.guard import Uploads
 from app.limits import ServeLimits
 from app.logins import ExpiringSessions, LoginGate, read_users
@@ -174,6 +175,8 @@ def launch(
         store, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set, limits=limits
     )
     demo = build_app(ctx)
+    demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)
+    share_the_queue(demo, limits.max_queue)
     scheme = "https" if ssl_certfile else "http"
     if boundary.token is not None:
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
@@ -184,7 +187,7 @@ def launch(
             f"({', '.join(users.plaintext[:3])}): replace each with `rlhf user add NAME --file {auth}`",
             flush=True,
         )
-    demo.queue(default_concurrency_limit=8, max_size=limits.max_queue).launch(
+    demo.launch(
         server_name=host,
         server_port=port,
         auth=LoginGate(users) if users else None,

@@ -87,3 +87,17 @@ def test_the_chat_cache_keeps_the_least_recently_used_out(tiny_model_dir, tmp_pa
     assert models.causal(folders[0]) is first
     with pytest.raises(ValueError, match="at least 1 model"):
         Models(max_loaded=0)
+
+
+def test_a_login_has_one_chat_request_waiting_and_chat_takes_half_the_queue_at_most():
+    from types import SimpleNamespace as Event
+
+    from app.chat_queue import chat_refusal
+
+    waiting = [Event(username="ann", session_hash="s1"), Event(username="bob", session_hash="s2")]
+    assert chat_refusal(waiting, "ann", "s9", 64).startswith("your Compare request is still waiting")
+    assert chat_refusal(waiting, "carol", "s3", 64) is None
+    assert chat_refusal(waiting, "carol", "s3", 4).startswith("Compare is busy (2 requests waiting)")
+    # without --auth a login is its page session
+    anonymous = [Event(username=None, session_hash="s1")]
+    assert chat_refusal(anonymous, None, "s1", 64) and chat_refusal(anonymous, None, "s2", 64) is None
