@@ -11,9 +11,7 @@ key names the server and project it comes from as far as the input says (see `ra
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -21,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from annotation.files import loads_json
+from annotation.files import loads_json, read_csv
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
@@ -93,7 +91,7 @@ def _annotator(completed_by: object) -> str:
 def _float(x: object) -> float | None:
     try:
         return float(x)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
         return None
 
 
@@ -164,18 +162,18 @@ def _from_min_records(records: list[dict]) -> list[Annotation]:
     return out
 
 
-def _csv_records(text: str, sep: str) -> list[dict]:
-    reader = csv.DictReader(io.StringIO(text), delimiter=sep)
-    if not reader.fieldnames:
-        raise UserError("the CSV file has no header row")
+def _csv_records(text: str, sep: str, name: str) -> list[dict]:
+    header, rows = read_csv(text, name, delimiter=sep)
+    if not header:
+        raise UserError(f"{name}: the CSV file has no header row")
     records = []
-    for row in reader:
+    for n, row in rows:
         rec = {}
         for k, v in row.items():
             if k is None:
-                raise UserError(f"CSV row {reader.line_num}: more values than columns")
+                raise UserError(f"{name} row {n}: more values than columns")
             v = v or ""
-            rec[k] = loads_json(v, f"CSV row {reader.line_num} column {k}") if v[:1] in ("[", "{") else v
+            rec[k] = loads_json(v, f"{name} row {n} column {k}") if v[:1] in ("[", "{") else v
         records.append(rec)
     return records
 
@@ -186,10 +184,10 @@ def read_export(text: str, name: str) -> list[Annotation]:
     if lower.endswith((".csv", ".tsv")):
         header = text.split("\n", 1)[0]
         sep = "\t" if header.count("\t") > header.count(",") else ","  # the SDK writes TSV as result.csv
-        records = _csv_records(text, sep)
+        records = _csv_records(text, sep, name)
         if records and "prompt" not in records[0]:
             cols = ", ".join(list(records[0])[:8])
-            raise UserError(f"the CSV has no 'prompt' column (columns: {cols})")
+            raise UserError(f"{name}: the CSV has no 'prompt' column (columns: {cols})")
         return _from_min_records(records)
     obj = loads_json(text, name)
     tasks = [obj] if isinstance(obj, dict) else obj

@@ -3,12 +3,10 @@ column)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from pathlib import Path
 
-from annotation.files import loads_json, read_text
+from annotation.files import loads_json, read_csv, read_text
 from store.errors import UserError
 
 MAX_PROMPT_CHARS = 20_000
@@ -46,9 +44,8 @@ def _jsonl(text: str, name: str):
 
 
 def _csv(text: str, name: str):
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames or "prompt" not in reader.fieldnames:
-        cols = ", ".join(reader.fieldnames or [])
-        raise UserError(f"{name}: the CSV has no 'prompt' column (columns: {cols})")
-    for row in reader:
-        yield reader.line_num, (row.get("prompt") or "").strip()
+    header, rows = read_csv(text, name)
+    if "prompt" not in header:
+        raise UserError(f"{name}: the CSV has no 'prompt' column (columns: {', '.join(header)})")
+    for n, row in rows:
+        yield n, (row.get("prompt") or "").strip()

@@ -48,21 +48,68 @@ def test_the_corpus_covers_every_entry_point():
         assert (BAD / c["file"]).exists(), c["file"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
-def test_each_bad_input_is_one_line_exit_1_and_no_change(case, store, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # anything a hostile file might make lands here, where we look for it
+def refused(store: str, tmp_path: Path, capsys, args: list[str], message: str) -> None:
+    """`rlhf --db STORE ARGS` run in tmp_path: exit 1, one `error:` line holding `message`, nothing changed."""
     before = store_rows(store)
     files_before = sorted(p.name for p in tmp_path.iterdir())
-    args = [a.format(file=BAD / case["file"], bad=BAD, tmp=tmp_path) for a in case["args"]]
     code = main(["--db", store, *args])
     out = capsys.readouterr()
     assert code == 1
     assert out.err.startswith("error: ") and len(out.err.strip().splitlines()) == 1, out.err
-    assert case["message"] in out.err
+    assert message in out.err
     assert "Traceback" not in out.err + out.out
     assert store_rows(store) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == files_before  # no restored store, no file a backup asked for
     assert not Path("/tmp/pwned").exists()  # the pickle and the remote code were never run
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["file"] for c in CASES])
+def test_each_bad_input_is_one_line_exit_1_and_no_change(case, store, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # anything a hostile file might make lands here, where we look for it
+    args = [a.format(file=BAD / case["file"], bad=BAD, tmp=tmp_path) for a in case["args"]]
+    refused(store, tmp_path, capsys, args, case["message"])
+
+
+# Cases too big to keep in the corpus, written at test time: (file name, its text, `rlhf` args, the message).
+BUILT = [
+    (
+        "big_cell.csv",  # one cell over csv's default field limit (131,072 characters)
+        "prompt\n" + "x" * 131_073 + "\n",
+        ["prompts", "add", "{file}"],
+        "big_cell.csv line 2: prompt of 131073 characters is over 20000",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, text, args, message", BUILT, ids=[b[0] for b in BUILT])
+def test_each_built_bad_input_is_one_line_exit_1_and_no_change(store, tmp_path, capsys, name, text, args, message):
+    (tmp_path / name).write_text(text)
+    refused(store, tmp_path, capsys, [a.format(file=tmp_path / name) for a in args], message)
+
+
+@pytest.mark.parametrize(
+    "name, text, args",
+    [
+        ("prompts.csv", "prompt\n" + "x" * 1_001 + "\n", ["prompts", "add"]),
+        ("export.csv", "id,prompt,rank\n1,p," + "x" * 1_001 + "\n", ["import-ls"]),
+    ],
+)
+def test_a_csv_the_csv_module_cannot_read_is_one_line_naming_file_and_row(
+    store, tmp_path, capsys, monkeypatch, name, text, args
+):
+    """A cell over the field limit is csv's one error left once the limit is the file's own size (which no cell
+    can pass), so the limit is lowered here to reach it."""
+    import csv
+
+    from annotation import files
+
+    monkeypatch.setattr(files, "MAX_CSV_CELL_CHARS", 1_000)
+    (tmp_path / name).write_text(text)
+    limit = csv.field_size_limit()  # process-wide: put back for whatever reads CSV next
+    try:
+        refused(store, tmp_path, capsys, [*args, str(tmp_path / name)], f"{name} row 2: not readable as CSV")
+    finally:
+        csv.field_size_limit(limit)
 
 
 # `rlhf ARGS` in a child that writes its own peak resident memory (KB) to a file when it exits. (The children's

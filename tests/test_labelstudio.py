@@ -95,6 +95,39 @@ def test_ranker_other_formats_give_the_same_pairs(cli, db, tmp_path, fmt):
     assert store_rows(db) == before
 
 
+@pytest.mark.parametrize("fmt", [Format.CSV, Format.TSV])
+def test_a_csv_cell_over_the_csv_modules_default_limit_imports(cli, db, tmp_path, fmt):
+    """csv refuses a cell over 131,072 characters unless told otherwise, and a Ranker task's items cell holds every
+    response: long responses pass that. Such a cell is read (a cell is held only to the file's own size limit)."""
+    tasks = copy.deepcopy(RANKER)
+    long = "A long answer. " * 10_000  # 150,000 characters
+    tasks[0]["data"]["items"][0]["body"] = long
+    f = convert(tmp_path, tasks, LS / "ranker_config.xml", fmt)
+    code, out, err = cli("import-ls", str(f))
+    assert code == 0, err
+    assert "rankings added 3, pairs added 15" in out
+    assert query(db, "SELECT count(*) FROM responses WHERE text = ?", [long]) == [(1,)]
+
+
+def test_a_csv_export_with_carriage_return_line_ends_gives_the_same_pairs(cli, db, tmp_path):
+    """Old Mac spreadsheets end lines with a lone CR; csv reads them as rows when given the text as it asks."""
+    f = convert(tmp_path, RANKER, LS / "ranker_config.xml", Format.CSV)
+    f.write_bytes(f.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
+    code, out, err = cli("import-ls", str(f))
+    assert code == 0, err
+    assert pairs(db) == RANKER_PAIRS
+
+
+def test_a_lead_time_past_floats_range_is_unknown(cli, db, tmp_path):
+    tasks = copy.deepcopy(RANKER)
+    tasks[0]["annotations"][0]["lead_time"] = 10**400  # float() of it overflows
+    f = tmp_path / "export.json"
+    f.write_text(json.dumps(tasks))
+    code, out, err = cli("import-ls", str(f))
+    assert code == 0, err
+    assert query(db, "SELECT lead_time_s FROM rankings WHERE external_key = 'ls:file/p5:17:101'") == [(None,)]
+
+
 @pytest.mark.parametrize("fmt", [None, Format.JSON_MIN, Format.CSV])
 def test_pairwise(cli, db, tmp_path, fmt):
     f = LS / "pairwise.json" if fmt is None else convert(tmp_path, PAIRWISE, LS / "pairwise_config.xml", fmt)
@@ -272,7 +305,7 @@ BAD = [
     (
         "badcell_after_unannotated.csv",
         '"annotation_id","id","prompt","rank"\n"",1,"p",""\n7,2,"q","[{""ranker"": "\n',
-        "CSV row 3 column rank: not valid JSON",
+        "badcell_after_unannotated.csv row 3 column rank: not valid JSON",
     ),
 ]
 

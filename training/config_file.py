@@ -4,6 +4,7 @@ was); an unknown key is an error, never silently dropped."""
 from __future__ import annotations
 
 import json
+import sys
 import types
 import typing
 from dataclasses import asdict, fields
@@ -59,7 +60,9 @@ def positive_ints(text: str, flag: str) -> list[int]:
 
 def read_json_object(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> dict:
     """A small JSON file holding one object (a config.json: a run's, a model's); ValueError with one line if the
-    file is too big to be one, not UTF-8, not JSON, nested too deeply or not an object."""
+    file is too big to be one, not UTF-8, not JSON, nested too deeply, holds an integer longer than Python converts
+    (sys.get_int_max_str_digits()) or is not an object. (annotation/files.py's loads_json does the same for the
+    files the annotation side reads; training imports nothing outside training.)"""
     size = Path(path).stat().st_size
     if size > max_bytes:
         raise ValueError(f"{size} bytes is not a config file (limit {max_bytes})")
@@ -69,6 +72,10 @@ def read_json_object(path: str | Path, max_bytes: int = MAX_CONFIG_BYTES) -> dic
         raise ValueError("not UTF-8 text") from None
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # the only other ValueError json.loads raises on a str: int() over the digit limit
+        raise ValueError(f"a number has more than {sys.get_int_max_str_digits():,} digits") from None
     if not isinstance(raw, dict):
         raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
     return raw
