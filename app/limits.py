@@ -18,7 +18,10 @@ class ServeLimits:
     max_best_of: int = field(default=16, metadata={"help": "largest best-of-N in Compare"})
     max_k: int = field(default=16, metadata={"help": "most responses per prompt the Data and Train tabs sample"})
     max_sample_tokens: int = field(default=1024, metadata={"help": "longest response the app's sampling asks for"})
-    max_queue: int = field(default=64, metadata={"help": "requests waiting in the app's queue before it refuses more"})
+    # each page that opens queues about six events (its tabs' loads): 64 refused a team of 100 opening at once
+    max_queue: int = field(
+        default=1000, metadata={"help": "requests waiting in the app's queue before it refuses more"}
+    )
     max_chat_models: int = field(default=3, metadata={"help": "models the Compare tab keeps loaded (least recent go)"})
     max_upload_mb_per_hour: float = field(
         default=2000.0, metadata={"help": "MB of uploads a login may send in an hour (annotators: none)"}

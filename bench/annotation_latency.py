@@ -3,7 +3,10 @@ once: each submit stores the ranking and returns the next prompt, as the Submit 
 
 Each simulated annotator logs in, takes a prompt, then submits `rounds` rankings, thinking 0.5x-1.5x `think_s`
 before each (real annotators take 10 s or more per ranking of K = 4). The cases (CASES): 20 annotators at 5 s,
-100 at 5 s (a labeling team: about 20 submits a second) and 20 at 0.5 s (a stress load, about 40 a second).
+100 at 5 s (a labeling team: about 20 submits a second), 20 at 0.5 s (a stress load, about 40 a second), and 100
+at 5 s beside one more login that hammers Compare (Hammer: 8 maximal requests at once, again as soon as each is
+answered or refused): the caps and the chat's share of the queue (app/chat_queue.py) are what keep the others'
+submits fast.
 
 Keeping the load generator's own CPU out of the measurement:
 - It speaks the browser's protocol with plain httpx in one asyncio loop (POST queue/join, then read the SSE stream
@@ -18,9 +21,9 @@ Keeping the load generator's own CPU out of the measurement:
   the app's CPU per submit, read from /proc.
 
 `python -m bench.annotation_latency` runs the cases and prints a JSON line for each and a table;
-`--annotators 100 --think 5 --rounds 20` runs one case, `--stored 20000` starts it on a store that already holds
-that many rankings (a team's store after an hour or two). `python -m bench.run --only annotation` runs the cases
-into docs/benchmarks.json and docs/benchmarks.md."""
+`--annotators 100 --think 5 --rounds 20` runs one case (`--hammer 8` with the hammering login), `--stored 20000`
+starts it on a store that already holds that many rankings (a team's store after an hour or two).
+`python -m bench.run --only annotation` runs the cases into docs/benchmarks.json and docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -44,7 +47,8 @@ from store.rankings import RankedItem, RankingIn, insert_rankings
 from store.responses import Sample, add_samples
 from tests.app_server import AppServer
 
-CASES = [(20, 5.0), (100, 5.0), (20, 0.5)]  # (annotators, think time in s)
+# (annotators, think time in s, maximal Compare requests one more login keeps sending at once)
+CASES = [(20, 5.0, 0), (100, 5.0, 0), (20, 0.5, 0), (100, 5.0, 8)]
 
 
 def _seed(db: str, n_prompts: int, k: int) -> None:
@@ -105,14 +109,16 @@ class Annotator:
         self.http = httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(keepalive_expiry=4.0))
         self.value: dict = {}
 
-    async def call(self, api_name: str, data: list) -> tuple[list, float]:
-        """(outputs, handler seconds) of one event, as the page's queue client runs it."""
+    async def call(self, api_name: str, data: list, session: str | None = None) -> tuple[list, float]:
+        """(outputs, handler seconds) of one event, as the page's queue client runs it (session: another page
+        session of the same login)."""
+        session = session or self.session
         join = await self.http.post(
-            "gradio_api/queue/join", json={"data": data, "fn_index": self.fns[api_name], "session_hash": self.session}
+            "gradio_api/queue/join", json={"data": data, "fn_index": self.fns[api_name], "session_hash": session}
         )
         join.raise_for_status()
         event_id, done = join.json()["event_id"], None
-        async with self.http.stream("GET", "gradio_api/queue/data", params={"session_hash": self.session}) as sse:
+        async with self.http.stream("GET", "gradio_api/queue/data", params={"session_hash": session}) as sse:
             async for line in sse.aiter_lines():  # read to close_stream, so the connection is kept alive
                 msg = json.loads(line[5:]) if line.startswith("data:") else {}
                 if msg.get("msg") == "process_completed" and msg.get("event_id") == event_id:
@@ -145,7 +151,34 @@ class Annotator:
             await self.http.aclose()
 
 
-async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid: int) -> dict:
+class Hammer(Annotator):
+    """One login sending the biggest Compare requests the server's caps allow (a 4,000-character message, 512 new
+    tokens from the default model on both sides), `burst` at once from as many page sessions, again as soon as one
+    ends or is refused, until the team is done."""
+
+    MESSAGE = ("Tell me everything you know about rivers, lakes and the sea, in detail. " * 60)[:4000]
+
+    async def hammer(self, stop: asyncio.Event, burst: int, counts: dict) -> None:
+        data = [self.MESSAGE, None, "default", "default", False, 0.8, 0.95, 512, 0, "", 1]
+
+        async def one() -> None:
+            while not stop.is_set():
+                counts["sent"] += 1
+                try:
+                    await self.call("compare_send", data, session=uuid.uuid4().hex)
+                    counts["completed"] += 1
+                except httpx.HTTPStatusError:
+                    counts["refused"] += 1  # the chat's share of the queue is taken: try again soon
+                    await asyncio.sleep(0.5)
+                except Exception as e:  # noqa: BLE001 - counted and reported
+                    counts["failed"] += 1
+                    counts.setdefault("first_failure", repr(e)[:200])
+                    await asyncio.sleep(0.5)
+
+        await asyncio.gather(*(one() for _ in range(burst)))
+
+
+async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid: int, hammer_burst: int = 0) -> dict:
     async with httpx.AsyncClient(base_url=url) as admin:
         await admin.post("login", data={"username": "a00", "password": "pw"})
         config = (await admin.get("config")).json()
@@ -153,10 +186,23 @@ async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid:
     team = [Annotator(url, f"a{i:02d}", fns) for i in range(annotators)]
     await asyncio.gather(*(a.start() for a in team))
     out, errors = [], []
+    stop, counts = asyncio.Event(), {"sent": 0, "completed": 0, "refused": 0, "failed": 0}
+    hammering = None
+    if hammer_burst:
+        hammer = Hammer(url, "hammer", fns)
+        (await hammer.http.post("login", data={"username": "hammer", "password": "pw"})).raise_for_status()
+        hammering = asyncio.create_task(hammer.hammer(stop, hammer_burst, counts))
+        await asyncio.sleep(2.0)  # the first chat requests are in before the clock starts
     clock, app_cpu, own_cpu = time.perf_counter(), _cpu_s(app_pid), time.process_time()
     await asyncio.gather(*(a.rank(rounds, think_s, out, errors) for a in team))
     wall = time.perf_counter() - clock
+    if hammering is not None:
+        stop.set()
+        hammering.cancel()
+        await asyncio.gather(hammering, return_exceptions=True)
+        await hammer.http.aclose()
     return {
+        "hammer": counts if hammer_burst else None,
         "out": out,
         "errors": errors,
         "wall_s": wall,
@@ -179,8 +225,11 @@ def _stored(db: str, submits: int, k: int) -> dict:
     return {"stored_rankings": n, "distinct_prompts": prompts, "stored_once": once}
 
 
-def run(annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4, stored: int = 0) -> dict:
-    """One case. stored: rankings already in the store when the run starts."""
+def run(
+    annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4, stored: int = 0, hammer: int = 0
+) -> dict:
+    """One case. stored: rankings already in the store when the run starts; hammer: one more login sends this many
+    maximal Compare requests at once throughout (Hammer)."""
     app_cores, generator_core = split_cores()
     own_cores = os.sched_getaffinity(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,12 +237,12 @@ def run(annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4
         _seed(db, annotators * rounds + annotators, k)
         _preload(db, stored, k)
         users = Path(tmp) / "users.txt"
-        users.write_text("".join(f"a{i:02d}:pw\n" for i in range(annotators)))
+        users.write_text("".join(f"a{i:02d}:pw\n" for i in range(annotators)) + "hammer:pw\n")
         users.chmod(0o600)  # rlhf ui refuses a users file others can read
         app = AppServer(db, "--auth", str(users), cpus=app_cores)
         try:
             os.sched_setaffinity(0, generator_core)
-            r = asyncio.run(_team(app.url, annotators, rounds, think_s, app.proc.pid))
+            r = asyncio.run(_team(app.url, annotators, rounds, think_s, app.proc.pid, hammer))
         finally:
             os.sched_setaffinity(0, own_cores)
             app.stop()
@@ -218,6 +267,7 @@ def run(annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4
         "app_cpu_ms_per_submit": 1000 * r["app_cpu_s"] / len(latencies),
         "app_cores": len(app_cores),
         "generator_cpu": r["generator_cpu"],
+        **({"hammer": r["hammer"]} if hammer else {}),
     }
 
 
@@ -227,10 +277,12 @@ def main() -> None:
     p.add_argument("--think", type=float, default=5.0, help="mean think time in s, with --annotators")
     p.add_argument("--rounds", type=int, default=20, help="rankings per annotator")
     p.add_argument("--stored", type=int, default=0, help="rankings already in the store (a team's store grows)")
+    p.add_argument("--hammer", type=int, default=0, help="one more login sends N maximal Compare requests at once")
     args = p.parse_args()
     rows = []
-    for annotators, think_s in [(args.annotators, args.think)] if args.annotators else CASES:
-        rows.append(run(annotators, args.rounds, think_s, stored=args.stored))
+    cases = [(args.annotators, args.think, args.hammer)] if args.annotators else CASES
+    for annotators, think_s, hammer in cases:
+        rows.append(run(annotators, args.rounds, think_s, stored=args.stored, hammer=hammer))
         print(json.dumps(rows[-1]), flush=True)
     print("\n".join(annotation_table(rows)))
 

@@ -53,13 +53,24 @@ def annotation_table(rows: list[dict]) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     out += [
-        f"| {r['annotators']} | {r['think_s']} s | {r['submits_per_s']:.1f} | {r['p50_ms']:.0f} ms | "
+        f"| {_team_cell(r)} | {r['think_s']} s | {r['submits_per_s']:.1f} | {r['p50_ms']:.0f} ms | "
         f"{r['p95_ms']:.0f} ms | {r['max_ms']:.0f} ms | {r['handler_p50_ms']:.0f} / {r['handler_p95_ms']:.0f} ms | "
         f"{r['app_cpu_ms_per_submit']:.1f} ms | {r['generator_cpu']:.0%} | {r['errors']} | "
         f"{r['stored_rankings']}{', each once' if r['stored_once'] else ', NOT each once'} |"
         for r in rows
     ]
     return out
+
+
+def _team_cell(r: dict) -> str:
+    """The annotators, and the one login hammering Compare beside them (bench/annotation_latency.py::Hammer)."""
+    h = r.get("hammer")
+    if not h:
+        return str(r["annotators"])
+    return (
+        f"{r['annotators']} + 1 hammering Compare ({h['sent']} maximal requests sent: {h['completed']} answered, "
+        f"{h['refused']} refused, {h['failed']} failed)"
+    )
 
 
 def _annotation(rows: list[dict]) -> list[str]:

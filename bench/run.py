@@ -73,7 +73,7 @@ def main() -> None:
         for r in report["sampling"]:
             print(f"| {r['case']} | {r['dtype']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_per_response']:.1f}x |")
     if args.only in (None, "annotation"):
-        report["annotation"] = [annotation_latency.run(n, think_s=t) for n, t in annotation_latency.CASES]
+        report["annotation"] = [annotation_latency.run(n, think_s=t, hammer=h) for n, t, h in annotation_latency.CASES]
         print("\n" + "\n".join(page.annotation_table(report["annotation"])))
     if args.only in (None, "reward"):
         report["reward"] = reward.run(n_rankings=args.reward_rankings)
