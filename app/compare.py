@@ -120,20 +120,48 @@ def new_conversation(actor: str, reference: str, blind: bool, seed: int | None =
     }
 
 
+class LocalChat:
+    """The Compare tab's sampling and scoring in this process, over a Models cache: what the app's chat worker
+    (app/chat_worker.py) runs in its own process, and what tests call directly."""
+
+    def __init__(self, models: Models):
+        self.models = models
+
+    def pair(
+        self, sides: list[str], histories: list[list[dict]], params: ChatParams, reward: str = ""
+    ) -> Iterator[tuple[str, str]]:
+        """(left text, right text) after each step of both replies to the histories' last message."""
+        left, right = (side_model(self.models, ref, h, params, reward) for ref, h in zip(sides, histories, strict=True))
+        for a, b, _, _ in stream_pair(left, right, histories[0], histories[1], params):
+            yield a, b
+
+    def scores(self, reward: str, contexts: list[list[dict]], replies: list[str]) -> tuple[float, float]:
+        rm = self.models.reward(reward)
+        return tuple(score_reply(rm, c, r) for c, r in zip(contexts, replies, strict=True))
+
+    def release(self) -> int:
+        return self.models.release()
+
+
+def chat_engine(models) -> LocalChat:
+    """An engine (pair, scores, release) for `models`: a Models cache is wrapped in a LocalChat."""
+    return LocalChat(models) if isinstance(models, Models) else models
+
+
 def respond(
-    models: Models, state: dict, message: str, params: ChatParams, reward: str = ""
+    models, state: dict, message: str, params: ChatParams, reward: str = ""
 ) -> Iterator[tuple[list, list, dict]]:
     """Stream both replies to `message`; yields (left chat, right chat, state). Each side keeps its own history. A
-    best-of-N side first samples its N replies and shows the reward model's pick whole; the other side streams."""
+    best-of-N side first samples its N replies and shows the reward model's pick whole; the other side streams.
+    models: a Models cache, or an engine with `pair` (LocalChat, the app's chat worker)."""
     if not message.strip():
         raise UserError("type a message first")
     histories = [h + [{"role": "user", "content": message}] for h in state["history"]]
-    left, right = (side_model(models, ref, h, params, reward) for ref, h in zip(state["sides"], histories, strict=True))
     # the last replies' scores go with them: they must never show under the new ones
     state = {**state, "replies": None, "scores": None, "prompt": message, "voted": False}
     state["multi_turn"] = bool(state["history"][0])
     a = b = ""
-    for a, b, _, _ in stream_pair(left, right, histories[0], histories[1], params):
+    for a, b in chat_engine(models).pair(state["sides"], histories, params, reward):
         yield _chat(histories[0], a), _chat(histories[1], b), state
     state["history"] = [histories[0] + [_reply(a)], histories[1] + [_reply(b)]]
     state["replies"] = [a, b]
@@ -165,12 +193,11 @@ def chat_html(history: list[dict]) -> list[dict]:
     return [{**m, "content": response_html(m["content"])} for m in history]
 
 
-def scores_of(models: Models, state: dict, reward: str) -> tuple[float, float] | None:
+def scores_of(models, state: dict, reward: str) -> tuple[float, float] | None:
     """The reward model's score of each reply (None without a reward model or replies)."""
     if not reward or not state.get("replies"):
         return None
-    rm = models.reward(reward)
-    return tuple(score_reply(rm, h[:-1], r) for h, r in zip(state["history"], state["replies"], strict=True))
+    return tuple(chat_engine(models).scores(reward, [h[:-1] for h in state["history"]], state["replies"]))
 
 
 def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:

@@ -141,31 +141,34 @@ def _check_models(ctx, request, *refs) -> None:
         raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
 
 
-class QuietModels:
-    """The chat models as an annotator loads them: a model that fails to load says only that, and the folder and
-    the reason go to the app's log (an annotator learns nothing of the server's disk from an error)."""
+class QuietChat:
+    """The chat engine as an annotator uses it: a model that fails to load says only that, and the folder and the
+    reason go to the app's log (an annotator learns nothing of the server's disk from an error)."""
 
     LINE = "that model could not be loaded; an admin can read why in the app's log"
 
-    def __init__(self, models):
-        self.models = models
+    def __init__(self, chat):
+        self.chat = chat
 
-    def causal(self, ref: str):
-        return self._quiet(self.models.causal, ref)
-
-    def reward(self, ref: str):
-        return self._quiet(self.models.reward, ref)
-
-    def _quiet(self, load, ref: str):
+    def pair(self, *args):
         try:
-            return load(ref)
+            yield from self.chat.pair(*args)
         except (ModelError, ValueError, OSError) as e:
-            print(f"rlhf-studio: an annotator's model {ref!r} did not load: {e}", file=sys.stderr, flush=True)
-            raise ModelError(self.LINE) from None
+            raise self._quiet(e) from None
+
+    def scores(self, *args):
+        try:
+            return self.chat.scores(*args)
+        except (ModelError, ValueError, OSError) as e:
+            raise self._quiet(e) from None
+
+    def _quiet(self, e: Exception) -> ModelError:
+        print(f"rlhf-studio: an annotator's chat failed: {e}", file=sys.stderr, flush=True)
+        return ModelError(self.LINE)
 
 
-def _models(ctx, request):
-    return ctx.chat_models if ctx.is_admin(request) else QuietModels(ctx.chat_models)
+def _engine(ctx, request):
+    return ctx.chat if ctx.is_admin(request) else QuietChat(ctx.chat)
 
 
 def _whole(value, what: str) -> int:
@@ -194,14 +197,21 @@ def _handlers(ctx) -> SimpleNamespace:
             st = new_conversation(actor_v, ref_v, bool(blind_v))
         params = ChatParams(temperature=float(t), top_p=float(p), max_new_tokens=n, seed=int(s))
         names = ("A", "B") if st["blind"] else tuple(st["roles"])
-        for a, b, new in respond(_models(ctx, request), st, msg, params, rm_v):
-            left_chat, right_chat = gr.Chatbot(chat_html(a), label=names[0]), gr.Chatbot(chat_html(b), label=names[1])
-            yield left_chat, right_chat, new, "", "", "", "", *_voting(False), msg
+        first = True
+        for a, b, new in respond(_engine(ctx, request), st, msg, params, rm_v):
+            if first:  # labels, cleared lines, vote buttons off: once
+                left_chat = gr.Chatbot(chat_html(a), label=names[0])
+                right_chat = gr.Chatbot(chat_html(b), label=names[1])
+                yield left_chat, right_chat, new, "", "", "", "", *_voting(False), msg
+                first = False
+            else:  # then only the texts: a component update per token made Gradio rebuild its config (its JSON
+                # schemas) each time, most of the app's CPU while a reply streamed
+                yield chat_html(a), chat_html(b), new, *(gr.skip() for _ in range(9))
 
     def after_send(st, rm, request: gr.Request):
         _check_models(ctx, request, rm)
         if st:
-            st = {**st, "scores": scores_of(_models(ctx, request), st, rm)}
+            st = {**st, "scores": scores_of(_engine(ctx, request), st, rm)}
         return st, *score_lines(st), blind_line(st), *_voting(bool(st and st.get("replies")))
 
     def on_vote(choice):

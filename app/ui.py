@@ -35,13 +35,19 @@ class AppContext:
         runs_dir: str | Path = "runs",
         admins: set[str] | frozenset[str] = frozenset(),
         limits: ServeLimits | None = None,
+        chat_process: bool = False,
     ):
+        from app.chat_worker import ChatWorker
+        from app.compare import LocalChat
         from app.train_view import Runs
         from training.chat import Models
 
         self.db = store_of(db)
         self.limits = limits or ServeLimits()  # every size a request may ask for (app/limits.py)
-        self.chat_models = Models(self.limits.max_chat_models)  # the Compare tab's models, loaded on first use
+        # the Compare tab's sampling: in a child process at low priority when serving (app/chat_worker.py), in
+        # this one for tests that build the app themselves; models load on first use either way
+        n = self.limits.max_chat_models
+        self.chat = ChatWorker(n) if chat_process else LocalChat(Models(n))
         # training processes started from the Train tab; starting one frees the app's models for it
         self.runs = Runs(self.db, Path(runs_dir), on_launch=self.release_models)
         self.model = model
@@ -63,7 +69,7 @@ class AppContext:
 
     def release_models(self) -> None:
         """Free every model the app holds (a training run is starting and needs the memory)."""
-        self.chat_models.release()
+        self.chat.release()
         with self._lock:
             self._sampler = None
 
@@ -172,7 +178,14 @@ def launch(
     uploads = Uploads(bool(users), frozenset(admin_set), limits.max_upload_mb_per_hour)
     store = store_of(db).hold()  # open while serving, passed down; CLI commands still get their turn (store/db.py)
     ctx = AppContext(
-        store, model, overlap=overlap, auth=bool(users), runs_dir=runs_dir, admins=admin_set, limits=limits
+        store,
+        model,
+        overlap=overlap,
+        auth=bool(users),
+        runs_dir=runs_dir,
+        admins=admin_set,
+        limits=limits,
+        chat_process=True,
     )
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)

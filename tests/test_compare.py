@@ -377,8 +377,9 @@ def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):
 
 
 def test_an_annotator_reads_no_path_or_reason_when_a_model_fails_to_load(tmp_path, capsys):
-    from app.compare_tab import QuietModels
-    from training.chat import Models
+    from app.compare import LocalChat
+    from app.compare_tab import QuietChat
+    from training.chat import ChatParams, Models
     from training.models import ModelError
 
     broken = tmp_path / "runs" / "ppo-x" / "actor"
@@ -387,7 +388,8 @@ def test_an_annotator_reads_no_path_or_reason_when_a_model_fails_to_load(tmp_pat
     with pytest.raises(ModelError) as admin_sees:
         Models().causal(str(broken))
     assert str(broken) in str(admin_sees.value)
+    history = [[{"role": "user", "content": "hi"}]] * 2
     with pytest.raises(ModelError) as annotator_sees:
-        QuietModels(Models()).causal(str(broken))
-    assert str(annotator_sees.value) == QuietModels.LINE and str(tmp_path) not in str(annotator_sees.value)
+        list(QuietChat(LocalChat(Models())).pair([str(broken), str(broken)], history, ChatParams(max_new_tokens=2)))
+    assert str(annotator_sees.value) == QuietChat.LINE and str(tmp_path) not in str(annotator_sees.value)
     assert str(broken) in capsys.readouterr().err  # the reason is in the app's log

@@ -40,7 +40,7 @@ def test_oversized_compare_requests_are_one_line_and_sample_nothing(served):
     with pytest.raises(Exception, match="greater than maximum value 16"):
         _send(client, "hi", actor, reference, best_of=1000)
     left, right, *_ = _send(client, "hi", actor, reference)
-    assert len(left["value"]) == len(right["value"]) == 2  # the message and each side's reply
+    assert len(left) == len(right) == 2  # the message and each side's reply
 
 
 def test_a_reply_that_would_pass_the_models_context_is_refused(served):
