@@ -106,16 +106,22 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
     return None
 
 
+def cookies(headers: list[tuple[bytes, bytes]]) -> SimpleCookie:
+    """The request's cookies; a malformed Cookie header is none, not a crash."""
+    jar = SimpleCookie()
+    try:
+        jar.load(_header(headers, b"cookie") or "")
+    except Exception:  # noqa: BLE001 - http.cookies raises CookieError and others on hostile input
+        return SimpleCookie()
+    return jar
+
+
 def presented_token(headers: list[tuple[bytes, bytes]], query: str, cookie: str) -> tuple[str | None, bool]:
     """(the token a request carries, whether it came in the URL): `Authorization: token X`, the cookie, `?token=X`."""
     auth = _header(headers, b"authorization") or ""
     if auth[:6].lower() == "token ":
         return auth[6:].strip(), False
-    jar = SimpleCookie()
-    try:
-        jar.load(_header(headers, b"cookie") or "")
-    except Exception:  # a malformed Cookie header is no token, not a crash
-        jar = SimpleCookie()
+    jar = cookies(headers)
     if cookie in jar:
         return jar[cookie].value, False
     values = parse_qs(query).get("token")
@@ -179,11 +185,7 @@ class Uploads:
             return "local"
         if self.app is None:
             return None
-        jar = SimpleCookie()
-        try:
-            jar.load(_header(headers, b"cookie") or "")
-        except Exception:  # a malformed Cookie header is no login
-            return None
+        jar = cookies(headers)
         cookie_id = getattr(self.app, "cookie_id", "")
         for name in (f"access-token-{cookie_id}", f"access-token-unsecure-{cookie_id}"):
             if name in jar:
