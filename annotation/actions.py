@@ -10,7 +10,7 @@ from pathlib import Path
 from annotation.agreement import pairwise_agreement
 from annotation.labelstudio_export import export_ls
 from annotation.prompt_files import read_prompts
-from store.db import connect, write
+from store.db import connect, transaction, write
 from store.pairs import export_pairs, rankings_for_agreement, stats
 from store.prompts import add_prompts
 
@@ -35,7 +35,7 @@ def add_example_prompts(db: str | os.PathLike) -> str:
 def write_pairs_file(
     db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
 ) -> str:
-    with connect(db, create=False) as con:
+    with connect(db, create=False) as con, transaction(con):  # the file and its count see the same pairs
         n = export_pairs(con, out, drop_flagged=drop_flagged, with_votes=with_votes)
     return f"wrote {n} pairs to {out}" + (" (the Compare tab's decided votes included)" if with_votes else "")
 

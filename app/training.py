@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from annotation.prompt_files import read_prompts as read_prompt_file
-from store.db import connect, write
+from store.db import connect, transaction, write
 from store.errors import UserError
-from store.runs import latest_snapshot_id, record_run, run_by_id
-from store.snapshot import split_of, write_snapshot
+from store.runs import record_run, run_by_id
+from store.snapshot import freeze_snapshot, record_snapshot, split_of
 from training.config_file import ConfigFile
 from training.launcher import launch
 from training.models import DataError, ModelError, resolve_model
@@ -71,9 +71,10 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
         raise UserError("--with-votes takes the votes from the store; a pairs file has none")
     if data:  # a pairs file is read before the store is opened, so the store is held only for the record
         _check_pairs(data, cfg)
-    with write(db) as con:
-        if not data:
-            folder = write_snapshot(
+    frozen = None
+    if not data:  # frozen on a read connection: annotators keep submitting while the files are written
+        with connect(db) as con, transaction(con):
+            frozen = freeze_snapshot(
                 con,
                 runs_dir.parent / "snapshots",
                 eval_fraction=cfg.eval_fraction,
@@ -81,8 +82,11 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
                 rounds=round_numbers(cfg.rounds),
                 with_votes=cfg.with_votes,
             )
-            data, snapshot_id = str(folder.resolve()), latest_snapshot_id(con)  # the ranks run in the run folder
-            _check_pairs(data, cfg)
+        data = str(frozen[0].resolve())  # the ranks run in the run folder
+        _check_pairs(data, cfg)
+    with write(db) as con:
+        if frozen:
+            snapshot_id = record_snapshot(con, *frozen)
         run = new_run_dir(runs_dir, cfg.KIND)
         cfg = dataclasses.replace(cfg, data=data, model=_local(cfg.model), output_dir=str(run.resolve()))
         if hasattr(cfg, "reference"):  # a trainer with a frozen reference model (DPO)

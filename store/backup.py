@@ -24,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 
-from store.db import connect, latest_version, migrate, schema_scripts, sql_string
+from store.db import connect, latest_version, migrate, schema_scripts, sql_string, transaction
 from store.durable import rename_durably
 from store.errors import UserError
 
@@ -53,7 +53,7 @@ def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # a backup that died half-way
     try:
-        with connect(db, create=False) as con:
+        with connect(db, create=False) as con, transaction(con):  # the counts and the files see the same rows
             counts = _counts(con)
             version = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
             con.execute(f"EXPORT DATABASE {sql_string(partial.resolve())} (FORMAT parquet)")

@@ -153,10 +153,63 @@ def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True
 
 # A process that keeps the store open (the app): opening the file costs ~10 ms and closing it ~4 ms, too much for
 # every click of 20 annotators. The app's Store keeps one connection open (`hold`), so each transaction reuses the
-# open database (~1 ms). All its store access then takes turns on the Store's lock, and before each turn (and every
-# 50 ms in a watcher thread) it checks for a handoff file: another process (a CLI command) wants the file, so the
-# app closes it, waits until the handoff file is gone (or stale), and opens it again.
+# open database (~1 ms) through a cursor of it. Cursors are used side by side (DuckDB gives each its own view), so
+# a snapshot being copied out does not hold up a submit; only letting the file go needs every cursor closed. Before
+# each use (and every 50 ms in a watcher thread) the Store checks for a handoff file: another process (a CLI
+# command) wants the file, so the app closes it, waits until the handoff file is gone (or stale), and opens it again.
 HANDOFF_STALE_S = 30.0
+
+
+class SharedLock:
+    """Many holders of `shared`, or one of `exclusive`. A thread already holding `shared` may take it again even
+    while an `exclusive` waits (no self-deadlock on nested use); a new holder waits behind a waiting `exclusive`,
+    so the handoff is not starved by a steady stream of requests."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+        self._mine = threading.local()
+
+    def depth(self) -> int:
+        return getattr(self._mine, "depth", 0)
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        depth = self.depth()
+        with self._cond:
+            while self._exclusive or (self._waiting and depth == 0):
+                self._cond.wait()
+            self._shared += 1
+        self._mine.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._mine.depth = depth
+            with self._cond:
+                self._shared -= 1
+                if not self._shared:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        if self.depth():
+            raise RuntimeError("exclusive use of the store asked for inside a shared use by the same thread")
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._exclusive or self._shared:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
 
 
 class Store(os.PathLike):
@@ -173,7 +226,7 @@ class Store(os.PathLike):
         self._held: duckdb.DuckDBPyConnection | None = None
         self._holding = False
         self._checked: duckdb.DuckDBPyConnection | None = None  # the held connection whose version was checked
-        self._turn = threading.RLock()  # every use of the held connection, and letting it go
+        self._uses = SharedLock()  # cursors of the held connection (shared); opening and letting go (exclusive)
         self._writers = threading.Lock()  # this process's writers take turns (see `write`)
 
     def __fspath__(self) -> str:
@@ -188,7 +241,7 @@ class Store(os.PathLike):
     # --- keeping the file open (the app) ---
     def hold(self) -> Store:
         """Keep the store open until `release`; a watcher thread lets go whenever another process asks."""
-        with self._turn:
+        with self._uses.exclusive():
             if not self._holding:
                 con, _ = _open(self.path, self.timeout, ask=False)
                 try:
@@ -201,7 +254,7 @@ class Store(os.PathLike):
         return self
 
     def release(self) -> None:
-        with self._turn:
+        with self._uses.exclusive():
             self._holding = False
             if self._held is not None:
                 self._held.close()
@@ -211,13 +264,13 @@ class Store(os.PathLike):
         """Let go for a waiting command even while the app is idle (no request would otherwise notice)."""
         while self._holding:
             if _handoff_file(self.path).exists():
-                with self._turn:
+                with self._uses.exclusive():
                     if self._holding:
                         self._let_go_if_asked()
             time.sleep(0.05)
 
     def _let_go_if_asked(self) -> None:
-        """Called with the turn lock held, so no other connection of ours is open."""
+        """Called with the exclusive use held, so no cursor of ours is open."""
         handoff = _handoff_file(self.path)
         try:
             if time.time() - handoff.stat().st_mtime > HANDOFF_STALE_S:  # left by a killed command
@@ -247,10 +300,14 @@ class Store(os.PathLike):
         if not create and self.path != ":memory:" and not Path(self.path).exists():
             raise UserError(f"no store at {self.path}: run `rlhf init` (or pass --db)")
         if self._holding:
-            with self._turn:
-                self._let_go_if_asked()
-                if self._held is None:  # a reopen failed earlier: try again now
-                    self._held = _open(self.path, timeout, ask=False)[0]
+            if self._uses.depth() == 0 and (self._held is None or _handoff_file(self.path).exists()):
+                with self._uses.exclusive():  # another process asked for the file, or a reopen failed earlier
+                    self._let_go_if_asked()
+                    if self._held is None:
+                        self._held = _open(self.path, timeout, ask=False)[0]
+            with self._uses.shared():
+                if self._held is None:
+                    raise StoreBusy(f"store {self.path} is being handed to another process; try again")
                 if self._held is not self._checked:  # reopened: a newer rlhf-studio may have migrated it meanwhile
                     checked_schema_version(self._held)
                     self._checked = self._held
@@ -272,8 +329,9 @@ class Store(os.PathLike):
         """Open, run one transaction, close: the usual shape of every write.
 
         Writers sharing this Store (the app's sessions) take turns: DuckDB would otherwise abort one of two
-        concurrent transactions that touch the same rows (say, two imports adding the same prompt)."""
-        with self._writers, self.connect(timeout=timeout) as con, transaction(con):
+        concurrent transactions that touch the same rows (say, two imports adding the same prompt). The turn is
+        taken after the connection, so a writer never waits for its turn while the handoff waits for it."""
+        with self.connect(timeout=timeout) as con, self._writers, transaction(con):
             yield con
 
     def init(self) -> tuple[int, int]:

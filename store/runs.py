@@ -38,7 +38,3 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str, str]]
 def run_by_id(con: duckdb.DuckDBPyConnection, run_id: str) -> RecordedRun | None:
     row = con.execute("SELECT run_id, kind, path, created_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return None if row is None else RecordedRun(row[0], row[1], row[2], str(row[3]))
-
-
-def latest_snapshot_id(con: duckdb.DuckDBPyConnection) -> int | None:
-    return con.execute("SELECT max(snapshot_id) FROM snapshots").fetchone()[0]

@@ -91,7 +91,22 @@ def _write_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, where
     return {**entry, **({"votes": votes} if source != "pairs" else {}), "sha256": _sha256(path)}
 
 
-def write_snapshot(
+def write_snapshot(con: duckdb.DuckDBPyConnection, root: str | os.PathLike, **options) -> Path:
+    """`freeze_snapshot` then `record_snapshot` on one connection (a command that holds the store anyway)."""
+    folder, manifest = freeze_snapshot(con, root, **options)
+    record_snapshot(con, folder, manifest)
+    return folder
+
+
+def record_snapshot(con: duckdb.DuckDBPyConnection, folder: Path, manifest: dict) -> int:
+    """Record a frozen snapshot in the store (inside the caller's write); returns its snapshot id."""
+    return con.execute(
+        "INSERT INTO snapshots (path, content_sha256, manifest) VALUES (?, ?, ?) RETURNING snapshot_id",
+        [str(Path(folder).resolve()), manifest["content_sha256"], json.dumps(manifest)],
+    ).fetchone()[0]
+
+
+def freeze_snapshot(
     con: duckdb.DuckDBPyConnection,
     root: str | os.PathLike,
     eval_fraction: float = 0.1,
@@ -99,22 +114,23 @@ def write_snapshot(
     drop_flagged: bool = False,
     rounds: list[int] | None = None,
     with_votes: bool = False,
-) -> Path:
-    """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns the folder. With
-    `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt. With
+) -> tuple[Path, dict]:
+    """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns (folder, manifest).
+    With `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt. With
     `with_votes`, the Compare tab's decided votes too, one pair each.
 
-    The folder appears whole (written aside, fsynced, then renamed) and its files are read-only."""
+    It only reads: run it in a read transaction (`store.connect` + `transaction`, so both splits and the manifest
+    see the same pairs), and annotators keep submitting while the files are written; then record the result with
+    `record_snapshot` in a short write. The folder
+    appears whole (written aside, fsynced, then renamed) and its files are read-only."""
     if not 0 <= eval_fraction < 1:
         raise UserError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     source = pairs_source(with_votes)
-    _assign_splits(con, eval_fraction, seed, source)
-    where = _pair_filter(con, drop_flagged, rounds)
     tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=root))
     try:
-        splits = {split: _write_split(con, tmp, split, where, source) for split in SPLITS}
+        splits = _frozen_splits(con, tmp, eval_fraction, seed, drop_flagged, rounds, source)
         content = hashlib.sha256("".join(splits[s]["sha256"] for s in SPLITS).encode()).hexdigest()
         created = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         manifest = {
@@ -144,11 +160,13 @@ def write_snapshot(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    con.execute(
-        "INSERT INTO snapshots (path, content_sha256, manifest) VALUES (?, ?, ?)",
-        [str(final.resolve()), content, json.dumps(manifest)],
-    )
-    return final
+    return final, manifest
+
+
+def _frozen_splits(con, folder: Path, eval_fraction, seed, drop_flagged, rounds, source) -> dict[str, dict]:
+    _assign_splits(con, eval_fraction, seed, source)
+    where = _pair_filter(con, drop_flagged, rounds)
+    return {split: _write_split(con, folder, split, where, source) for split in SPLITS}
 
 
 def verify_snapshot(folder: str | os.PathLike) -> dict:
