@@ -15,6 +15,7 @@ from store.assignments import (
     claim_next,
     close_assignment,
     delete_ranking,
+    drop_assignment,
     get_assignment,
     is_undone,
     keep_undone,
@@ -24,6 +25,7 @@ from store.assignments import (
 )
 from store.db import connect, write
 from store.errors import UserError
+from store.tasks import count_rankings, pairs_of_ranks
 
 SOURCE = "ui"
 
@@ -142,6 +144,7 @@ def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> int:
         [ranking_id, order, ranks, list(range(len(order)))],
     )
     close_assignment(con, assignment_id, ranking_id)
+    count_rankings(con, [(annotator, SOURCE, False, pairs_of_ranks(ranks))])
     return ranking_id
 
 
@@ -159,6 +162,7 @@ def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str)
             [prompt_id, annotator, SOURCE, f"ui:{assignment_id}", lead_time, reason.strip()],
         ).fetchone()[0]
         close_assignment(con, assignment_id, ranking_id)
+        count_rankings(con, [(annotator, SOURCE, True, 0)])
         return ranking_id
 
 
@@ -181,7 +185,7 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
             con.execute("SELECT response_id, rank FROM ranking_items WHERE ranking_id = ?", [ranking_id]).fetchall()
         )
         if current is not None:
-            con.execute("DELETE FROM assignments WHERE assignment_id = ?", [current[0]])
+            drop_assignment(con, current[0])
         keep_undone(con, ranking_id, assignment_id)
         delete_ranking(con, ranking_id)
         reopen(con, assignment_id)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from store.tasks import count_assignment, uncount_ranking
+
 # Responses an annotator can rank: not an identical repeat of another sample, not empty. ltrim, not trim: the same
 # test (blank = spaces only), but it stops at the first other character where trim reads every text to its end,
 # and this runs over every response twice per submit (10x less CPU on 10,000 responses).
@@ -32,20 +34,17 @@ def claim_next(
     again in a later round (store/rounds.py) is a new task: only its latest round's responses are shown, and only
     that round's assignments count. Prompts with the fewest annotators go first, then the newest round's, in the
     order its selection chose them, then the oldest. Returns (assignment id, prompt id, shown order), or None."""
-    row = con.execute(
-        f"""WITH cur AS (SELECT prompt_id, max(round) AS round FROM response_round GROUP BY prompt_id),
-                 held AS (SELECT a.prompt_id, count(*) AS n, bool_or(a.annotator = ?) AS mine
-                          FROM assignments a JOIN response_round x ON x.response_id = a.shown_order[1]
-                          JOIN cur ON cur.prompt_id = a.prompt_id AND cur.round = x.round
-                          GROUP BY a.prompt_id),
-                 rankable AS (SELECT r.prompt_id FROM responses r JOIN response_round x USING (response_id)
-                              JOIN cur ON cur.prompt_id = r.prompt_id AND cur.round = x.round
-                              WHERE {RANKABLE} GROUP BY r.prompt_id HAVING count(*) >= 2)
-            SELECT k.prompt_id, cur.round FROM rankable k JOIN cur USING (prompt_id) LEFT JOIN held h USING (prompt_id)
-            LEFT JOIN round_prompts q ON q.prompt_id = k.prompt_id AND q.round = cur.round
-            WHERE coalesce(h.n, 0) < ? AND NOT coalesce(h.mine, false)
-            ORDER BY coalesce(h.n, 0), cur.round DESC, q.position NULLS LAST, k.prompt_id LIMIT 1""",
-        [annotator, overlap],
+    mine = (  # at overlap 1 a task handed to anyone is not handed out again, so it cannot be this annotator's
+        ""
+        if overlap <= 1
+        else """AND NOT EXISTS (SELECT 1 FROM assignments a
+                                WHERE a.annotator = $annotator AND a.prompt_id = t.prompt_id AND a.round = t.round)"""
+    )
+    row = con.execute(  # the kept counters (store/tasks.py): a scan of one small row per prompt, no joins
+        f"""SELECT t.prompt_id, t.round FROM tasks t
+            WHERE t.rankable >= 2 AND t.assigned < $overlap {mine}
+            ORDER BY t.assigned, t.round DESC, t.position NULLS LAST, t.prompt_id LIMIT 1""",
+        {"overlap": overlap, **({"annotator": annotator} if mine else {})},
     ).fetchone()
     if row is None:
         return None
@@ -59,9 +58,11 @@ def claim_next(
     ]
     rng.shuffle(ids)  # each annotator sees their own order; it is stored with the ranking
     assignment_id = con.execute(
-        "INSERT INTO assignments (prompt_id, annotator, shown_order) VALUES (?, ?, ?) RETURNING assignment_id",
-        [row[0], annotator, ids],
+        """INSERT INTO assignments (prompt_id, annotator, shown_order, round) VALUES (?, ?, ?, ?)
+           RETURNING assignment_id""",
+        [row[0], annotator, ids, row[1]],
     ).fetchone()[0]
+    count_assignment(con, row[0], row[1], assigned=1, done=0)
     return assignment_id, row[0], ids
 
 
@@ -76,10 +77,13 @@ def get_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> tuple 
 
 
 def close_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int, ranking_id: int) -> None:
-    con.execute(
-        "UPDATE assignments SET status = 'done', ranking_id = ?, closed_at = current_timestamp WHERE assignment_id = ?",
+    row = con.execute(
+        """UPDATE assignments SET status = 'done', ranking_id = ?, closed_at = current_timestamp
+           WHERE assignment_id = ? AND status = 'open' RETURNING prompt_id, round""",
         [ranking_id, assignment_id],
-    )
+    ).fetchone()
+    if row is not None:
+        count_assignment(con, *row, assigned=0, done=1)
 
 
 def last_closed(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
@@ -93,11 +97,23 @@ def last_closed(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
 
 def reopen(con: duckdb.DuckDBPyConnection, assignment_id: int) -> None:
     """Back to 'open' (for undo/edit): the clock for the lead time starts again."""
-    con.execute(
+    row = con.execute(
         """UPDATE assignments SET status = 'open', ranking_id = NULL, closed_at = NULL,
-                  assigned_at = current_timestamp WHERE assignment_id = ?""",
+                  assigned_at = current_timestamp
+           WHERE assignment_id = ? AND status = 'done' RETURNING prompt_id, round""",
         [assignment_id],
-    )
+    ).fetchone()
+    if row is not None:
+        count_assignment(con, *row, assigned=0, done=-1)
+
+
+def drop_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> None:
+    """Give an open task back to the pool (the one an annotator holds when they undo their last answer)."""
+    row = con.execute(
+        "DELETE FROM assignments WHERE assignment_id = ? RETURNING prompt_id, round, ranking_id", [assignment_id]
+    ).fetchone()
+    if row is not None:
+        count_assignment(con, row[0], row[1], assigned=-1, done=-(row[2] is not None))
 
 
 def is_undone(con: duckdb.DuckDBPyConnection, assignment_id: int) -> bool:
@@ -150,29 +166,20 @@ def undone(con: duckdb.DuckDBPyConnection, annotator: str | None = None) -> list
 
 
 def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
+    uncount_ranking(con, ranking_id)
     con.execute("DELETE FROM ranking_items WHERE ranking_id = ?", [ranking_id])
     con.execute("DELETE FROM rankings WHERE ranking_id = ?", [ranking_id])
 
 
 def annotation_counts(con: duckdb.DuckDBPyConnection, annotator: str, source: str, overlap: int) -> tuple:
     """(rankings by this annotator, rankings by everyone, prompts still needing rankings, pairs in the store);
-    one query, since it runs after every submission. A prompt waits while its latest round (store/rounds.py) has
-    fewer than `overlap` of the source's rankings (or skips), each found through the assignment that made it."""
+    one query over the kept counters (store/tasks.py), since it runs after every submission. A prompt waits while
+    its latest round (store/rounds.py) has fewer than `overlap` answers (rankings or skips) from assignments."""
     return con.execute(
-        f"""WITH cur AS (SELECT prompt_id, max(round) AS round FROM response_round GROUP BY prompt_id),
-                 rankable AS (SELECT r.prompt_id FROM responses r JOIN response_round x USING (response_id)
-                              JOIN cur ON cur.prompt_id = r.prompt_id AND cur.round = x.round
-                              WHERE {RANKABLE} GROUP BY r.prompt_id HAVING count(*) >= 2),
-                 done AS (SELECT a.prompt_id, count(*) AS n FROM rankings k
-                          JOIN assignments a ON a.ranking_id = k.ranking_id
-                          JOIN response_round x ON x.response_id = a.shown_order[1]
-                          JOIN cur ON cur.prompt_id = a.prompt_id AND cur.round = x.round
-                          WHERE k.source = $source GROUP BY a.prompt_id)
-            SELECT
-              (SELECT count(*) FROM rankings WHERE source = $source AND NOT skipped AND annotator = $annotator),
-              (SELECT count(*) FROM rankings WHERE source = $source AND NOT skipped),
-              (SELECT count(*) FROM rankable k LEFT JOIN done d USING (prompt_id) WHERE coalesce(d.n, 0) < $overlap),
-              -- pair ids only: counting the full `pairs` view would join every text
-              (SELECT count(*) FROM pair_ids x JOIN rankings r USING (ranking_id) WHERE NOT r.skipped)""",
+        """SELECT
+              (SELECT coalesce(sum(rankings), 0) FROM ranking_counts WHERE source = $source AND annotator = $annotator),
+              (SELECT coalesce(sum(rankings), 0) FROM ranking_counts WHERE source = $source),
+              (SELECT count(*) FROM tasks WHERE rankable >= 2 AND done < $overlap),
+              (SELECT coalesce(sum(pairs), 0) FROM ranking_counts)""",
         {"source": source, "annotator": annotator, "overlap": overlap},
     ).fetchone()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from store.prompts import next_ids, prompt_ids
+from store.tasks import count_rankings, refresh_tasks
 
 
 @dataclass
@@ -127,6 +128,8 @@ def insert_rankings(
                 [pos for _, _, _, pos in items],
             ],
         )
+    count_rankings(con, [(r.annotator, r.source, r.skipped, r.n_pairs) for r in todo])
+    refresh_tasks(con, {pid for pid, *_ in new_responses})
     return result
 
 

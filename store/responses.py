@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from store.tasks import refresh_tasks
+
 
 @dataclass
 class Sample:
@@ -71,4 +73,5 @@ def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id:
             first[key] = new_id
         else:
             duplicates += 1
+    refresh_tasks(con, [s.prompt_id for s in samples])
     return duplicates

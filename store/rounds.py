@@ -8,6 +8,8 @@ import json
 
 import duckdb
 
+from store.tasks import refresh_tasks, refresh_tasks_of_responses
+
 
 def latest_round(con: duckdb.DuckDBPyConnection) -> int:
     """The newest round: the highest recorded one, 1 where only untagged responses exist, 0 in an empty store."""
@@ -53,6 +55,7 @@ def record_round(
             "SELECT ?, unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::DOUBLE[])",
             [round_, [p for p, _ in prompts], list(range(len(prompts))), [v for _, v in prompts]],
         )
+        refresh_tasks(con, [p for p, _ in prompts])
 
 
 def tag_responses(con: duckdb.DuckDBPyConnection, response_ids: list[int], round_: int) -> None:
@@ -60,6 +63,7 @@ def tag_responses(con: duckdb.DuckDBPyConnection, response_ids: list[int], round
         con.execute(
             "INSERT INTO response_rounds (response_id, round) SELECT unnest(?::BIGINT[]), ?", [response_ids, round_]
         )
+        refresh_tasks_of_responses(con, response_ids)
 
 
 def asked_prompts(con: duckdb.DuckDBPyConnection) -> set[int]:
