@@ -70,12 +70,14 @@ def next_task(db: str | os.PathLike, annotator: str, overlap: int = 1, seed: int
         return _next(con, annotator, overlap, seed)
 
 
-def _next(con, annotator: str, overlap: int, seed: int | None = None) -> Task | None:
-    row = open_assignment(con, annotator)
+def _next(con, annotator: str, overlap: int, seed: int | None = None, holds: bool = True) -> Task | None:
+    """holds=False: the annotator is known to hold no open task (they just answered it), so none is looked up."""
+    row = open_assignment(con, annotator) if holds else None
     if row is None:
-        row = claim_next(con, annotator, overlap, random.Random(seed))
-        if row is None:
+        claimed = claim_next(con, annotator, overlap, random.Random(seed))
+        if claimed is None:
             return None
+        return Task(claimed.assignment_id, claimed.prompt_id, claimed.prompt, claimed.order, claimed.texts)
     assignment_id, prompt_id, order = row[:3]
     return _task(con, assignment_id, prompt_id, order)
 
@@ -108,7 +110,7 @@ def submit(db: str | os.PathLike, annotator: str, assignment_id: int, ranks: lis
 
     Submitting the same task twice (a double click, a retried request) stores it once."""
     with write(db) as con:
-        return _submit(con, annotator, assignment_id, ranks)
+        return _submit(con, annotator, assignment_id, ranks)[0]
 
 
 def submit_and_next(
@@ -116,14 +118,18 @@ def submit_and_next(
 ) -> tuple[Task | None, Progress]:
     """What the Submit button does, in one transaction: store the ranking, hand out the next task, count."""
     with write(db) as con:
-        _submit(con, annotator, assignment_id, ranks)
-        return _next(con, annotator, overlap), Progress(*annotation_counts(con, annotator, SOURCE, overlap))
+        _, stored_now = _submit(con, annotator, assignment_id, ranks)
+        # an annotator holds one open task at a time: having just answered it, they hold none (a repeated submit
+        # of an answered task may find the one handed out after it)
+        task = _next(con, annotator, overlap, holds=not stored_now)
+        return task, Progress(*annotation_counts(con, annotator, SOURCE, overlap))
 
 
-def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> int:
+def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> tuple[int, bool]:
+    """(ranking id, whether it was stored now: False for a task already answered)."""
     _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
     if status == "done":
-        return ranking_id
+        return ranking_id, False
     check_ranks(ranks, len(order))
     ranked_as_shown = is_shown_order(ranks)
     ranking_id = con.execute(
@@ -145,7 +151,7 @@ def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> int:
     )
     close_assignment(con, assignment_id, ranking_id)
     count_rankings(con, [(annotator, SOURCE, False, pairs_of_ranks(ranks))])
-    return ranking_id
+    return ranking_id, True
 
 
 def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str) -> int:

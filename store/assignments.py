@@ -25,45 +25,55 @@ def open_assignment(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | N
     ).fetchone()
 
 
-def claim_next(
-    con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng: random.Random
-) -> tuple[int, int, list[int]] | None:
+@dataclass
+class Claimed:
+    """A newly assigned task: the prompt and its responses in the order this annotator sees them."""
+
+    assignment_id: int
+    prompt_id: int
+    order: list[int]
+    prompt: str
+    texts: list[str]
+
+
+def claim_next(con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng: random.Random) -> Claimed | None:
     """Assign the next prompt this annotator has not had and fewer than `overlap` annotators have had.
 
     Every browser ranking comes from an assignment, so assignments alone say who has (had) a prompt. A prompt asked
     again in a later round (store/rounds.py) is a new task: only its latest round's responses are shown, and only
     that round's assignments count. Prompts with the fewest annotators go first, then the newest round's, in the
-    order its selection chose them, then the oldest. Returns (assignment id, prompt id, shown order), or None."""
+    order its selection chose them, then the oldest. Returns the task, or None."""
     mine = (  # at overlap 1 a task handed to anyone is not handed out again, so it cannot be this annotator's
         ""
         if overlap <= 1
         else """AND NOT EXISTS (SELECT 1 FROM assignments a
                                 WHERE a.annotator = $annotator AND a.prompt_id = t.prompt_id AND a.round = t.round)"""
     )
-    row = con.execute(  # the kept counters (store/tasks.py): a scan of one small row per prompt, no joins
-        f"""SELECT t.prompt_id, t.round FROM tasks t
-            WHERE t.rankable >= 2 AND t.assigned < $overlap {mine}
-            ORDER BY t.assigned, t.round DESC, t.position NULLS LAST, t.prompt_id LIMIT 1""",
+    row = con.execute(  # the kept counters (store/tasks.py) pick the task; its texts come in the same statement
+        f"""WITH t AS (SELECT t.prompt_id, t.round FROM tasks t
+                       WHERE t.rankable >= 2 AND t.assigned < $overlap {mine}
+                       ORDER BY t.assigned, t.round DESC, t.position NULLS LAST, t.prompt_id LIMIT 1)
+            SELECT t.prompt_id, t.round, p.text, list(r.response_id ORDER BY r.response_id),
+                   list(r.text ORDER BY r.response_id)
+            FROM t JOIN prompts p USING (prompt_id) JOIN responses r ON r.prompt_id = t.prompt_id
+            LEFT JOIN response_rounds x ON x.response_id = r.response_id
+            WHERE coalesce(x.round, 1) = t.round AND {RANKABLE}
+            GROUP BY t.prompt_id, t.round, p.text""",
         {"overlap": overlap, **({"annotator": annotator} if mine else {})},
     ).fetchone()
     if row is None:
         return None
-    ids = [
-        i
-        for (i,) in con.execute(
-            f"""SELECT r.response_id FROM responses r JOIN response_round x USING (response_id)
-                WHERE r.prompt_id = ? AND x.round = ? AND {RANKABLE} ORDER BY r.response_id""",
-            [row[0], row[1]],
-        ).fetchall()
-    ]
-    rng.shuffle(ids)  # each annotator sees their own order; it is stored with the ranking
+    prompt_id, round_, prompt, ids, texts = row
+    shown = list(zip(ids, texts, strict=True))
+    rng.shuffle(shown)  # each annotator sees their own order; it is stored with the ranking
+    ids = [i for i, _ in shown]
     assignment_id = con.execute(
         """INSERT INTO assignments (prompt_id, annotator, shown_order, round) VALUES (?, ?, ?, ?)
            RETURNING assignment_id""",
-        [row[0], annotator, ids, row[1]],
+        [prompt_id, annotator, ids, round_],
     ).fetchone()[0]
-    count_assignment(con, row[0], row[1], assigned=1, done=0)
-    return assignment_id, row[0], ids
+    count_assignment(con, prompt_id, round_, assigned=1, done=0)
+    return Claimed(assignment_id, prompt_id, ids, prompt, [t for _, t in shown])
 
 
 def get_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> tuple | None:
