@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 
 from store.assignments import RANKABLE
+from store.durable import rename_durably
 from store.errors import UserError
 
 RANKER_CONFIG = """<View>
@@ -59,7 +60,7 @@ def export_ls(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, seed: int 
         for path, text in files.items():
             tmp = path.with_name(f".{path.name}.tmp")
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            rename_durably(tmp, path)
     except OSError as e:
         raise UserError(f"cannot write Label Studio export to {out}: {e.strerror}") from None
     return out / "tasks.json", out / "label_config.xml", len(tasks)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from annotation.prompt_files import read_prompts as read_prompt_file
 from store.db import connect, transaction, write
+from store.durable import rename_durably
 from store.errors import UserError
 from store.runs import record_run, run_by_id
 from store.snapshot import freeze_snapshot, record_snapshot, split_of
@@ -211,7 +212,7 @@ def frozen_prompts(prompts: str, snapshots: Path) -> str:
             snapshots.mkdir(parents=True, exist_ok=True)
             tmp.write_text(body)
             tmp.chmod(0o444)  # read-only, as the store's snapshots are
-            os.replace(tmp, out)  # whole or not at all
+            rename_durably(tmp, out)  # whole or not at all, on disk before its name
         except OSError as e:
             tmp.unlink(missing_ok=True)
             raise UserError(f"cannot write the prompts under {snapshots}: {e.strerror}") from None

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 
 from store.db import sql_string
+from store.durable import rename_durably
 from store.errors import UserError
 
 PAIR_COLUMNS = (
@@ -69,7 +70,7 @@ def export_pairs(
             _write_csv(con, pairs_query(drop_flagged, with_votes), tmp)
         else:
             con.execute(f"COPY ({pairs_query(drop_flagged, with_votes)}) TO {sql_string(tmp)} {fmt}")
-        os.replace(tmp, out)
+        rename_durably(tmp, out)
     except duckdb.Error as e:
         raise UserError(f"cannot write {out}: {str(e).splitlines()[0]}") from None
     except OSError as e:

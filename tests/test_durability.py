@@ -84,3 +84,26 @@ def test_a_backup_and_its_restore_are_fsynced_before_they_are_renamed_into_place
     disk_calls.clear()
     restore(out, tmp_path / "restored.duckdb")
     assert_durable_rename(disk_calls, tmp_path / "restored.duckdb.restoring", tmp_path / "restored.duckdb")
+
+
+def test_pair_exports_label_studio_exports_and_frozen_prompts_are_fsynced_before_their_rename(
+    cli, db, tmp_path, disk_calls
+):
+    from annotation.actions import write_ls_export, write_pairs_file
+    from app.training import frozen_prompts
+
+    seed(cli, tmp_path)
+    for name in ("pairs.jsonl", "pairs.csv"):
+        disk_calls.clear()
+        write_pairs_file(db, tmp_path / name)
+        assert_durable_rename(disk_calls, tmp_path / f".{name}.tmp", tmp_path / name)
+    disk_calls.clear()
+    write_ls_export(db, tmp_path / "ls")
+    for name in ("tasks.json", "label_config.xml"):
+        assert_durable_rename(disk_calls, tmp_path / "ls" / f".{name}.tmp", tmp_path / "ls" / name)
+    (tmp_path / "prompts.txt").write_text("first\nsecond\n")
+    disk_calls.clear()
+    out = Path(frozen_prompts(str(tmp_path / "prompts.txt"), tmp_path / "snapshots"))
+    (src,) = {c[1] for c in disk_calls if c[0] == "rename"}
+    assert src.name.startswith(f".{out.name}.")
+    assert_durable_rename(disk_calls, src, out)
