@@ -1,9 +1,12 @@
-"""The Compare tab's sampling and scoring in a child process at a lower CPU priority (`nice` 10).
+"""The Compare tab's sampling and scoring in a child process at the lowest CPU priority (`nice` 10 and, on Linux,
+the SCHED_IDLE policy: it runs on CPU time no other process wants).
 
 Why a process: a reply being sampled is CPU work the size of a whole core (and the GIL's between torch ops). In the
 app's process it took an equal share of the CPU from everyone's submits: with 100 annotators and one login sending
 maximal Compare requests, submit p95 was 18-24 s against 150 ms without it (bench/annotation_latency.py). In its own
-process at nice 10 it gets about a tenth of a busy core, and all of an idle one; the app keeps its GIL.
+process at nice 10 it got about a tenth of a busy core (submit p95 0.8 s beside it, 0.2 s without); under
+SCHED_IDLE it gets next to none of a busy core, and all of an idle one; the app keeps its GIL. Its torch threads
+are as many as the cores it may run on (torch counts the machine's cores, not the process's).
 
 One request at a time, in arrival order (the chat's events run one at a time anyway: app/chat_queue.py). Requests
 and their frames travel over one pipe, each tagged with its id; a reader thread hands frames to the request's
@@ -36,6 +39,11 @@ def _serve(conn, max_loaded: int, nice: int) -> None:
     """The child: requests (id, kind, args) in; ("frame" | "done" | "error", id, ...) out; ("cancel", id) stops
     the stream with that id (or drops the request if it has not started)."""
     os.nice(nice)
+    if hasattr(os, "SCHED_IDLE"):  # Linux: CPU nobody else wants, only (nice alone still took a tenth of a busy
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # core, and the submits queued behind it)
+    import torch
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads())
     from app.compare import LocalChat
     from training.chat import Models
 

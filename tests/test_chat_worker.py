@@ -36,6 +36,8 @@ def test_the_worker_samples_and_scores_as_this_process_does(worker, tiny_model_d
     replies = list(there[-1])
     assert worker.scores(rm, histories, replies) == LocalChat(Models()).scores(rm, histories, replies)
     assert _nice(worker.pid()) == _nice(os.getpid()) + NICE
+    if hasattr(os, "SCHED_IDLE"):
+        assert os.sched_getscheduler(worker.pid()) == os.SCHED_IDLE
 
 
 def test_an_error_is_its_line_and_an_abandoned_stream_does_not_hold_up_the_next(worker, tiny_model_dir, tmp_path):
