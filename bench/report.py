@@ -88,11 +88,14 @@ def _annotation(rows: list[dict]) -> list[str]:
         "",
         *annotation_table(rows),
         "",
-        "These runs start on an empty store. With 20,000 rankings already stored (`--stored 20000`) the 100-annotator "
-        "case measured p50 181 / p95 538 ms on this machine (49 ms of app CPU per submit): two queries still scan "
-        "every response on each submit (which prompts can be ranked, and the progress line's pair count). A "
-        "per-prompt flag and a per-ranking pair count kept at write time (a migration) would remove both; not done "
-        "yet.",
+        "These runs start on an empty store. With 20,000 rankings already stored (`--stored 20000`) the 100-annotator"
+        " case measured p50 176 / p95 782 ms on this machine (46.9 ms of app CPU per submit; an earlier session "
+        "measured 181 / 538 ms and 49 ms before the kept counters, not side by side, so the two are not a ratio): no "
+        "per-submit query scans every response or ranking any more (migration 0009 keeps each prompt's task and the "
+        "rankings, skips and pairs per annotator), but picking the next task still reads one row per prompt. The "
+        "hammering row ran with the Compare chat's child process at nice 10 on the app's one core; under SCHED_IDLE "
+        "(now) a rerun measured p95 719 ms, still over the 300 ms target: the child takes the idle moments of that "
+        "core, and about 12 refused chat requests a second cost the app CPU (37 -> 44 ms per submit).",
     ]
 
 

@@ -49,20 +49,24 @@ def claim_next(con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng
         else """AND NOT EXISTS (SELECT 1 FROM assignments a
                                 WHERE a.annotator = $annotator AND a.prompt_id = t.prompt_id AND a.round = t.round)"""
     )
-    row = con.execute(  # the kept counters (store/tasks.py) pick the task; its texts come in the same statement
-        f"""WITH t AS (SELECT t.prompt_id, t.round FROM tasks t
-                       WHERE t.rankable >= 2 AND t.assigned < $overlap {mine}
-                       ORDER BY t.assigned, t.round DESC, t.position NULLS LAST, t.prompt_id LIMIT 1)
-            SELECT t.prompt_id, t.round, p.text, list(r.response_id ORDER BY r.response_id),
-                   list(r.text ORDER BY r.response_id)
-            FROM t JOIN prompts p USING (prompt_id) JOIN responses r ON r.prompt_id = t.prompt_id
-            LEFT JOIN response_rounds x ON x.response_id = r.response_id
-            WHERE coalesce(x.round, 1) = t.round AND {RANKABLE}
-            GROUP BY t.prompt_id, t.round, p.text""",
+    task = con.execute(  # the kept counters (store/tasks.py): a scan of one small row per prompt, no joins
+        f"""SELECT t.prompt_id, t.round FROM tasks t
+            WHERE t.rankable >= 2 AND t.assigned < $overlap {mine}
+            ORDER BY t.assigned, t.round DESC, t.position NULLS LAST, t.prompt_id LIMIT 1""",
         {"overlap": overlap, **({"annotator": annotator} if mine else {})},
     ).fetchone()
-    if row is None:
+    if task is None:
         return None
+    # its texts by a constant prompt id, which skips the other prompts' blocks of responses (as a join would not:
+    # it read every response's text, and the store's size showed in every submit)
+    row = con.execute(
+        f"""SELECT r.prompt_id, coalesce(x.round, 1), p.text, list(r.response_id ORDER BY r.response_id),
+                   list(r.text ORDER BY r.response_id)
+            FROM responses r JOIN prompts p USING (prompt_id) LEFT JOIN response_rounds x USING (response_id)
+            WHERE r.prompt_id = ? AND coalesce(x.round, 1) = ? AND {RANKABLE}
+            GROUP BY ALL""",
+        list(task),
+    ).fetchone()
     prompt_id, round_, prompt, ids, texts = row
     shown = list(zip(ids, texts, strict=True))
     rng.shuffle(shown)  # each annotator sees their own order; it is stored with the ranking
