@@ -15,6 +15,7 @@ SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|COPY|CREATE|EXPORT|FROM|WHERE)
 # What may appear inside {} of an f-string of SQL, and why it is not a value from a user.
 REVIEWED = {
     "RANKABLE": "a constant WHERE fragment (store/assignments.py)",
+    "mine": "one of two constant fragments: '' or the NOT EXISTS over the annotator's own assignments",
     "PAIR_COLUMNS": "a constant column list",
     "', '.join(('p.' + c.strip() for c in PAIR_COLUMNS.split(',')))": "the constant column list, prefixed",
     "where": "one of two constant fragments ('' or 'AND NOT flagged')",
