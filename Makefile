@@ -44,7 +44,7 @@ run: $(STAMP)
 test: $(STAMP) $(LS_STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q --durations=25
 
 # The whole loop with a scripted annotator on the default model (about 30 minutes on 2 CPU cores); report in
 # runs/demo-*/report.md. `make demo DEMO_FLAGS=--quick` runs it on tiny models in a few minutes.

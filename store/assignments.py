@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from store.tasks import count_assignment, uncount_ranking
+from store.tasks import count_assignment, refresh_tasks, uncount_ranking
 
 # Responses an annotator can rank: not an identical repeat of another sample, not empty. ltrim, not trim: the same
 # test (blank = spaces only), but it stops at the first other character where trim reads every text to its end,
@@ -49,24 +49,28 @@ def claim_next(con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng
         else """AND NOT EXISTS (SELECT 1 FROM assignments a
                                 WHERE a.annotator = $annotator AND a.prompt_id = t.prompt_id AND a.round = t.round)"""
     )
-    task = con.execute(  # the kept counters (store/tasks.py): a scan of one small row per prompt, no joins
-        f"""SELECT t.prompt_id, t.round FROM tasks t
-            WHERE t.rankable >= 2 AND t.assigned < $overlap {mine}
-            ORDER BY t.assigned, t.round DESC, t.position NULLS LAST, t.prompt_id LIMIT 1""",
-        {"overlap": overlap, **({"annotator": annotator} if mine else {})},
-    ).fetchone()
-    if task is None:
-        return None
-    # its texts by a constant prompt id, which skips the other prompts' blocks of responses (as a join would not:
-    # it read every response's text, and the store's size showed in every submit)
-    row = con.execute(
-        f"""SELECT r.prompt_id, coalesce(x.round, 1), p.text, list(r.response_id ORDER BY r.response_id),
-                   list(r.text ORDER BY r.response_id)
-            FROM responses r JOIN prompts p USING (prompt_id) LEFT JOIN response_rounds x USING (response_id)
-            WHERE r.prompt_id = ? AND coalesce(x.round, 1) = ? AND {RANKABLE}
-            GROUP BY ALL""",
-        list(task),
-    ).fetchone()
+    while True:
+        task = con.execute(  # the kept counters (store/tasks.py): a scan of one small row per prompt, no joins
+            f"""SELECT t.prompt_id, t.round FROM tasks t
+                WHERE t.rankable >= 2 AND t.assigned < $overlap {mine}
+                ORDER BY t.assigned, t.round DESC, t.position NULLS LAST, t.prompt_id LIMIT 1""",
+            {"overlap": overlap, **({"annotator": annotator} if mine else {})},
+        ).fetchone()
+        if task is None:
+            return None
+        # its texts by a constant prompt id, which skips the other prompts' blocks of responses (as a join would not:
+        # it read every response's text, and the store's size showed in every submit)
+        row = con.execute(
+            f"""SELECT r.prompt_id, coalesce(x.round, 1), p.text, list(r.response_id ORDER BY r.response_id),
+                       list(r.text ORDER BY r.response_id)
+                FROM responses r JOIN prompts p USING (prompt_id) LEFT JOIN response_rounds x USING (response_id)
+                WHERE r.prompt_id = ? AND coalesce(x.round, 1) = ? AND {RANKABLE}
+                GROUP BY ALL""",
+            list(task),
+        ).fetchone()
+        if row is not None:
+            break
+        refresh_tasks(con, [task[0]])  # the counters said rankable and the responses do not: mend, pick again
     prompt_id, round_, prompt, ids, texts = row
     shown = list(zip(ids, texts, strict=True))
     rng.shuffle(shown)  # each annotator sees their own order; it is stored with the ranking

@@ -277,7 +277,10 @@ class Store(os.PathLike):
             if _handoff_file(self.path).exists():
                 with self._uses.exclusive():
                     if self._holding:
-                        self._let_go_if_asked()
+                        try:
+                            self._let_go_if_asked()
+                        except (StoreBusy, UserError):  # could not reopen: the next use tries again (`connect`)
+                            pass
             time.sleep(0.05)
 
     def _let_go_if_asked(self) -> None:
@@ -319,11 +322,11 @@ class Store(os.PathLike):
             with self._uses.shared():
                 if self._held is None:
                     raise StoreBusy(f"store {self.path} is being handed to another process; try again")
-                if self._held is not self._checked:  # reopened: a newer rlhf-studio may have migrated it meanwhile
-                    checked_schema_version(self._held)
-                    self._checked = self._held
-                con = self._held.cursor()
+                held, con = self._held, self._held.cursor()
                 try:
+                    if held is not self._checked:  # reopened: a newer rlhf-studio may have migrated it meanwhile
+                        checked_schema_version(con)  # on our own cursor: the held connection is not for threads
+                        self._checked = held
                     yield con
                 finally:
                     con.close()

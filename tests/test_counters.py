@@ -100,3 +100,16 @@ def test_a_schema_8_store_migrates_to_counters_that_agree(tmp_path):
     _no_drift(path)
     assert next_task(path, "cat", overlap=2) is None  # prompt 1 has its two annotators, prompt 2 too few responses
     assert next_task(path, "cat", overlap=3).prompt_id == 1
+
+
+def test_a_task_the_counters_call_rankable_but_is_not_is_mended_and_passed_over(db):
+    seed_store(db, 2, k=3)
+    with write(db) as con:  # drift, as a bug or a hand edit would make it: prompt 2 counted, its responses blank
+        con.execute("UPDATE responses SET text = ' ' WHERE prompt_id = 2")
+    with connect(db) as con:
+        assert drift(con)["tasks"]  # the kept row still says 3 rankable
+    first = next_task(db, "ann", overlap=1, seed=0)
+    assert first.prompt_id == 1
+    second = next_task(db, "bob", overlap=1, seed=0)
+    assert second is None  # prompt 2 has nothing to rank: mended, not handed out
+    _no_drift(db)
