@@ -1,7 +1,8 @@
 """The Compare chat's share of the app's queue: one reply pair is sampled at a time (concurrency id CHAT), each
 login has at most one chat request waiting, and chat requests take at most half the queue. A user who sends chat
 requests as fast as they can therefore holds two queue places at most, and never fills the queue the annotators'
-submits go through (a full queue refuses every request, submits included)."""
+submits go through (a full queue refuses every request, submits included). Every other event is marked on the
+chat worker's AppActivity while it runs, so the chat's child waits for it (app/chat_worker.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ def chat_refusal(waiting: list, username: str | None, session: str, queue_size: 
     return None
 
 
-def share_the_queue(demo, queue_size: int) -> None:
-    """Wrap the Blocks' queue so each chat request is checked by chat_refusal before it is queued."""
+def share_the_queue(demo, queue_size: int, activity=None) -> None:
+    """Wrap the Blocks' queue so each chat request is checked by chat_refusal before it is queued, and (with an
+    AppActivity) every other event is marked on it while it runs."""
     queue = demo._queue
     push = queue.push
 
@@ -37,3 +39,18 @@ def share_the_queue(demo, queue_size: int) -> None:
         return await push(body, request, username)
 
     queue.push = fair_push
+
+    if activity is None:
+        return
+    process = queue.process_events
+
+    async def marked(events, batch, begin_time, fn):
+        if fn.concurrency_id == CHAT:
+            return await process(events, batch, begin_time, fn)
+        activity.begin()
+        try:
+            return await process(events, batch, begin_time, fn)
+        finally:
+            activity.end()
+
+    queue.process_events = marked

@@ -8,6 +8,15 @@ process at nice 10 it got about a tenth of a busy core (submit p95 0.8 s beside 
 SCHED_IDLE it gets next to none of a busy core, and all of an idle one; the app keeps its GIL. Its torch threads
 are as many as the cores it may run on (torch counts the machine's cores, not the process's).
 
+SCHED_IDLE gives the app the CPU, not its caches: a decode step streams the model's weights through them, and the
+app's next handler runs slower on what is left. With 100 annotators at 5 s beside a login sending maximal Compare
+requests, on one core, the app spent 35.9 ms of CPU per submit (p95 332 ms) with the child sampling against 25.4 ms
+(p95 80 ms) with it stopped. So the child also yields to a busy app: while the app handles any other event, or has
+handled one in the last QUIET_S (`AppActivity`: a time shared with the child), the child waits after each step for
+as long as makes its CPU BUSY_SHARE of the time (a step of 0.1 s CPU: 0.9 s), at most YIELD_MAX_S. A chat on a busy
+server advances slowly, never not at all, and on a quiet one at full speed. (The chat's models are on the CPU:
+training/chat.py loads them there.)
+
 One request at a time, in arrival order (the chat's events run one at a time anyway: app/chat_queue.py). Requests
 and their frames travel over one pipe, each tagged with its id; a reader thread hands frames to the request's
 queue, so an abandoned stream (the page's Stop, a closed tab) never blocks the next. `release()` ends the process
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -32,12 +42,67 @@ NICE = 10
 # Gradio update of both chats, and a token is a frame otherwise (most of the app's CPU while a reply streamed)
 FRAME_S = 0.25
 ERRORS = {"UserError": UserError, "ModelError": ModelError, "ValueError": ValueError}
+QUIET_S = 0.3  # the app is busy until it has handled no other event for this long
+BUSY_SHARE = 0.1  # the child's share of the time while the app is busy
+YIELD_MAX_S = 5.0  # the longest wait after one step
 GONE = "the chat process ended (a training run may have started, freeing its memory); send the message again"
 
 
-def _serve(conn, max_loaded: int, nice: int) -> None:
+def wait_budget_s(step_cpu_s: float, share: float = BUSY_SHARE, cap: float = YIELD_MAX_S) -> float:
+    """The longest wait after a step that took step_cpu_s of CPU, so that step and wait give the child `share` of
+    the time: 0.1 s at share 0.1 -> 0.9 s; at most cap."""
+    return min(step_cpu_s * (1 - share) / share, cap)
+
+
+def keep_waiting(last_busy: float, now: float, end: float, quiet_s: float = QUIET_S) -> bool:
+    """Whether the child, waiting after a step until `end`, waits on: the app has been busy within quiet_s
+    (last_busy: when its last other event ended, +inf while one runs)."""
+    return now < end and now - last_busy < quiet_s
+
+
+def _yield_to_app(busy, step_cpu_s: float) -> bool:
+    """Wait after a step (in short sleeps, re-reading the shared time) while the app is busy, within the step's
+    budget; True if it waited at all."""
+    now = time.monotonic()
+    end = now + wait_budget_s(step_cpu_s)
+    waited = False
+    while keep_waiting(busy.value, now, end):
+        waited = True
+        time.sleep(min(0.05, end - now))
+        now = time.monotonic()
+    return waited
+
+
+class AppActivity:
+    """The app's side of the yield: `begin` and `end` around each event that is not the chat's. The shared time
+    (`last_busy`) is +inf while any runs, then when the last one ended."""
+
+    def __init__(self, value, clock=time.monotonic):
+        self._value, self._clock = value, clock
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        with self._lock:
+            self._running += 1
+            self._value.value = math.inf
+
+    def end(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running <= 0:
+                self._running = 0
+                self._value.value = self._clock()
+
+    @property
+    def last_busy(self) -> float:
+        return self._value.value
+
+
+def _serve(conn, max_loaded: int, nice: int, busy=None) -> None:
     """The child: requests (id, kind, args) in; ("frame" | "done" | "error", id, ...) out; ("cancel", id) stops
-    the stream with that id (or drops the request if it has not started)."""
+    the stream with that id (or drops the request if it has not started). busy: the app's shared AppActivity time
+    (None: never wait). A pair's "done" carries its steps and how many of them waited for the app."""
     os.nice(nice)
     if hasattr(os, "SCHED_IDLE"):  # Linux: CPU nobody else wants, only (nice alone still took a tenth of a busy
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # core, and the submits queued behind it)
@@ -72,8 +137,12 @@ def _serve(conn, max_loaded: int, nice: int) -> None:
             continue
         try:
             if kind == "pair":
-                sent, latest = 0.0, None
+                sent, latest, steps, waited, cpu = 0.0, None, 0, 0, time.process_time()
                 for latest in chat.pair(*args):
+                    steps += 1
+                    if busy is not None and _yield_to_app(busy, time.process_time() - cpu):
+                        waited += 1
+                    cpu = time.process_time()
                     if time.monotonic() - sent >= FRAME_S:
                         conn.send(("frame", rid, latest))
                         sent, latest = time.monotonic(), None
@@ -82,7 +151,7 @@ def _serve(conn, max_loaded: int, nice: int) -> None:
                         break
                 if latest is not None and rid not in cancelled:
                     conn.send(("frame", rid, latest))
-                conn.send(("done", rid, None))
+                conn.send(("done", rid, {"steps": steps, "waited": waited}))
             elif kind == "scores":
                 conn.send(("done", rid, chat.scores(*args)))
         except Exception as e:  # noqa: BLE001 - every failure goes back to the caller as its one line
@@ -101,6 +170,9 @@ class ChatWorker:
         self._queues: dict[int, queue.Queue] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()  # starting, sending, stopping
+        self._busy = mp.get_context("spawn").RawValue("d", -math.inf)  # shared with every child this worker starts
+        self.activity = AppActivity(self._busy)  # the app marks its other events (app/chat_queue.py)
+        self.last_pair: dict | None = None  # the last finished pair's steps and waits
 
     def _start(self):
         """The child and its reader thread, started on first use (and again after `release`)."""
@@ -108,7 +180,8 @@ class ChatWorker:
             return self._conn
         ctx = mp.get_context("spawn")  # never fork a process that holds threads and a store connection
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, self.max_loaded, self.nice), daemon=True, name="chat")
+        args = (child, self.max_loaded, self.nice, self._busy)
+        self._proc = ctx.Process(target=_serve, args=args, daemon=True, name="chat")
         self._proc.start()
         child.close()
         self._conn, self._queues = parent, {}  # this child's requests: its reader tells them if it goes
@@ -149,6 +222,7 @@ class ChatWorker:
                 finished = True
                 if msg[0] == "error":
                     raise ERRORS.get(msg[2], ModelError)(msg[3])
+                self.last_pair = msg[2]
                 return
         finally:
             queues.pop(rid, None)

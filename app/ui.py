@@ -189,7 +189,7 @@ def launch(
     )
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)
-    share_the_queue(demo, limits.max_queue)
+    share_the_queue(demo, limits.max_queue, ctx.chat.activity)
     scheme = "https" if ssl_certfile else "http"
     if boundary.token is not None:
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host

@@ -93,6 +93,18 @@ def split_cores() -> tuple[set[int], set[int]]:
     return set(cores[:-1]), {cores[-1]}
 
 
+def _children_cpu_s(pid: int) -> float:
+    """CPU seconds of a process's live children (the app's chat child)."""
+    total = 0.0
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            try:
+                total += _cpu_s(int(child))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return total
+
+
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process, all its threads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -109,9 +121,11 @@ class Annotator:
         self.http = httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(keepalive_expiry=4.0))
         self.value: dict = {}
 
-    async def call(self, api_name: str, data: list, session: str | None = None) -> tuple[list, float]:
+    async def call(
+        self, api_name: str, data: list, session: str | None = None, streaming: asyncio.Event | None = None
+    ) -> tuple[list, float]:
         """(outputs, handler seconds) of one event, as the page's queue client runs it (session: another page
-        session of the same login)."""
+        session of the same login; streaming: set when the event sends its first partial output)."""
         session = session or self.session
         join = await self.http.post(
             "gradio_api/queue/join", json={"data": data, "fn_index": self.fns[api_name], "session_hash": session}
@@ -121,6 +135,8 @@ class Annotator:
         async with self.http.stream("GET", "gradio_api/queue/data", params={"session_hash": session}) as sse:
             async for line in sse.aiter_lines():  # read to close_stream, so the connection is kept alive
                 msg = json.loads(line[5:]) if line.startswith("data:") else {}
+                if streaming is not None and msg.get("msg") == "process_generating":
+                    streaming.set()
                 if msg.get("msg") == "process_completed" and msg.get("event_id") == event_id:
                     if not msg["success"]:
                         raise RuntimeError(f"{api_name} failed: {msg['output']}")
@@ -158,14 +174,14 @@ class Hammer(Annotator):
 
     MESSAGE = ("Tell me everything you know about rivers, lakes and the sea, in detail. " * 60)[:4000]
 
-    async def hammer(self, stop: asyncio.Event, burst: int, counts: dict) -> None:
+    async def hammer(self, stop: asyncio.Event, burst: int, counts: dict, streaming: asyncio.Event) -> None:
         data = [self.MESSAGE, None, "default", "default", False, 0.8, 0.95, 512, 0, "", 1]
 
         async def one() -> None:
             while not stop.is_set():
                 counts["sent"] += 1
                 try:
-                    await self.call("compare_send", data, session=uuid.uuid4().hex)
+                    await self.call("compare_send", data, session=uuid.uuid4().hex, streaming=streaming)
                     counts["completed"] += 1
                 except httpx.HTTPStatusError:
                     counts["refused"] += 1  # the chat's share of the queue is taken: try again soon
@@ -191,9 +207,13 @@ async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid:
     if hammer_burst:
         hammer = Hammer(url, "hammer", fns)
         (await hammer.http.post("login", data={"username": "hammer", "password": "pw"})).raise_for_status()
-        hammering = asyncio.create_task(hammer.hammer(stop, hammer_burst, counts))
-        await asyncio.sleep(2.0)  # the first chat requests are in before the clock starts
+        streaming = asyncio.Event()
+        hammering = asyncio.create_task(hammer.hammer(stop, hammer_burst, counts, streaming))
+        # the clock starts once a reply streams: the chat's model loaded and the first long prompt read, as on a
+        # server where Compare has been in use (a load and a prompt's first pass are one piece of CPU work each)
+        await asyncio.wait_for(streaming.wait(), timeout=600)
     clock, app_cpu, own_cpu = time.perf_counter(), _cpu_s(app_pid), time.process_time()
+    child_cpu = _children_cpu_s(app_pid)
     await asyncio.gather(*(a.rank(rounds, think_s, out, errors) for a in team))
     wall = time.perf_counter() - clock
     if hammering is not None:
@@ -207,6 +227,7 @@ async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid:
         "errors": errors,
         "wall_s": wall,
         "app_cpu_s": _cpu_s(app_pid) - app_cpu,
+        "chat_cpu_share": (_children_cpu_s(app_pid) - child_cpu) / wall,
         "generator_cpu": (time.process_time() - own_cpu) / wall,
     }
 
@@ -266,6 +287,7 @@ def run(
         "handler_p95_ms": 1000 * qh[94],
         "app_cpu_ms_per_submit": 1000 * r["app_cpu_s"] / len(latencies),
         "app_cores": len(app_cores),
+        "chat_cpu_share": r["chat_cpu_share"],
         "generator_cpu": r["generator_cpu"],
         **({"hammer": r["hammer"]} if hammer else {}),
     }

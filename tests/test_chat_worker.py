@@ -1,13 +1,15 @@
 """The Compare tab's chat worker (app/chat_worker.py): the same replies and scores as in-process sampling, errors as
 their one line, a stream abandoned half-way does not hold up the next, release ends the child, and the child runs
-at a lower CPU priority than the app."""
+at a lower CPU priority than the app, and waits after its steps while the app is busy."""
 
+import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from app.chat_worker import NICE, ChatWorker
+from app.chat_worker import NICE, AppActivity, ChatWorker, keep_waiting, wait_budget_s
 from app.compare import LocalChat
 from tests.test_ppo_training import build_liked_token_rm
 from training.chat import ChatParams, Models
@@ -64,3 +66,37 @@ def test_release_ends_the_child_and_the_next_request_starts_another(tiny_model_d
     list(w.pair([str(tiny_model_dir)] * 2, histories, ChatParams(max_new_tokens=2)))
     assert w.pid() not in (None, first)
     w.release()
+
+
+def test_the_yield_to_a_busy_app_by_hand():
+    # a step of 0.1 s CPU at a 10% share: 0.9 s of wait at most; a long first step (a model's load) at most 5 s
+    assert wait_budget_s(0.1) == pytest.approx(0.9) and wait_budget_s(0.2, share=0.5) == pytest.approx(0.2)
+    assert wait_budget_s(3.0) == 5.0
+    assert keep_waiting(math.inf, 10.0, 11.0)  # an event runs
+    assert keep_waiting(9.8, 10.0, 11.0)  # one ended 0.2 s ago: still busy (QUIET_S 0.3)
+    assert not keep_waiting(9.6, 10.0, 11.0)  # quiet for 0.4 s: go on
+    assert not keep_waiting(math.inf, 11.0, 11.0)  # the step's budget is spent
+    clock = iter([5.0, 7.0])
+    activity = AppActivity(SimpleNamespace(value=-math.inf), clock=lambda: next(clock))
+    activity.begin()
+    activity.begin()
+    activity.end()
+    assert activity.last_busy == math.inf  # one of two events still runs
+    activity.end()
+    assert activity.last_busy == 5.0
+    activity.end()  # an unmatched end counts from zero again
+    assert activity.last_busy == 7.0
+
+
+def test_the_child_waits_after_each_step_while_the_app_is_busy_and_not_when_it_is_quiet(worker, tiny_model_dir):
+    sides, histories = [str(tiny_model_dir)] * 2, [[{"role": "user", "content": "hi"}]] * 2
+    params = ChatParams(max_new_tokens=3, min_new_tokens=3, seed=1)
+    quiet = list(worker.pair(sides, histories, params))[-1]
+    assert worker.last_pair["steps"] >= 3 and worker.last_pair["waited"] == 0
+    worker.activity.begin()  # an annotator's submit is being handled
+    try:
+        busy = list(worker.pair(sides, histories, params))[-1]
+    finally:
+        worker.activity.end()
+    assert worker.last_pair["waited"] == worker.last_pair["steps"] >= 3
+    assert busy == quiet  # the same reply, later

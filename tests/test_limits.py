@@ -101,3 +101,34 @@ def test_a_login_has_one_chat_request_waiting_and_chat_takes_half_the_queue_at_m
     # without --auth a login is its page session
     anonymous = [Event(username=None, session_hash="s1")]
     assert chat_refusal(anonymous, None, "s1", 64) and chat_refusal(anonymous, None, "s2", 64) is None
+
+
+def test_every_event_but_the_chats_marks_the_app_busy_while_it_runs():
+    """The chat's child yields to the app's other events (app/chat_worker.py): share_the_queue marks each of them
+    on the AppActivity while it runs, and leaves the chat's own events out."""
+    import math
+    from types import SimpleNamespace
+
+    import gradio as gr
+    from gradio_client import Client
+
+    from app.chat_queue import CHAT, share_the_queue
+    from app.chat_worker import AppActivity
+    from tests.app_server import free_port
+
+    activity = AppActivity(SimpleNamespace(value=-math.inf), clock=lambda: 42.0)
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        box.submit(lambda _: str(activity.last_busy), box, box, api_name="submit")
+        box.change(lambda _: str(activity.last_busy), box, box, api_name="chat", concurrency_id=CHAT)
+    demo.queue(max_size=8)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        share_the_queue(demo, 8, activity)
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        assert client.predict("x", api_name="/submit") == "inf"  # busy while it runs
+        assert activity.last_busy == 42.0  # then: when it ended
+        assert client.predict("x", api_name="/chat") == "42.0"  # the chat's own event marks nothing
+    finally:
+        demo.close()
