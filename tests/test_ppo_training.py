@@ -262,10 +262,54 @@ def test_rollout_logprobs_equal_a_fresh_forward(tiny_model_dir):
     torch.manual_seed(0)
     batch = rollout(model, prompts, tok, cfg, want_logprobs=True)
     with torch.no_grad():
-        fresh = response_logprobs(model, batch["ids"], batch["attention_mask"], batch["prompt_len"])
+        fresh = response_logprobs(model, batch["ids"], batch["attention_mask"], batch["prompt_len"], batch["held"])
     mask = batch["mask"].bool()
+    assert batch["held"] == (tok.eos_token_id, 9)  # min_new_tokens 10: EOS held back at the first 9
     assert torch.allclose(batch["logprobs"][mask], fresh[mask], atol=1e-4)
     assert batch["ids"][0, : batch["prompt_len"]].tolist().count(tok.pad_token_id) > 0  # left padding was there
+
+
+def test_sampled_kl_is_the_kl_of_the_distribution_sampled_from(tiny_model_dir):
+    """With --min-new-tokens the sampler draws from the policy with EOS removed; the KL it reports is between the
+    two models' distributions as sampled, for the old log-probs and the reference's alike. A reference that differs
+    from the actor only in its EOS logit (+12) has, with EOS held back, exactly the actor's distribution: KL 0 at
+    every held position. Read without the mask (the code before), each held token would count
+    log(1 - p_eos) - log(1 - q_eos) with q_eos = p_eos e^12 / (1 - p_eos + p_eos e^12), by hand below."""
+    from training.ppo.data import encode_prompts
+    from training.ppo.experience import rollout, score
+    from training.ppo.models import load_causal_lm, load_tokenizer, response_logprobs
+
+    tok = load_tokenizer(tiny_model_dir)
+    eos = tok.eos_token_id
+    actor = load_causal_lm(str(tiny_model_dir), "fp32").eval()
+    ref = load_causal_lm(str(tiny_model_dir), "fp32").eval()
+    shift = torch.zeros(actor.config.vocab_size)
+    shift[eos] = 12.0
+    ref.lm_head.register_forward_hook(lambda mod, inp, out: out + shift)  # the reference: EOS's logit + 12
+    seen = {}
+    actor.lm_head.register_forward_hook(lambda mod, inp, out: seen.update(logits=out.detach()))
+    prompts, _ = encode_prompts(tok, ["hello there", "tell me about the sea", "why is the sky blue"], 256)
+    cfg = SimpleNamespace(
+        temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8, min_new_tokens=8, missing_eos_penalty=0
+    )
+    torch.manual_seed(0)
+    batch = rollout(actor, prompts, tok, cfg, want_logprobs=True)
+    exp = score(batch, actor, ref, None, lambda ids, attn, last: (torch.zeros(len(ids)), None), (0.0, 1.0), cfg)
+    kl = exp.logprobs - exp.ref_logprobs  # k1 per token, as the reward and the watch read it
+    assert exp.mask[:, :7].all()  # no EOS before the 8th token
+    assert kl[:, :7].abs().max() < 1e-5
+    # the 8th token may be EOS, so the two models differ there, and the reading is the plain one
+    assert kl[:, 7].abs().min() > 0.1
+    # what the unmasked reading gives at a held position, from the actor's EOS probability there
+    with torch.no_grad():
+        plain_actor = response_logprobs(actor, exp.ids, exp.attention_mask, exp.prompt_len)
+        plain_ref = response_logprobs(ref, exp.ids, exp.attention_mask, exp.prompt_len)
+    p_eos = seen["logits"][:, :-1].softmax(-1)[..., eos][:, :7]  # the actor's, at the held positions
+    q_eos = p_eos * math.e**12 / (1 - p_eos + p_eos * math.e**12)
+    by_hand = torch.log1p(-p_eos) - torch.log1p(-q_eos)
+    assert torch.allclose((plain_actor - plain_ref)[:, :7], by_hand, atol=1e-5)
+    assert by_hand.min() > 0.5  # a bias the old reading added to every held token
+    assert exp.held == (eos, 7)
 
 
 def test_train_ppo_takes_the_stores_training_prompts(tmp_path, db, tiny_model_dir, liked_rm):

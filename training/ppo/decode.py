@@ -27,7 +27,7 @@ import torch
 
 from training.linear import packed_linears
 from training.ppo.llama_step import LlamaSteps, covers
-from training.ppo.models import position_ids
+from training.ppo.models import position_ids, without_eos
 
 
 def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -163,12 +163,15 @@ def sample(
     synced: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(response (B, T) with pad after EOS, raw log-probs of the sampled tokens (B, T) or None).
-    T <= cfg.max_new_tokens (fewer when all rows stop early)."""
+    T <= cfg.max_new_tokens (fewer when all rows stop early). While EOS is held back (min_new_tokens) the
+    log-probs are those of the distribution drawn from, EOS removed (models.logprobs_of's `held`)."""
     tokens, logprobs = [], []
     with packed_linears(model, prompt_ids.shape[0]):  # weights read at memory speed (training/linear.py)
-        for token, logits in decode_steps(model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, synced):
+        for t, (token, logits) in enumerate(decode_steps(model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, synced)):
             tokens.append(token)
             if want_logprobs:
+                if t < cfg.min_new_tokens - 1:
+                    logits = without_eos(logits, eos_id)
                 logprobs.append(logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, -1))
     response = torch.stack(tokens, 1)
     return response, (torch.stack(logprobs, 1) if want_logprobs else None)

@@ -9,7 +9,7 @@ import torch
 
 from training.ppo.decode import sample
 from training.ppo.losses import compute_rewards, get_advantages_and_returns, masked_whiten, zero_after_end
-from training.ppo.models import response_logprobs
+from training.ppo.models import held_eos, response_logprobs
 from training.profile import OFF, Clock
 
 
@@ -31,6 +31,7 @@ class Experience:
     returns: torch.Tensor | None = None  # (B, T)
     live: tuple | None = None  # (logprobs, values) still attached to their graphs (single-pass PPO)
     heldout_scores: torch.Tensor | None = None  # (B,) the held-out judges' standardised scores, if any
+    held: tuple | None = None  # (eos id, n): EOS was held back at the first n response positions (min_new_tokens)
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -89,6 +90,7 @@ def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = Fals
         "mask": mask,
         "lengths": lengths.to(response.device),
         "ended": ended.to(response.device),
+        "held": held_eos(eos, cfg.min_new_tokens),
     }
     if logprobs is not None:
         batch["logprobs"] = logprobs
@@ -103,17 +105,17 @@ def score(
     With live=True the actor and critic forwards keep their graphs (Experience.live) for the update to reuse: in
     single-pass PPO these forwards are the update's own. critic=None skips the values (zeros): an evaluation
     needs no critic. `clock` times each model's forward (training/profile.py)."""
-    P, ids, attn = batch["prompt_len"], batch["ids"], batch["attention_mask"]
+    P, ids, attn, held = batch["prompt_len"], batch["ids"], batch["attention_mask"], batch.get("held")
     logprobs = batch.pop("logprobs", None)
     with torch.set_grad_enabled(live):
         if logprobs is None or live:
             with clock.part("actor_forward"):
-                logprobs = response_logprobs(actor, ids, attn, P)
+                logprobs = response_logprobs(actor, ids, attn, P, held)
         with clock.part("critic_forward"):
             values = critic(ids, attn, P) if critic is not None else torch.zeros_like(logprobs)
     with torch.no_grad():
         with clock.part("reference_forward"):
-            ref_logprobs = response_logprobs(ref, ids, attn, P)
+            ref_logprobs = response_logprobs(ref, ids, attn, P, held)
         last = P + batch["lengths"] - 1  # EOS, or the last token of a cut response: where the RM was trained to read
         with clock.part("reward_forward"):
             raw, heldout = judges(ids, attn, last)

@@ -135,7 +135,7 @@ def ppo_update(m: Models, exp: Experience, cfg: PPOConfig) -> dict:
         exp.live = None
     else:
         with part("actor_forward"):
-            logprobs = response_logprobs(m.actor, exp.ids, exp.attention_mask, exp.prompt_len)
+            logprobs = response_logprobs(m.actor, exp.ids, exp.attention_mask, exp.prompt_len, exp.held)
         values = None
     actor_loss = actor_loss_fn(logprobs, exp.logprobs, exp.advantages, exp.mask, cfg.cliprange)
     with part("actor_backward"):
