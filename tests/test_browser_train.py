@@ -10,7 +10,7 @@ import pytest
 from tests.app_server import AppServer
 from tests.conftest import query, write_jsonl
 from tests.test_browser import ARTIFACTS, browser  # noqa: F401 (the module's browser fixture)
-from tests.test_ppo_watch import length_ensemble, talker  # noqa: F401 (fixtures)
+from tests.test_ppo_watch import HACK_SETTINGS, held_prompts, talker, words_ensemble  # noqa: F401 (fixtures)
 from tests.test_reward_training import separable_pairs
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
@@ -181,10 +181,19 @@ def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, t
 
 
 @pytest.mark.browser
-def test_the_watch_plots_fill_live_and_the_alarm_shows(browser, cli, db, tmp_path, talker, length_ensemble):  # noqa: F811
+def test_the_watch_plots_fill_live_and_the_alarm_shows(
+    browser,  # noqa: F811
+    cli,
+    db,
+    tmp_path,
+    talker,  # noqa: F811
+    words_ensemble,  # noqa: F811
+    held_prompts,  # noqa: F811
+):
     """A PPO run started from the Train tab on the hackable setup of tests/test_ppo_watch.py (the optimised reward
     model pays for length, the held-out judge for brevity): the watch's plots draw while it runs, and the alarm
-    appears in the run's status line when it fires (--stop-on-overoptimization stops the run there)."""
+    appears in the run's status line when it fires at a checkpoint evaluation (--stop-on-overoptimization stops
+    the run there)."""
     from training.registry import trainer
 
     prompts = tmp_path / "prompts.txt"
@@ -193,13 +202,10 @@ def test_the_watch_plots_fill_live_and_the_alarm_shows(browser, cli, db, tmp_pat
     cfg = tmp_path / "ppo.json"
     PPOConfig(
         actor=str(talker),
-        reward=str(length_ensemble),
-        max_steps=24,
-        epochs=10,
+        reward=str(words_ensemble),
+        **HACK_SETTINGS,
         max_new_tokens=16,
-        actor_lr=3e-3,
-        critic_lr=1e-3,
-        watch_patience=3,
+        eval_prompts=str(held_prompts),
         stop_on_overoptimization=True,
     ).save(cfg)
     plots = trainer("ppo").plots

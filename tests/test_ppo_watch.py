@@ -1,5 +1,6 @@
 """The over-optimisation watch in a real PPO run on tiny models (training/watch.py, training/ppo/train.py): an
-ensemble's held-out judge, the length-score correlation, the alarm, and --stop-on-overoptimization.
+ensemble's held-out judge, the length-score correlation, the alarm at the checkpoint evaluations, and
+--stop-on-overoptimization.
 
 The hackable setup: the actor is the quick demo's talking model (it ends each reply with probability 0.15 per
 token, so lengths vary); the reward model PPO optimises pays for length, and the held-out judge is the same
@@ -79,28 +80,66 @@ def test_the_length_rm_scores_longer_replies_higher(talker, length_ensemble):
     assert [score(judge, n) for n in (1, 4, 12)] == pytest.approx([-v for v in lengths], abs=1e-5)
 
 
-def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(tmp_path, talker, length_ensemble, prompts):
-    flags = ["--max-steps", "24", "--epochs", "10", "--actor-lr", "3e-3", "--critic-lr", "1e-3"]
-    flags += ["--watch-patience", "3", "--stop-on-overoptimization"]
-    run = ppo(tmp_path, talker, length_ensemble, prompts, *flags)
+@pytest.fixture(scope="module")
+def words_ensemble(tmp_path_factory, talker) -> Path:
+    """A hackable pair that feels length more: member 0 pays for the share of the talker's words in the sequence
+    (it grows as the reply does), member 1 (the held-out judge) is its negative, paying for brevity."""
+    from transformers import AutoTokenizer
+
+    from training.tiny import word_tokens
+
+    tok = AutoTokenizer.from_pretrained(talker)
+    feature = torch.zeros(len(tok))
+    feature[word_tokens(tok, 48)] = 1.0
+    tmp = tmp_path_factory.mktemp("word-rms")
+    longer = build_share_rm(talker, tmp / "longer", feature, 0.5)
+    shorter = build_share_rm(talker, tmp / "shorter", feature, -0.5)
+    return hand_ensemble(tmp / "ensemble", [longer, shorter])
+
+
+@pytest.fixture(scope="module")
+def held_prompts(tmp_path_factory) -> Path:
+    """32 held-out prompts (the default --eval-limit) like the training ones, never trained on."""
+    path = tmp_path_factory.mktemp("watch-held") / "held.txt"
+    path.write_text("".join(f"Tell me something about topic number {i}.\n" for i in range(100, 132)))
+    return path
+
+
+HACK_SETTINGS = {"max_steps": 24, "epochs": 10, "actor_lr": 1e-3, "critic_lr": 1e-3, "save_every": 2}
+HACK = [x for key, value in HACK_SETTINGS.items() for x in (f"--{key.replace('_', '-')}", str(value))]
+MARGIN = 0.6  # the alarm must fire before the judge's best evaluation has been lost by more than this
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(
+    tmp_path, talker, words_ensemble, prompts, held_prompts, seed
+):
+    """In every seed, the alarm fires at a checkpoint evaluation where the held-out judge fell beyond noise, and
+    before its best had been lost by more than MARGIN; the run stops there, checkpointed, and resumes to the end."""
+    flags = [*HACK, "--seed", str(seed), "--eval-prompts", str(held_prompts), "--stop-on-overoptimization"]
+    run = ppo(tmp_path, talker, words_ensemble, prompts, *flags)
     status = json.loads((run / "status.json").read_text())
-    rows = rows_of(run)
-    alarm = next(r for r in rows if r.get("event") == "alarm")
+    alarm = next(r for r in rows_of(run) if r.get("event") == "alarm")
     assert status["state"] == "stopped" and status["alarm"] == alarm["reason"] and alarm["stopping"]
-    assert "the held-out judge's score fell" in alarm["reason"]
+    assert "the held-out judge's score fell" in alarm["reason"] and "over 32 prompts" in alarm["reason"]
+    evaluations = [json.loads(x) for x in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluations] == list(range(2, alarm["step"] + 1, 2))  # it fired at an evaluation
+    judged = [e["heldout_score_mean"] for e in evaluations]
+    assert judged[-1] < max(judged) and max(judged) - judged[-1] < MARGIN
+    assert evaluations[-1]["score_mean"] > evaluations[judged.index(max(judged))]["score_mean"]
+    assert evaluations[-1]["length_mean"] > evaluations[0]["length_mean"]  # by making replies longer
     steps = steps_of(run)
     assert status["step"] == alarm["step"] == max(steps) < 24  # stopped at the alarm's step, checkpointed
     assert (run / "checkpoints" / "actor" / "latest").read_text().strip() == f"step{alarm['step']}"
-    for row in steps.values():
+    for row in steps.values():  # the per-step signals, for the plots
         assert {"watch/heldout_score_mean", "watch/length_score_corr", "watch/ref_logprob_mean"} <= row.keys()
-    first, last = steps[1], steps[max(steps)]
-    assert last["reward/score_mean"] > first["reward/score_mean"]  # the optimised score rose
-    assert last["watch/heldout_score_mean"] < first["watch/heldout_score_mean"]  # the judge's fell
-    assert last["response/length_mean"] > first["response/length_mean"]  # by making replies longer
     corr = [r["watch/length_score_corr"] for r in steps.values()]
     assert sum(corr) / len(corr) > 0.8  # the score is length, and the watch sees it
     assert steps[alarm["step"]]["watch/alarm"] == 1.0 and steps[1]["watch/alarm"] == 0.0
-    # resumable: the run continues from the checkpoint to the end (the alarm does not fire twice)
+    if seed:
+        return
+    # resumable: the run continues from the checkpoint to the end (the watch replays its evaluations: the alarm
+    # does not fire twice)
     from app.cli import main
 
     resume = ["train-ppo", "--resume", run.name, "--runs-dir", str(tmp_path / "runs")]  # by its id, as `rlhf runs`
@@ -109,6 +148,17 @@ def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(tmp_pa
     assert status["state"] == "finished" and status["alarm"] == alarm["reason"]
     assert sorted(steps_of(run)) == list(range(1, 25))
     assert sum(r.get("event") == "alarm" for r in rows_of(run)) == 1
+
+
+def test_no_alarm_when_the_judge_agrees(tmp_path, talker, words_ensemble, prompts, held_prompts):
+    """The same run with a held-out judge that pays for length too (a second copy of the optimised member): the
+    judge rises with the optimised score, and the alarm stays quiet."""
+    agreeing = hand_ensemble(tmp_path / "agreeing", [words_ensemble / "members/0/model"] * 2)
+    run = ppo(tmp_path, talker, agreeing, prompts, *HACK, "--eval-prompts", str(held_prompts))
+    evaluations = [json.loads(x) for x in (run / "checkpoints.jsonl").read_text().splitlines()]
+    assert len(evaluations) == 12 and evaluations[-1]["heldout_score_mean"] > evaluations[0]["heldout_score_mean"]
+    assert not any(r.get("event") == "alarm" for r in rows_of(run))
+    assert "alarm" not in json.loads((run / "status.json").read_text())
 
 
 def test_a_single_reward_model_has_no_judge_but_still_the_watch(tmp_path, talker, length_ensemble, prompts):

@@ -21,6 +21,15 @@ def test_a_saved_config_records_its_kind_and_loads_back(tmp_path):
         assert kind_of(run) == cfg.KIND
 
 
+def test_a_run_from_before_a_setting_was_retired_still_loads_and_an_unknown_one_does_not(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"kind": "ppo", "reward": "r", "watch_patience": 5}))  # the step-wise alarm's
+    assert PPOConfig.load(path) == PPOConfig(reward="r")
+    path.write_text(json.dumps({"kind": "ppo", "reward": "r", "watch_patiense": 5}))
+    with pytest.raises(ValueError, match="unknown setting 'watch_patiense'"):
+        PPOConfig.load(path)
+
+
 def test_a_config_of_another_kind_is_refused_in_one_line(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"kind": "ppo", "model": "m"}))  # a reward setting, but a PPO run's kind

@@ -1,11 +1,12 @@
 """The over-optimisation watch's pure functions (training/watch.py), on numbers worked out by hand."""
 
 import math
+import random
 
 import pytest
 import torch
 
-from training.watch import Watch, best_of_n_kl, combine, pearson, split_members
+from training.watch import Watch, best_of_n_kl, combine, fell, pair_level, pearson, split_members, t_quantile
 
 
 def test_members_split_into_optimised_and_held_out():
@@ -50,34 +51,82 @@ def test_best_of_n_kl():
         best_of_n_kl(0)
 
 
-def test_the_alarm_fires_when_the_held_out_judge_falls_while_the_optimised_score_rises():
-    w = Watch(patience=2, alpha=1.0)
-    assert w.update(1, optimised=1.0, heldout=1.0, kl=0.1) is None  # the peak
-    assert w.update(2, optimised=2.0, heldout=0.9, kl=0.2) is None  # one step past it: not yet
-    reason = w.update(3, optimised=3.0, heldout=0.8, kl=0.3)
+def test_t_quantiles_against_the_tables():
+    for p, df, table in (
+        (0.95, 3, 2.353),
+        (0.975, 10, 2.228),
+        (0.99, 31, 2.453),
+        (0.999, 31, 3.375),
+        (0.975, 1, 12.706),
+    ):
+        assert t_quantile(p, df) == pytest.approx(table, abs=1e-3)
+    assert pair_level(0.05, 1) == 0.05 and pair_level(0.05, 5) == pytest.approx(0.005)  # 10 pairs of 5
+
+
+def test_a_fall_beyond_noise_by_hand():
+    # differences now - peak: -0.5, -0.5, -0.5, -0.1: mean -0.4, sd 0.2, se 0.1; t(0.95, 3 df) = 2.353
+    down, mean, upper = fell([1, 2, 3, 4], [0.5, 1.5, 2.5, 3.9], level=0.05)
+    assert down and mean == pytest.approx(-0.4) and upper == pytest.approx(-0.4 + 0.2353, abs=1e-3)
+    assert not fell([1, 2, 3, 4], [0.5, 1.5, 2.5, 3.9], level=0.05, tolerance=0.2)[0]  # not by more than 0.2
+    # the same mean fall with more spread: -1.0, 0.2, -0.6, 0.2 (sd 0.589): within noise
+    assert not fell([1, 2, 3, 4], [0.0, 2.2, 2.4, 4.2], level=0.05)[0]
+    with pytest.raises(ValueError, match="same two or more prompts"):
+        fell([1, 2], [1], level=0.05)
+
+
+def test_the_alarm_fires_on_an_evaluation_that_fell_while_the_optimised_score_rose():
+    w = Watch(alpha=0.05, evaluations=2)  # one pair: level 0.05
+    assert w.evaluated(4, optimised=[0, 0, 0, 0], heldout=[1, 2, 3, 4]) is None  # the best so far
+    reason = w.evaluated(8, optimised=[1, 1, 1, 1], heldout=[0.5, 1.5, 2.5, 3.9])
     assert reason == (
-        "the held-out judge's score fell from 1.000 (step 1) to 0.800 while the optimised score rose from 1.000 "
-        "to 3.000 (step 3)"
+        "the held-out judge's score fell from 2.500 (step 4) to 2.100 (step 8; -0.400, upper bound -0.165 over 4 "
+        "prompts) while the optimised score rose from 0.000 to 1.000"
     )
-    assert w.reason == reason and w.update(4, 4.0, 0.1, 0.4) is None  # fired once, stays fired
+    assert w.reason == reason and w.evaluated(12, [2] * 4, [0, 0, 0, 0]) is None  # fired once, stays fired
 
 
-def test_no_alarm_when_both_fall_or_the_judge_recovers():
-    both = Watch(patience=2, alpha=1.0)
-    assert [both.update(s, o, h, 0.0) for s, o, h in ((1, 1, 1), (2, 0.5, 0.9), (3, 0.4, 0.8))] == [None] * 3
-    recovers = Watch(patience=2, alpha=1.0)
-    steps = ((1, 1, 1), (2, 2, 0.9), (3, 3, 1.1), (4, 4, 1.0))  # a new peak at step 3 restarts the count
-    assert [recovers.update(s, o, h, 0.0) for s, o, h in steps] == [None] * 4
-    assert recovers.peak_step == 3
+def test_no_alarm_when_both_fall_the_fall_is_noise_or_the_judge_recovers():
+    both = Watch(evaluations=2)
+    both.evaluated(4, [1, 1, 1, 1], [1, 2, 3, 4])
+    assert both.evaluated(8, [0, 0, 0, 0], [0.5, 1.5, 2.5, 3.9]) is None  # the optimised score fell too
+    noise = Watch(evaluations=2)
+    noise.evaluated(4, [0] * 4, [1, 2, 3, 4])
+    assert noise.evaluated(8, [1] * 4, [0.0, 2.2, 2.4, 4.2]) is None
+    many = Watch(evaluations=10)  # 45 pairs: each at 0.05 / 45, t(0.9989, 3 df) = 9.85: -0.4 + 0.985 > 0 is noise
+    many.evaluated(4, [0] * 4, [1, 2, 3, 4])
+    assert many.evaluated(8, [1] * 4, [0.5, 1.5, 2.5, 3.9]) is None
+    recovers = Watch(evaluations=2)
+    recovers.evaluated(4, [0] * 4, [1, 2, 3, 4])
+    assert recovers.evaluated(8, [1] * 4, [2, 3, 4, 5]) is None and recovers.best[0] == 8  # a new best
 
 
-def test_the_alarm_smooths_each_score():
-    w = Watch(patience=2, alpha=0.5)
+def test_the_rule_false_alarms_at_most_alpha_and_catches_a_real_fall():
+    """Simulated runs: each prompt has its own level, each evaluation adds noise (sd 0.5, a prompt's level sd 1).
+    A judge that never moves fires in under 5% of runs; one that falls by 0.2 a checkpoint after the middle of
+    the run fires in nearly all (32 prompts)."""
+    rng = random.Random(0)
+
+    def fires(evaluations: int, prompts: int, fall: float) -> bool:
+        w = Watch(alpha=0.05, evaluations=evaluations)
+        level = [rng.gauss(0, 1) for _ in range(prompts)]
+        for e in range(evaluations):
+            drop = fall * max(0, e - evaluations // 2 + 1)
+            if w.evaluated(e, [float(e)] * prompts, [x - drop + rng.gauss(0, 0.5) for x in level]):
+                return True
+        return False
+
+    for evaluations, prompts in ((3, 32), (6, 32), (6, 8), (12, 32)):
+        false_alarms = sum(fires(evaluations, prompts, 0.0) for _ in range(600)) / 600
+        assert false_alarms < 0.065, (evaluations, prompts, false_alarms)  # 0.05 plus 2 binomial sd of 600 runs
+    assert sum(fires(6, 32, 0.2) for _ in range(200)) / 200 > 0.95
+
+
+def test_the_per_step_scores_are_smoothed_for_the_plots_only():
+    w = Watch(alpha_ema=0.5)
     w.update(1, 0.0, 0.0, 0.0)
-    w.update(2, 2.0, 2.0, 0.0)  # averages 1, 1: the peak, with the optimised score 1 there
-    assert w.update(3, 3.0, -1.0, 0.0) is None  # 2, 0: one step past the peak
-    assert w.update(4, 4.0, 0.0, 0.0) is not None  # 3, 0: two steps past, below the peak, optimised above 1
-    assert w.history == [(1, 0.0, 0.0), (2, 1.0, 1.0), (3, 2.0, 0.0), (4, 3.0, 0.0)]
+    w.update(2, 2.0, 2.0, 0.0)
+    assert w.update(3, 3.0, -5.0, 0.0) is None  # a collapse in one step's 8 replies is no alarm
+    assert w.history == [(1, 0.0, 0.0), (2, 1.0, 1.0), (3, 2.0, -2.0)] and w.reason is None
 
 
 def test_a_kl_budget_fires_without_a_judge():

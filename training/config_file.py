@@ -18,6 +18,9 @@ C = TypeVar("C", bound="ConfigFile")
 
 class ConfigFile:
     KIND: typing.ClassVar[str] = ""  # the trainer's kind (training/registry.py), written as config.json's "kind"
+    # settings earlier versions wrote that mean nothing now, with why: an old run's config.json still loads (so it
+    # resumes), without them; any other unknown key is an error
+    RETIRED: typing.ClassVar[dict[str, str]] = {}
 
     def as_json(self) -> dict:
         """What config.json holds (and the store's runs.config): the kind, then every setting."""
@@ -35,6 +38,8 @@ class ConfigFile:
         raw = read_json_object(path)
         kind = raw.pop("kind", cls.KIND)
         hints = typing.get_type_hints(cls)
+        for key in cls.RETIRED:
+            raw.pop(key, None)
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(raw) - known)
         if unknown:

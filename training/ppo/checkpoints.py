@@ -3,7 +3,8 @@
 held-out judge scores highest (the optimised reward model's score where there is no judge), not the last.
 
 RUN/checkpoints.jsonl holds one row per evaluated step: the optimised score, the held-out judge's, the sampled KL
-from the reference and the mean length, on the same held-out prompts with the same sampling seed at every step."""
+from the reference and the mean length, on the same held-out prompts with the same sampling seed at every step,
+with both scores per prompt (`scores`, `heldout_scores`: the watch compares evaluations prompt by prompt)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def evaluate(m, prompts: list[list[int]], tokenizer, cfg, step: int) -> dict:
         "length_mean": torch.cat(lengths).mean().item(),
         "prompts": len(prompts),
     }
+    row["scores"] = [round(x, 6) for x in torch.cat(scores).tolist()]  # per prompt, in order: the watch pairs them
     if heldout:
         row["heldout_score_mean"] = torch.cat(heldout).mean().item()
+        row["heldout_scores"] = [round(x, 6) for x in torch.cat(heldout).tolist()]
     return row

@@ -14,6 +14,7 @@ from training.precision import check_dtype
 @dataclass
 class PPOConfig(ConfigFile):
     KIND = "ppo"
+    RETIRED = {"watch_patience": "the alarm decides on checkpoint evaluations now (--watch-alpha)"}
     # models and data
     actor: str = field(
         default="default",
@@ -94,12 +95,12 @@ class PPOConfig(ConfigFile):
         metadata={"help": "ensemble members PPO never optimises, only watches (-1: 1 if the ensemble has 2+ members)"},
     )
     kl_budget: float = field(default=0.0, metadata={"help": "the watch's alarm fires when KL passes this (0 = off)"})
-    watch_patience: int = field(
-        default=5,
-        metadata={"help": "steps the held-out judge may fall, while the optimised score rises, before the alarm"},
+    watch_alpha: float = field(
+        default=0.05,
+        metadata={"help": "the alarm's false-alarm rate per run: it tests each checkpoint evaluation's fall"},
     )
     watch_tolerance: float = field(
-        default=0.0, metadata={"help": "the alarm ignores a held-out judge this close to its peak (score units)"}
+        default=0.0, metadata={"help": "the alarm ignores a fall of the held-out judge smaller than this (score units)"}
     )
     eval_prompts: str = field(
         default="",
@@ -151,5 +152,5 @@ class PPOConfig(ConfigFile):
 
         if self.reward_combine not in RULES:
             raise ValueError(f"reward_combine must be one of {', '.join(RULES)}, got {self.reward_combine}")
-        if self.kl_budget < 0 or self.watch_patience < 1 or self.heldout_judges < -1 or self.watch_tolerance < 0:
-            raise ValueError("kl_budget and watch_tolerance must be >= 0, watch_patience >= 1, heldout_judges >= -1")
+        if self.kl_budget < 0 or not 0 < self.watch_alpha < 1 or self.heldout_judges < -1 or self.watch_tolerance < 0:
+            raise ValueError("kl_budget and watch_tolerance must be >= 0, watch_alpha in (0, 1), heldout_judges >= -1")

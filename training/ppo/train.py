@@ -373,7 +373,7 @@ def train(cfg: PPOConfig) -> None:
         {"rank": rank, "tokenizer": tokenizer, "stats": reward_stats(cfg), "kl_ctl": state["kl_ctl"]},
     )
     board = tensorboard_writer(cfg, rank)
-    watch = resume_watch(cfg, step)
+    watch = resume_watch(cfg, step, total)
     while step < total:
         epoch, index = divmod(step, per_epoch)
         order = prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, epoch)
@@ -390,20 +390,35 @@ def train(cfg: PPOConfig) -> None:
         row, next_kl = step_metrics(m, cfg, buffer, updates, times, ctx["kl_ctl"], world)
         ctx["kl_ctl"] = next_kl
         fired = watch_step(watch, step, row)
+        # 6. checkpoint every save_every steps, judged on the held-out prompts (the watch's evidence); a Stop from
+        # the app or `rlhf` (or the alarm) checkpoints and ends the run here, resumable
+        saved = checkpoint_due(cfg, step, total)
+        if saved:
+            fired = judge_checkpoint(m, cfg, run, step, ctx["kl_ctl"], watch) or fired
+            row["watch/alarm"] = float(watch.reason is not None)
         log_step(run, board, cfg, step, epoch, row, buffer, tokenizer, total, watch.reason)
         if fired:
             on_alarm(run, cfg, step, fired)
-        # 6. checkpoint; a Stop from the app or `rlhf` (or the alarm) checkpoints and ends the run here, resumable
-        if not step_end(m, cfg, run, step, total, ctx["kl_ctl"], watch.reason):
+        if not step_end(m, cfg, run, step, total, ctx["kl_ctl"], watch.reason, saved):
             break
     else:
-        finish(m, cfg, run, step, ctx["kl_ctl"], total, tokenizer, watch.reason)
+        finish(m, cfg, run, step, ctx["kl_ctl"], total, tokenizer, watch)
     if board:
         board.close()
 
 
-def new_watch(cfg: PPOConfig) -> Watch:
-    return Watch(patience=cfg.watch_patience, tolerance=cfg.watch_tolerance, kl_budget=cfg.kl_budget or None)
+def planned_evaluations(cfg: PPOConfig, total: int) -> int:
+    """Checkpoint evaluations a run of `total` steps makes: every save_every steps before the end, and the end."""
+    return (total - 1) // cfg.save_every + 1 if cfg.save_every and total else 1
+
+
+def new_watch(cfg: PPOConfig, total: int) -> Watch:
+    return Watch(
+        alpha=cfg.watch_alpha,
+        evaluations=planned_evaluations(cfg, total),
+        tolerance=cfg.watch_tolerance,
+        kl_budget=cfg.kl_budget or None,
+    )
 
 
 def watch_step(watch: Watch, step: int, row: dict) -> str | None:
@@ -414,13 +429,26 @@ def watch_step(watch: Watch, step: int, row: dict) -> str | None:
     return fired
 
 
-def resume_watch(cfg: PPOConfig, step: int) -> Watch:
-    """The watch as it was after `step`: the logged rows of steps 1..step replayed (a step logged twice, by a run
-    killed after it and the resumed one, counts once: resumed steps repeat the same numbers)."""
-    watch = new_watch(cfg)
+def watch_checkpoint(watch: Watch, row: dict) -> str | None:
+    """Feed a checkpoint evaluation (training/ppo/checkpoints.py's row); the alarm's reason if it fires now. Without
+    a held-out judge there is nothing to compare."""
+    if "heldout_scores" not in row:
+        return None
+    return watch.evaluated(row["step"], row["scores"], row["heldout_scores"])
+
+
+def resume_watch(cfg: PPOConfig, step: int, total: int) -> Watch:
+    """The watch as it was after `step`: the logged rows of steps 1..step and the checkpoint evaluations up to it
+    replayed in step order (a step logged twice, by a run killed after it and the resumed one, counts once:
+    resumed steps repeat the same numbers)."""
+    watch = new_watch(cfg, total)
     rows = {r["step"]: r for r in read_metrics(cfg.output_dir) if "reward/score_mean" in r and r["step"] <= step}
-    for s in sorted(rows):
-        watch_step(watch, s, dict(rows[s]))
+    evaluations = {r["step"]: r for r in read_checkpoints(cfg.output_dir) if r["step"] <= step}
+    for s in sorted(rows.keys() | evaluations.keys()):
+        if s in rows:
+            watch_step(watch, s, dict(rows[s]))
+        if s in evaluations:
+            watch_checkpoint(watch, evaluations[s])
     return watch
 
 
@@ -447,29 +475,44 @@ def alarm_field(alarm: str | None) -> dict:
     return {"alarm": alarm} if alarm else {}
 
 
-def step_end(m: Models, cfg: PPOConfig, run: RunFiles, step: int, total: int, kl_ctl: float, alarm=None) -> bool:
-    """A Stop checkpoints and ends the run (False); checkpoints every `save_every` steps."""
-    ckpt = Path(cfg.output_dir) / "checkpoints"
+def checkpoint_due(cfg: PPOConfig, step: int, total: int) -> bool:
+    """Every save_every steps before the last (the last one's is `finish`'s)."""
+    return bool(cfg.save_every) and step % cfg.save_every == 0 and step < total
+
+
+def judge_checkpoint(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, watch: Watch) -> str | None:
+    """Checkpoint, evaluate on the held-out prompts and feed the watch; the alarm's reason if it fires here (every
+    rank decides alike: they evaluate the same prompts)."""
+    save_checkpoint(m, Path(cfg.output_dir) / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
+    row = evaluate_checkpoint(m, cfg, run, step)
+    return watch_checkpoint(watch, row) if row else None
+
+
+def step_end(
+    m: Models, cfg: PPOConfig, run: RunFiles, step: int, total: int, kl_ctl: float, alarm=None, saved=False
+) -> bool:
+    """A Stop (the app's, `rlhf`'s, or the alarm's with --stop-on-overoptimization) checkpoints, unless this step
+    was just saved, and ends the run (False)."""
     if step < total and stop_requested(cfg.output_dir, m.device):
-        save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
+        if not saved:
+            save_checkpoint(m, Path(cfg.output_dir) / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
         run.metrics({"event": "stopped", "step": step})
         run.status("stopped", step=step, total_steps=total, **alarm_field(alarm))
         return False
-    if cfg.save_every and step % cfg.save_every == 0 and step < total:
-        save_checkpoint(m, ckpt, step, {"step": step, "kl_ctl": kl_ctl})
-        evaluate_checkpoint(m, cfg, run, step)
     return True
 
 
-def evaluate_checkpoint(m: Models, cfg: PPOConfig, run: RunFiles, step: int) -> None:
-    """The actor on the held-out prompts (training/ppo/checkpoints.py), saved as RUN/checkpoints/actor-stepN."""
+def evaluate_checkpoint(m: Models, cfg: PPOConfig, run: RunFiles, step: int) -> dict | None:
+    """The actor on the held-out prompts (training/ppo/checkpoints.py), saved as RUN/checkpoints/actor-stepN; the
+    evaluation's row (None without held-out prompts)."""
     if not m.eval_prompts:
-        return
+        return None
     row = evaluate(m, m.eval_prompts, m.tokenizer, cfg, step)
     row["actor"] = str(checkpoint_folder(cfg.output_dir, step))
     lora = bool(cfg.actor_lora_rank)
     save_hf(m.actor, m.actor.module, m.tokenizer, Path(row["actor"]), run.rank, cfg.zero_stage == 3, lora, keep=True)
     record_checkpoint(run, cfg, row)
+    return row
 
 
 def record_checkpoint(run: RunFiles, cfg: PPOConfig, row: dict) -> None:
@@ -477,9 +520,8 @@ def record_checkpoint(run: RunFiles, cfg: PPOConfig, row: dict) -> None:
     if run.rank == 0:
         with (Path(cfg.output_dir) / CHECKPOINTS_FILE).open("a") as f:
             f.write(json.dumps(row) + "\n")
-    run.metrics(
-        {"event": "checkpoint", "step": row["step"], **{f"checkpoint/{k}": v for k, v in row.items() if k != "step"}}
-    )
+    means = {f"checkpoint/{k}": v for k, v in row.items() if k != "step" and not isinstance(v, list)}
+    run.metrics({"event": "checkpoint", "step": row["step"], **means})  # the per-prompt lists stay in the file
 
 
 def keep_best(run: RunFiles, cfg: PPOConfig, last: dict) -> dict:
@@ -498,7 +540,7 @@ def keep_best(run: RunFiles, cfg: PPOConfig, last: dict) -> dict:
 
 
 def finish(
-    m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, total: int, tokenizer, alarm=None
+    m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, total: int, tokenizer, watch: Watch
 ) -> None:
     out = Path(cfg.output_dir)
     save_checkpoint(m, out / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
@@ -519,11 +561,14 @@ def finish(
         final["reference/sha256_start"] = m.ref_fingerprint
         final["reference/sha256_end"] = param_fingerprint(m.ref)
     if last is not None:
+        fired = watch_checkpoint(watch, last)  # the last evaluation is evidence too (the run ends here anyway)
+        if fired:
+            on_alarm(run, cfg, step, fired)
         final.update(keep_best(run, cfg, last))
     final.update(peak_memory())
     final.update(model_memory(m))
     run.metrics({"event": "final", "step": step, **final})
-    run.status("finished", step=step, total_steps=total, final=final, **alarm_field(alarm))
+    run.status("finished", step=step, total_steps=total, final=final, **alarm_field(watch.reason))
 
 
 def model_memory(m: Models) -> dict:
