@@ -177,7 +177,13 @@ def watch_checks(f: dict) -> dict[str, bool]:
     return {
         "the held-out judge's checkpoint wins at least as often as the last one": f["chosen_at_least_last"],
         "PPO's best checkpoint beats best-of-N at the same KL": f["ppo_beats_best_of_n"],
+        # a false alarm: one that fires before the win rate (the scripted annotator's, the truth here) has peaked
+        "the watch's alarm fires only after PPO's win rate peaked, if at all": alarm_after_peak(f),
     }
+
+
+def alarm_after_peak(f: dict) -> bool:
+    return f["alarm_step"] is None or f["alarm_step"] > f["peak_step"]
 
 
 def run_watch_part(

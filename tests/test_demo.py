@@ -247,7 +247,11 @@ def test_best_of_n_points_and_the_findings_by_hand():
     assert watch_checks(f) == {
         "the held-out judge's checkpoint wins at least as often as the last one": False,
         "PPO's best checkpoint beats best-of-N at the same KL": False,
+        "the watch's alarm fires only after PPO's win rate peaked, if at all": True,
     }
+    # the demo's first default-model run: the alarm fired at step 7, the win rate rose to the last checkpoint
+    f = findings([ckpt(16, 0.3, 0.47, chosen=True), ckpt(94, 1.77, 0.77)], bon, {"step": 7, "reason": "noise"})
+    assert not watch_checks(f)["the watch's alarm fires only after PPO's win rate peaked, if at all"]
 
 
 def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_hand():
