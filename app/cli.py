@@ -214,6 +214,10 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
     cfg = demo_config(args)
     check(cfg)  # a bad setting is one line, before the demo folder exists
+    if not 1 <= args.seeds <= 20:
+        raise UserError(f"--seeds takes 1 to 20 seeds, got {args.seeds}")
+    if args.seeds > 1 and cfg.rounds > 1:
+        raise UserError("--seeds does not run the rounds study yet: run one seed per --seed and compare the reports")
     folder = new_demo_dir(Path(args.runs_dir))
     print(f"demo {folder.name}: {folder}", flush=True)
     if cfg.rounds > 1:
@@ -222,11 +226,33 @@ def cmd_demo(args: argparse.Namespace) -> None:
         results = run_rounds_study(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
         print("\n".join(answer_lines(results)) + f"\nreport: {folder / 'report.md'}")
         return
-    results = run_demo(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
-    print("\n".join(headline(results)))
-    failed = [name for name, ok in results["checks"].items() if not ok]
+    if args.seeds == 1:
+        results = run_demo(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
+        print("\n".join(headline(results)))
+        failed = [name for name, ok in results["checks"].items() if not ok]
+    else:  # each seed a whole demo in FOLDER/seed-S, then the claims over seeds (app/demo_seeds.py)
+        from app.demo_seeds import SEEDS_REPORT, write_combined
+
+        runs, failed = [], []
+        for seed in range(cfg.seed, cfg.seed + args.seeds):
+            (folder / f"seed-{seed}").mkdir()
+            r = run_demo(dataclasses.replace(cfg, seed=seed), folder / f"seed-{seed}", args.quick, print)
+            print("\n".join(headline(r)), flush=True)
+            runs.append(r)
+            failed += [f"seed {seed}: {name}" for name, ok in r["checks"].items() if not ok]
+        write_combined(runs, folder)
+        print(f"over {args.seeds} seeds: {folder / SEEDS_REPORT}")
     if failed:
         raise UserError(f"the demo finished but {len(failed)} check(s) failed: {'; '.join(failed)}")
+
+
+def cmd_demo_seeds(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from app.demo_seeds import SEEDS_REPORT, read_results, write_combined
+
+    combined = write_combined(read_results(args.demos), Path(args.out))
+    print(f"{len(combined['seeds'])} seeds ({', '.join(map(str, combined['seeds']))}): {Path(args.out) / SEEDS_REPORT}")
 
 
 def demo_config(args: argparse.Namespace) -> DemoConfig:
@@ -519,8 +545,14 @@ def _add_store_and_run_commands(sub) -> None:
     s = sub.add_parser("demo", help="the whole loop with a scripted annotator on the bundled prompts, and a report")
     s.add_argument("--quick", action="store_true", help="tiny models and a few dozen prompts (minutes; for CI)")
     s.add_argument("--runs-dir", default="runs", help="where the demo folder goes (default ./runs)")
+    s.add_argument("--seeds", type=int, default=1, help="run the demo for seeds --seed, --seed + 1, ... and combine")
     add_dataclass_args(s, DemoConfig, given_only=True)
     s.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("demo-seeds", help="combine demos run with different seeds into one report over seeds")
+    s.add_argument("demos", nargs="+", help="demo folders (or their results.json)")
+    s.add_argument("--out", required=True, help="folder for seeds.json and seeds.md")
+    s.set_defaults(func=cmd_demo_seeds)
 
     s = sub.add_parser("stop", help="stop a running training run after its current step (checkpointed, resumable)")
     s.add_argument("run", help="the run's id (`rlhf runs`), or its folder")

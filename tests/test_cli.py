@@ -89,6 +89,7 @@ DB_AFTER = {
     "backup": ["backup", "out"],
     "restore": ["restore", "b"],
     "demo": ["demo", "--quick"],
+    "demo-seeds": ["demo-seeds", "demo-a", "--out", "o"],
     "stop": ["stop", "runs/x"],
     "runs": ["runs"],
     "undone": ["undone"],

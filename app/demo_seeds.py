@@ -1,0 +1,127 @@
+"""The demo's claims over seeds: each headline as the mean of the seeds' values with a 95% t interval over seeds,
+beside each seed's own value and its per-prompt interval.
+
+One seed's demo answers "on these prompts, with this sampling and this training order"; a claim about the method
+needs the spread over seeds too (an earlier rounds study had one arm at 66.3% in one attempt and 44.4% in the
+committed one). `rlhf demo --seeds N` runs seeds seed, seed + 1, ... into FOLDER/seed-S and writes the combination;
+`rlhf demo-seeds FOLDER...` combines demos run apart (a seed per session) into one report."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from store.errors import UserError
+from training.watch import t_quantile
+
+SEEDS_FILE = "seeds.json"
+SEEDS_REPORT = "seeds.md"
+
+
+def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
+    """One demo's headline numbers: name -> (value, its per-prompt 95% interval or None)."""
+    out: dict[str, tuple[float, list[float] | None]] = {
+        "PPO actor over the reference": (r["win_rate"], r["win_rate_ci95"]),
+    }
+    if "dpo_vs_reference" in r:
+        out["DPO policy over the reference"] = (r["dpo_vs_reference"]["win_rate"], r["dpo_vs_reference"]["ci95"])
+        out["PPO actor over the DPO policy"] = (r["ppo_vs_dpo"]["win_rate"], r["ppo_vs_dpo"]["ci95"])
+    if r.get("best_of_n"):
+        top = r["best_of_n"][-1]
+        out[f"best-of-{top['n']} of the reference over the reference"] = (top["win_rate"], top.get("ci95"))
+    watch = r.get("watch") or {}
+    if watch:
+        out["PPO's kept checkpoint over the reference"] = (watch["chosen_win_rate"], None)
+        out["PPO's best checkpoint minus best-of-N at its KL"] = (
+            watch["peak_win_rate"] - watch["best_of_n_at_peak_kl"],
+            None,
+        )
+    if r.get("kl_per_step"):
+        out["PPO's KL to the reference at the last step (nats)"] = (r["kl_per_step"][-1], None)
+    return out
+
+
+def interval(values: list[float]) -> tuple[float, float, float] | None:
+    """(mean, low, high): the mean with its 95% Student t interval over the values; None for fewer than two."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    half = t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def over_seeds(results: list[dict]) -> dict:
+    """The seeds' headlines side by side and combined; only headlines every seed has are combined."""
+    if not results:
+        raise UserError("no demo results to combine")
+    seeds = [r["config"]["seed"] for r in results]
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"the demos to combine share a seed ({', '.join(map(str, seeds))}): each seed once")
+    per = [headlines(r) for r in results]
+    names = [n for n in per[0] if all(n in h for h in per)]
+    rows = []
+    for name in names:
+        values = [h[name][0] for h in per]
+        rows.append(
+            {"headline": name, "values": values, "ci95": [h[name][1] for h in per], "over_seeds": interval(values)}
+        )
+    alarms = [(r.get("watch") or {}).get("alarm_step") for r in results]
+    return {"seeds": seeds, "folders": [r.get("folder") for r in results], "rows": rows, "alarm_steps": alarms}
+
+
+def _pct(x: float, nats: bool) -> str:
+    return f"{x:+.3f}" if nats else f"{x:.1%}"
+
+
+def report(combined: dict) -> str:
+    """seeds.md: one row per headline, each seed's value (with its per-prompt interval), then the mean over seeds
+    with its interval."""
+    seeds = combined["seeds"]
+    head = "|headline|" + "|".join(f"seed {s}" for s in seeds) + "|mean over seeds (95% interval)|"
+    lines = [
+        f"# The demo over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}",
+        "",
+        "Each seed reruns the stochastic parts (sampling, training order). A seed's cell: its value, with its 95% "
+        "interval over prompts where it has one; the last column: the mean over seeds with a 95% Student t interval "
+        "over seeds (none for one seed).",
+        "",
+        head,
+        "|---|" + "---:|" * len(seeds) + "---:|",
+    ]
+    for row in combined["rows"]:
+        nats = "nats" in row["headline"] or "minus" in row["headline"]
+        cells = [
+            _pct(v, nats) + (f" ({ci[0]:.1%}-{ci[1]:.1%})" if ci else "")
+            for v, ci in zip(row["values"], row["ci95"], strict=True)
+        ]
+        o = row["over_seeds"]
+        last = f"{_pct(o[0], nats)} ({_pct(o[1], nats)} to {_pct(o[2], nats)})" if o else "one seed: no interval"
+        lines.append(f"|{row['headline']}|" + "|".join(cells) + f"|{last}|")
+    alarms = ", ".join(
+        f"seed {s}: {'step ' + str(a) if a is not None else 'did not fire'}"
+        for s, a in zip(seeds, combined["alarm_steps"], strict=True)
+    )
+    lines += ["", f"The watch's alarm: {alarms}.", ""]
+    return "\n".join(lines)
+
+
+def read_results(paths: list[str | Path]) -> list[dict]:
+    """Each path a demo folder or its results.json; one error line for a missing or unreadable one."""
+    out = []
+    for p in map(Path, paths):
+        path = p / "results.json" if p.is_dir() else p
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as e:
+            raise UserError(f"no demo results at {path}: {e}") from None
+    return out
+
+
+def write_combined(results: list[dict], out: Path) -> dict:
+    combined = over_seeds(results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SEEDS_FILE).write_text(json.dumps(combined, indent=2) + "\n")
+    (out / SEEDS_REPORT).write_text(report(combined))
+    return combined

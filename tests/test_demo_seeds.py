@@ -1,0 +1,99 @@
+"""The demo over seeds (app/demo_seeds.py): headlines combined by hand, the report, and the commands."""
+
+import json
+
+import pytest
+
+from app.demo_seeds import headlines, interval, over_seeds, report
+
+
+def results(seed: int, ppo: float, dpo: float, ppo_dpo: float, bon: float, kl: float, alarm=None) -> dict:
+    """A demo's results.json, reduced to what the headlines read."""
+    return {
+        "config": {"seed": seed},
+        "folder": f"demo/seed-{seed}",
+        "win_rate": ppo,
+        "win_rate_ci95": [ppo - 0.05, ppo + 0.05],
+        "dpo_vs_reference": {"win_rate": dpo, "ci95": [dpo - 0.05, dpo + 0.05]},
+        "ppo_vs_dpo": {"win_rate": ppo_dpo, "ci95": [ppo_dpo - 0.05, ppo_dpo + 0.05]},
+        "best_of_n": [{"n": 1, "win_rate": 0.5, "ci95": [0.45, 0.55]}, {"n": 16, "win_rate": bon, "ci95": [0.7, 0.9]}],
+        "watch": {"chosen_win_rate": ppo, "peak_win_rate": ppo, "best_of_n_at_peak_kl": bon, "alarm_step": alarm},
+        "kl_per_step": [0.0, kl],
+    }
+
+
+def test_an_interval_over_seeds_by_hand():
+    # 0.6, 0.7, 0.8: mean 0.7, sd 0.1, se 0.1 / sqrt 3 = 0.05774; t(0.975, 2 df) = 4.303: half-width 0.2484
+    mean, lo, hi = interval([0.6, 0.7, 0.8])
+    assert (
+        mean == pytest.approx(0.7)
+        and lo == pytest.approx(0.7 - 0.2484, abs=1e-4)
+        and hi == pytest.approx(0.9484, abs=1e-4)
+    )
+    assert interval([0.6]) is None
+
+
+def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
+    runs = [
+        results(0, 0.6, 0.9, 0.3, 0.8, 1.0),
+        results(1, 0.7, 0.9, 0.4, 0.8, 2.0, alarm=12),
+        results(2, 0.8, 0.9, 0.5, 0.8, 3.0),
+    ]
+    assert list(headlines(runs[0])) == [
+        "PPO actor over the reference",
+        "DPO policy over the reference",
+        "PPO actor over the DPO policy",
+        "best-of-16 of the reference over the reference",
+        "PPO's kept checkpoint over the reference",
+        "PPO's best checkpoint minus best-of-N at its KL",
+        "PPO's KL to the reference at the last step (nats)",
+    ]
+    combined = over_seeds(runs)
+    rows = {r["headline"]: r for r in combined["rows"]}
+    ppo = rows["PPO actor over the reference"]
+    assert ppo["values"] == [0.6, 0.7, 0.8] and ppo["over_seeds"] == pytest.approx((0.7, 0.4516, 0.9484), abs=1e-4)
+    assert rows["DPO policy over the reference"]["over_seeds"] == pytest.approx((0.9, 0.9, 0.9))  # no spread
+    assert rows["PPO's best checkpoint minus best-of-N at its KL"]["values"] == pytest.approx([-0.2, -0.1, 0.0])
+    assert rows["PPO's KL to the reference at the last step (nats)"]["over_seeds"][0] == pytest.approx(2.0)
+    assert combined["seeds"] == [0, 1, 2] and combined["alarm_steps"] == [None, 12, None]
+    md = report(combined)
+    row = "|PPO actor over the reference|60.0% (55.0%-65.0%)|70.0% (65.0%-75.0%)|80.0% (75.0%-85.0%)|"
+    assert row + "70.0% (45.2% to 94.8%)|" in md
+    assert "seed 1: step 12" in md and "seed 0: did not fire" in md
+    # a headline one seed lacks (a demo without DPO) is not combined
+    no_dpo = {k: v for k, v in results(3, 0.7, 0, 0, 0.8, 1.0).items() if k not in ("dpo_vs_reference", "ppo_vs_dpo")}
+    assert "DPO policy over the reference" not in {r["headline"] for r in over_seeds([runs[0], no_dpo])["rows"]}
+
+
+def test_one_seed_twice_or_none_is_one_error():
+    from store.errors import UserError
+
+    with pytest.raises(UserError, match="share a seed"):
+        over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0)] * 2)
+    with pytest.raises(UserError, match="no demo results"):
+        over_seeds([])
+
+
+def test_demo_seeds_combines_demo_folders_run_apart(tmp_path, capsys):
+    from app.cli import main
+
+    for seed, ppo in ((4, 0.6), (5, 0.8)):
+        (tmp_path / f"d{seed}").mkdir()
+        (tmp_path / f"d{seed}" / "results.json").write_text(json.dumps(results(seed, ppo, 0.9, 0.4, 0.8, 1.0)))
+    out = tmp_path / "combined"
+    assert main(["demo-seeds", str(tmp_path / "d4"), str(tmp_path / "d5" / "results.json"), "--out", str(out)]) == 0
+    assert "2 seeds (4, 5)" in capsys.readouterr().out
+    saved = json.loads((out / "seeds.json").read_text())
+    assert saved["seeds"] == [4, 5] and saved["rows"][0]["values"] == [0.6, 0.8]
+    assert "# The demo over 2 seeds" in (out / "seeds.md").read_text()
+    assert main(["demo-seeds", str(tmp_path / "missing"), "--out", str(out)]) == 1
+    assert "no demo results at" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_bad_seed_count_in_one_line(tmp_path, capsys):
+    from app.cli import main
+
+    assert main(["demo", "--quick", "--seeds", "0", "--runs-dir", str(tmp_path)]) == 1
+    assert "--seeds takes 1 to 20 seeds" in capsys.readouterr().err
+    assert main(["demo", "--quick", "--seeds", "2", "--rounds", "2", "--runs-dir", str(tmp_path)]) == 1
+    assert "--seeds does not run the rounds study yet" in capsys.readouterr().err
