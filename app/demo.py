@@ -83,6 +83,10 @@ def check(cfg: DemoConfig) -> None:
         raise UserError("--min-new-tokens must be at least 1 and below --max-new-tokens")
     train, _ = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
     methods_of(cfg)
+    try:
+        dataclasses.replace(PPOConfig(reward="r"), **ppo_settings(cfg.ppo_settings)).check()
+    except ValueError as e:
+        raise UserError(f"--ppo-settings: {e}") from None
     if cfg.rounds < 1:
         raise UserError(f"--rounds must be at least 1, got {cfg.rounds}")
     if cfg.rounds > 1:
@@ -359,8 +363,45 @@ def sample_and_rank(
     return reference, ranked
 
 
+def ppo_settings(text: str) -> dict:
+    """--ppo-settings "key=value,key=value" as PPOConfig fields of their types; one error line for a key PPO does
+    not have, one the demo sets itself, or a value of the wrong type."""
+    import dataclasses as dc
+    import typing
+
+    hints = typing.get_type_hints(PPOConfig)
+    own = {"actor", "reward", "max_new_tokens", "min_new_tokens", "epochs", "max_steps", "actor_lr", "critic_lr"}
+    own |= {"kl_ctl", "save_every", "dtype", "seed", "output_dir", "prompts"}
+    known = {f.name for f in dc.fields(PPOConfig)}
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in known:
+            raise UserError(f"--ppo-settings: {item!r} is not key=value with a PPO setting as the key")
+        if key in own:
+            raise UserError(f"--ppo-settings: {key} is the demo's own flag (--{key.replace('_', '-')})")
+        kind = hints[key]
+        try:
+            if kind is bool:
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                out[key] = value.lower() in ("true", "1")
+            else:
+                out[key] = kind(value)
+        except ValueError:
+            raise UserError(f"--ppo-settings: {key} must be {kind.__name__}, got {value!r}") from None
+    return out
+
+
 def ppo_config(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int = 0) -> PPOConfig:
-    """The demo's PPO settings (the rounds study's too) for one run."""
+    """The demo's PPO settings (the rounds study's too) for one run, with --ppo-settings on top."""
+    return dataclasses.replace(
+        _ppo_config(cfg, actor, reward, max_steps, seed, save_every), **ppo_settings(cfg.ppo_settings)
+    )
+
+
+def _ppo_config(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int) -> PPOConfig:
     return PPOConfig(
         actor=actor,
         reward=str(reward),

@@ -27,6 +27,12 @@ class DemoConfig:
     critic_lr: float = field(default=5e-6, metadata={"help": "critic learning rate"})
     kl_ctl: float = field(default=0.1, metadata={"help": "KL penalty coefficient"})
     save_every: int = field(default=16, metadata={"help": "PPO checkpoints every N steps, each judged held out"})
+    ppo_settings: str = field(
+        default="",
+        metadata={
+            "help": "more PPO settings, as `rlhf train-ppo` names them: whiten_advantages=true,generation_batch_size=16"
+        },
+    )
     best_of: int = field(default=16, metadata={"help": "best-of-N of the reference for N = 1, 2, 4, ... up to this"})
     methods: str = field(default="ppo,dpo", metadata={"help": "ppo, or ppo,dpo: DPO from the same pairs too"})
     dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})

@@ -1,7 +1,9 @@
 """`rlhf demo`: the scripted annotator's rule and the evaluation's arithmetic by hand, then `rlhf demo --quick` end to
 end on tiny models (sampling, ranking, reward model and PPO through DeepSpeed, held-out evaluation, report)."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +104,11 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         (["--heldout", "490"], "cannot give 490 held-out"),
         (["--dtype", "fp16"], "--dtype must be auto, fp32 or bf16"),
         (["--min-new-tokens", "64"], "--min-new-tokens must be"),
+        (["--ppo-settings", "whiten=true"], "'whiten=true' is not key=value with a PPO setting"),
+        (["--ppo-settings", "actor_lr=1"], "actor_lr is the demo's own flag (--actor-lr)"),
+        (["--ppo-settings", "generation_batch_size=many"], "generation_batch_size must be int, got 'many'"),
+        (["--ppo-settings", "whiten_advantages=maybe"], "whiten_advantages must be bool"),
+        (["--ppo-settings", "ema_beta=1.5"], "ema_beta must be in [0, 1)"),
     ],
 )
 def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsys, flags, message):
@@ -111,6 +118,20 @@ def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_ppo_settings_reach_the_demos_ppo_config():
+    from app.demo import ppo_config
+    from app.demo_config import DemoConfig
+
+    cfg = DemoConfig(ppo_settings="whiten_advantages=true, generation_batch_size=16,ema-beta=0.9")
+    ppo = ppo_config(cfg, "tiny", Path("rm"), 10, 3, save_every=5)
+    assert (ppo.whiten_advantages, ppo.generation_batch_size, ppo.ema_beta) == (True, 16, 0.9)
+    assert (ppo.max_steps, ppo.seed, ppo.save_every, ppo.actor_lr) == (10, 3, 5, cfg.actor_lr)  # the demo's own
+    assert ppo_config(DemoConfig(), "tiny", Path("rm"), 10, 3) == dataclasses.replace(ppo, **PLAIN)
+
+
+PLAIN = {"whiten_advantages": False, "generation_batch_size": 8, "ema_beta": 0.0, "save_every": 0}
 
 
 @pytest.mark.parametrize(
