@@ -100,6 +100,7 @@ def test_the_rollout_decode_samples_the_same_tokens_with_packed_weights(tiny_mod
     from transformers import AutoModelForCausalLM
 
     from training.ppo import decode
+    from training.ppo.models import without_eos
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     ids, mask = _batch()
@@ -108,8 +109,10 @@ def test_the_rollout_decode_samples_the_same_tokens_with_packed_weights(tiny_mod
     packed, logprobs = decode.sample(model, ids, mask, cfg, eos_id=2, pad_id=1, want_logprobs=True)
     torch.manual_seed(3)
     tokens, plain = [], []
-    for token, logits in decode.decode_steps(model, ids, mask, cfg, 2, 1):  # the same loop, unpacked weights
+    for t, (token, logits) in enumerate(decode.decode_steps(model, ids, mask, cfg, 2, 1)):  # unpacked weights
         tokens.append(token)
+        if t < cfg.min_new_tokens - 1:  # EOS held back: read under the distribution sampled from
+            logits = without_eos(logits, 2)
         plain.append(logits.gather(1, token[:, None]).squeeze(1) - logits.logsumexp(-1))
     assert torch.equal(packed, torch.stack(tokens, 1))
     assert (logprobs - torch.stack(plain, 1)).abs().max() < 1e-5
