@@ -312,6 +312,43 @@ def test_sampled_kl_is_the_kl_of_the_distribution_sampled_from(tiny_model_dir):
     assert exp.held == (eos, 7)
 
 
+def test_move_toward_by_hand():
+    from training.ppo.train import move_toward
+
+    target, source = (
+        [torch.tensor([1.0, 2.0]), torch.tensor([[0.0]])],
+        [torch.tensor([3.0, 2.0]), torch.tensor([[4.0]])],
+    )
+    move_toward(target, source, 0.75)  # 0.75 * 1 + 0.25 * 3 = 1.5; 2 stays; 0.25 * 4 = 1
+    assert target[0].tolist() == [1.5, 2.0] and target[1].tolist() == [[1.0]]
+    with pytest.raises(ValueError, match="2 tensors cannot follow 1"):
+        move_toward(target, source[:1], 0.5)
+
+
+def test_a_moving_reference_follows_the_actor_and_is_checkpointed(tmp_path, tiny_model_dir, liked_rm, prompts_file):
+    """--ref-ema-beta: after every step the reference is beta ref + (1 - beta) actor; it is checkpointed with the
+    run (RUN/checkpoints/ref-stepN.pt, which a resume loads)."""
+    from safetensors.torch import load_file
+
+    held = tmp_path / "held.txt"
+    held.write_text("A held-out question?\nAnother one?\n")  # evaluated checkpoints: saved as plain HF folders
+    flags = ["--max-steps", "2", "--actor-lr", "3e-3", "--ref-ema-beta", "0.5", "--save-every", "1"]
+    run = ppo(tmp_path, tiny_model_dir, liked_rm, prompts_file, *flags, "--eval-prompts", str(held))
+    final = json.loads((run / "status.json").read_text())["final"]
+    assert final["reference/sha256_end"] != final["reference/sha256_start"]
+    ref = torch.load(run / "checkpoints" / "ref-step1.pt", weights_only=True)
+    start = load_file(str(tiny_model_dir / "model.safetensors"))
+    after1 = load_file(str(run / "checkpoints" / "actor-step1" / "model.safetensors"))
+    # the reference after step 1 is halfway between the start and the actor after step 1, tensor by tensor
+    name = "model.layers.0.mlp.down_proj.weight"
+    from transformers import AutoModelForCausalLM
+
+    names = [n for n, _ in AutoModelForCausalLM.from_pretrained(tiny_model_dir).named_parameters()]
+    moved = ref[names.index(name)]
+    assert torch.allclose(moved, 0.5 * start[name] + 0.5 * after1[name], atol=1e-6)
+    assert not torch.allclose(moved, start[name])
+
+
 def test_train_ppo_takes_the_stores_training_prompts(tmp_path, db, tiny_model_dir, liked_rm):
     from app.training import prepare_ppo_run
     from store.db import write

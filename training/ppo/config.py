@@ -63,6 +63,12 @@ class PPOConfig(ConfigFile):
     normalize_reward: bool = field(default=False, metadata={"help": "score -> (score - mean) / std of the RM's eval"})
     missing_eos_penalty: float = field(default=0.0, metadata={"help": "subtracted from the score of cut responses"})
     ema_beta: float = field(default=0.0, metadata={"help": "keep an EMA of the actor (0 = off; DS-Chat uses 0.992)"})
+    ref_ema_beta: float = field(
+        default=0.0,
+        metadata={
+            "help": "after each step the reference moves toward the actor: beta ref + (1 - beta) actor (0 = off)"
+        },
+    )
     actor_lora_rank: int = field(default=0, metadata={"help": "LoRA rank for the actor (0 = full fine-tuning)"})
     critic_lora_rank: int = field(default=0, metadata={"help": "LoRA rank for the critic (0 = full fine-tuning)"})
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scaling numerator"})
@@ -148,6 +154,10 @@ class PPOConfig(ConfigFile):
             raise ValueError("--tensorboard needs the tensorboard package: pip install 'rlhf-studio[tensorboard]'")
         if not 0.0 <= self.ema_beta < 1.0:
             raise ValueError("ema_beta must be in [0, 1)")
+        if not 0.0 <= self.ref_ema_beta < 1.0:
+            raise ValueError("ref_ema_beta must be in [0, 1)")
+        if self.ref_ema_beta and (self.zero_stage == 3 or self.actor_lora_rank):
+            raise ValueError("the reference's EMA needs ZeRO 0-2 and a fully fine-tuned actor (no LoRA)")
         from training.watch import RULES
 
         if self.reward_combine not in RULES:

@@ -107,6 +107,20 @@ class Models:
             for e, p in zip(self.ema, self.actor.module.parameters(), strict=True):
                 e.mul_(beta).add_(p.detach().float(), alpha=1 - beta)
 
+    def update_reference(self, beta: float) -> None:
+        """The reference one step toward the actor (--ref-ema-beta; Xu et al. 2024): every rank holds the same
+        full actor under ZeRO 0-2, so the references stay equal."""
+        move_toward(list(self.ref.parameters()), list(self.actor.module.parameters()), beta)
+
+
+@torch.no_grad()
+def move_toward(target: list[torch.Tensor], source: list[torch.Tensor], beta: float) -> None:
+    """target = beta * target + (1 - beta) * source, in place, tensor by tensor (the same shapes, in order)."""
+    if len(target) != len(source):
+        raise ValueError(f"{len(target)} tensors cannot follow {len(source)}")
+    for t, s in zip(target, source, strict=True):
+        t.mul_(beta).add_(s.detach().to(t.dtype), alpha=1 - beta)
+
 
 def _actor_folder(cfg: PPOConfig):
     from training.models import resolve_model
@@ -228,6 +242,8 @@ def save_checkpoint(m: Models, folder: Path, step: int, state: dict) -> None:
     save_engine_checkpoint(m.critic, folder / "critic", tag)
     if m.ema is not None and torch.distributed.get_rank() == 0:
         torch.save(m.ema, folder / f"ema-{tag}.pt")
+    if m.cfg.ref_ema_beta and torch.distributed.get_rank() == 0:  # a moving reference is state too
+        torch.save([p.detach() for p in m.ref.parameters()], folder / f"ref-{tag}.pt")
     save_engine_checkpoint(m.actor, folder / "actor", tag, client_state=state)  # last: its 'latest' marks done
 
 
@@ -239,6 +255,11 @@ def load_checkpoint(m: Models, folder: Path) -> dict | None:
     m.critic.load_checkpoint(str(folder / "critic"), tag=tag)
     if m.ema is not None:
         m.ema = torch.load(folder / f"ema-{tag}.pt", weights_only=True)
+    if m.cfg.ref_ema_beta:
+        saved = torch.load(folder / f"ref-{tag}.pt", weights_only=True)
+        with torch.no_grad():
+            for p, v in zip(m.ref.parameters(), saved, strict=True):
+                p.copy_(v)
     return state
 
 
@@ -384,6 +405,8 @@ def train(cfg: PPOConfig) -> None:
         # 4. PPO epochs over minibatches of the buffer
         t = time.time()
         updates = ppo_epochs(m, buffer, cfg, step)
+        if cfg.ref_ema_beta:
+            m.update_reference(cfg.ref_ema_beta)
         step += 1
         # 5. KL control and metrics
         times = {"gen_s": gen_s, "score_s": score_s, "train_s": time.time() - t, "step_s": time.time() - t0}
