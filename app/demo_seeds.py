@@ -97,6 +97,8 @@ def report(combined: dict) -> str:
             for v, ci in zip(row["values"], row["ci95"], strict=True)
         ]
         o = row["over_seeds"]
+        if o and not nats:  # a win rate's interval ends at 0% and 100% (two seeds give t = 12.7)
+            o = (o[0], max(0.0, o[1]), min(1.0, o[2]))
         last = f"{_pct(o[0], nats)} ({_pct(o[1], nats)} to {_pct(o[2], nats)})" if o else "one seed: no interval"
         lines.append(f"|{row['headline']}|" + "|".join(cells) + f"|{last}|")
     alarms = ", ".join(

@@ -60,6 +60,8 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
     row = "|PPO actor over the reference|60.0% (55.0%-65.0%)|70.0% (65.0%-75.0%)|80.0% (75.0%-85.0%)|"
     assert row + "70.0% (45.2% to 94.8%)|" in md
     assert "seed 1: step 12" in md and "seed 0: did not fire" in md
+    wide = report(over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), results(1, 0.9, 0.9, 0.4, 0.8, 2.0)]))
+    assert "|75.0% (0.0% to 100.0%)|" in wide  # 0.75 +- 12.71 * 0.15: cut at the ends of a win rate
     # a headline one seed lacks (a demo without DPO) is not combined
     no_dpo = {k: v for k, v in results(3, 0.7, 0, 0, 0.8, 1.0).items() if k not in ("dpo_vs_reference", "ppo_vs_dpo")}
     assert "DPO policy over the reference" not in {r["headline"] for r in over_seeds([runs[0], no_dpo])["rows"]}
