@@ -370,8 +370,7 @@ def ppo_settings(text: str) -> dict:
     import typing
 
     hints = typing.get_type_hints(PPOConfig)
-    own = {"actor", "reward", "max_new_tokens", "min_new_tokens", "epochs", "max_steps", "actor_lr", "critic_lr"}
-    own |= {"kl_ctl", "save_every", "dtype", "seed", "output_dir", "prompts"}
+    own = set(_ppo_kwargs(DemoConfig(), "", Path(), 0, 0, 0)) | {"output_dir", "prompts"}  # the launcher's two
     known = {f.name for f in dc.fields(PPOConfig)}
     out = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
@@ -396,13 +395,12 @@ def ppo_settings(text: str) -> dict:
 
 def ppo_config(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int = 0) -> PPOConfig:
     """The demo's PPO settings (the rounds study's too) for one run, with --ppo-settings on top."""
-    return dataclasses.replace(
-        _ppo_config(cfg, actor, reward, max_steps, seed, save_every), **ppo_settings(cfg.ppo_settings)
-    )
+    return PPOConfig(**_ppo_kwargs(cfg, actor, reward, max_steps, seed, save_every), **ppo_settings(cfg.ppo_settings))
 
 
-def _ppo_config(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int) -> PPOConfig:
-    return PPOConfig(
+def _ppo_kwargs(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int) -> dict:
+    """The PPO settings the demo sets itself (--ppo-settings may not name them)."""
+    return dict(
         actor=actor,
         reward=str(reward),
         max_new_tokens=cfg.max_new_tokens,
