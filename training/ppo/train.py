@@ -103,9 +103,7 @@ class Models:
         return self.actor.module
 
     def update_ema(self, beta: float) -> None:
-        with torch.no_grad():
-            for e, p in zip(self.ema, self.actor.module.parameters(), strict=True):
-                e.mul_(beta).add_(p.detach().float(), alpha=1 - beta)
+        move_toward(self.ema, list(self.actor.module.parameters()), beta)  # the EMA is fp32
 
     def update_reference(self, beta: float) -> None:
         """The reference one step toward the actor (--ref-ema-beta; Xu et al. 2024): every rank holds the same
