@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LS_VENV := .venv-ls
 LS_STAMP := $(LS_VENV)/.installed
 
-.PHONY: run test demo lint fmt bench clean-venv
+.PHONY: run test test-fast demo lint fmt bench clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,6 +45,10 @@ test: $(STAMP) $(LS_STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q --durations=25
+
+# The fast lane: the tests that start no process (marks enforced by tests/conftest.py).
+test-fast: $(STAMP)
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -m "not integration and not browser"
 
 # The whole loop with a scripted annotator on the default model (about 30 minutes on 2 CPU cores); report in
 # runs/demo-*/report.md. `make demo DEMO_FLAGS=--quick` runs it on tiny models in a few minutes.

@@ -1,5 +1,6 @@
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,36 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # `auto` dtypes mean fp32 in the tests: the same numbers on a CPU with bf16 and one without (test_precision clears it)
 os.environ.setdefault("RLHF_DTYPE", "fp32")
 DATA = Path(__file__).parent / "data"
+# The fast lane, `pytest -m "not integration and not browser"`, starts no process: a test that starts one (DeepSpeed's
+# launcher, the demo, an app or Label Studio server, a fresh interpreter, chromium) carries one of these marks.
+PROCESS_MARKS = ("integration", "browser")
+_running: dict = {"item": None}
+
+
+class _MarkedPopen(subprocess.Popen):
+    """subprocess.Popen that refuses to start a process for a test without a PROCESS_MARKS mark (fixtures too)."""
+
+    def __init__(self, args, *rest, **kwargs):
+        item = _running["item"]
+        if item is not None and not any(item.get_closest_marker(m) for m in PROCESS_MARKS):
+            raise AssertionError(f"{item.nodeid} starts a process ({str(args)[:80]}): mark it integration")
+        super().__init__(args, *rest, **kwargs)
+
+
+def pytest_configure(config):
+    subprocess.Popen = _MarkedPopen
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _running["item"] = item  # before its fixtures are set up: a module's server fixture is checked too
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    _running["item"] = None  # a fixture torn down after its last test may stop (not start) processes
+
+
 TABLES = (
     "prompts",
     "responses",

@@ -39,6 +39,7 @@ def _reverse(value):
     return {"items": [{**it, "rank": k - it["pos"]} for it in items]}
 
 
+@pytest.mark.integration
 def test_submit_skip_undo_through_the_api(server, db):
     """gr.State (the task held) stays on the server: the API takes the name and the widget value only."""
     ann = _client(server, "ann")
@@ -65,6 +66,7 @@ def test_submit_skip_undo_through_the_api(server, db):
     assert bob_prompt not in (prompt, prompt2)
 
 
+@pytest.mark.integration
 def test_undo_takes_back_only_the_last_answer_and_keeps_a_trace(server, db, capsys):
     """Three rankings, then Undo pressed three times: the first brings the last ranking back, the others refuse,
     and the two before it stay; `rlhf undone` shows who took back what, and when."""
@@ -89,6 +91,7 @@ def test_undo_takes_back_only_the_last_answer_and_keeps_a_trace(server, db, caps
     assert query(db, "SELECT count(*) FROM undone_rankings") == [(2,)]
 
 
+@pytest.mark.integration
 def test_kill_9_keeps_every_acknowledged_ranking(server, db, users):
     ann = _client(server, "ann")
     acknowledged = 0
@@ -168,6 +171,7 @@ def test_an_empty_store_says_what_to_do_first(db, prompts, sampled, admin, line,
 ANNOTATOR_ENDPOINTS = ("/annotate_", "/compare_", "/vote_", "/load")
 
 
+@pytest.mark.integration
 def test_an_annotator_can_neither_read_nor_change_anyone_elses_work(server, db):
     """bob (not an admin) calls every endpoint the app exposes, with ann's work in the store: the store-wide ones
     (Data and Train tabs: pairs, exports, counts, imports, runs) refuse him, his undo reaches only his own work, and

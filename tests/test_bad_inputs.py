@@ -140,6 +140,7 @@ def _rss_mb(args: list[str], out: Path) -> tuple[subprocess.CompletedProcess, fl
         ("huge.json", ["train-rm", "--config"], "is not a config file (limit 1048576)"),
     ],
 )
+@pytest.mark.integration
 def test_a_500_mb_file_is_refused_by_its_size_without_reading_it(store, tmp_path, name, args, message):
     huge = tmp_path / name
     with huge.open("wb") as f:  # sparse: 500 MB long, no disk used
@@ -167,6 +168,7 @@ def app(seeded, tmp_path_factory):
 UPLOADS = [c for c in CASES if c.get("ui")]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", UPLOADS, ids=[c["file"] for c in UPLOADS])
 def test_each_bad_upload_is_an_error_in_the_page_and_no_change(app, case):
     server, db, client = app
@@ -178,6 +180,7 @@ def test_each_bad_upload_is_an_error_in_the_page_and_no_change(app, case):
     assert store_rows(db) == before
 
 
+@pytest.mark.integration
 def test_an_upload_over_the_limit_is_refused_before_it_is_stored(app, tmp_path):
     server, db, client = app
     before = store_rows(db)
@@ -191,6 +194,7 @@ def test_an_upload_over_the_limit_is_refused_before_it_is_stored(app, tmp_path):
     assert len(after["prompts"]) == len(before["prompts"]) + 1
 
 
+@pytest.mark.integration
 def test_an_upload_named_with_a_path_stays_inside_the_apps_upload_folder(app, tmp_path):
     """A multipart file name of ../../../ cannot place a file outside Gradio's upload folder."""
     import urllib.request

@@ -27,6 +27,7 @@ def worker():
     w.release()
 
 
+@pytest.mark.integration
 def test_the_worker_samples_and_scores_as_this_process_does(worker, tiny_model_dir, tmp_path):
     rm = str(build_liked_token_rm(tiny_model_dir, tmp_path / "rm"))
     sides, histories = [str(tiny_model_dir)] * 2, [[{"role": "user", "content": "Tell me a joke"}]] * 2

@@ -39,6 +39,7 @@ CASES = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command, name, content, message", CASES, ids=[c[1] for c in CASES])
 def test_malformed_input_through_the_cli(db, tmp_path, command, name, content, message):
     subprocess.run(

@@ -276,6 +276,7 @@ def test_best_of_n_of_the_reference_is_a_contestant(db, tiny_model_dir, tmp_path
         list(respond(models, new_conversation("default", ref, blind=False), "hi", params, ""))
 
 
+@pytest.mark.integration
 def test_a_vote_through_the_app_reaches_no_queue_no_prompt_and_training_only_when_asked(tmp_path, tiny_model_dir):
     """An annotator's chat message is the text of a stored prompt: voting on it adds nothing to that prompt, hands
     no one a task, and no pair leaves the store unless asked for with --with-votes."""

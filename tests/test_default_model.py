@@ -15,6 +15,7 @@ def rlhf(db, *args):
     )
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
     db = str(tmp_path / "rlhf.duckdb")

@@ -58,6 +58,7 @@ def test_too_few_prompts_to_hold_some_out_is_one_error():
     assert held == [f"p{i}" for i in range(20, 30)] and len(train) == 20
 
 
+@pytest.mark.integration
 def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_path, capsys):
     from app.cli import main
 
@@ -312,6 +313,7 @@ def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_han
     )
 
 
+@pytest.mark.integration
 def test_quick_rounds_study_spends_one_budget_in_one_round_or_two(tmp_path, capsys):
     from app.cli import main
 

@@ -88,6 +88,7 @@ def test_sequence_logprobs_by_hand_and_against_a_loop():
     assert sequence_logprobs(logits.bfloat16(), labels, mask).dtype == torch.float32
 
 
+@pytest.mark.integration
 def test_the_dpo_loss_module_imports_only_torch():
     code = (
         "import sys; import training.dpo.losses; "

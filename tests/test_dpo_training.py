@@ -32,6 +32,7 @@ def trained(tmp_path_factory, tiny_model_dir):
     return db, train_dpo(tmp, tiny_model_dir, 120, *flags, db=db)
 
 
+@pytest.mark.integration
 def test_dpo_raises_the_implicit_reward_accuracy_on_held_out_prompts(trained, capsys):
     db, run = trained
     status = json.loads((run / "status.json").read_text())
@@ -58,6 +59,7 @@ def test_dpo_raises_the_implicit_reward_accuracy_on_held_out_prompts(trained, ca
     assert f"{run.name}  dpo" in line and "finished" in line and "eval accuracy" in line
 
 
+@pytest.mark.integration
 def test_the_saved_policy_is_a_plain_hf_folder_that_samples(trained, tiny_model_dir):
     import torch
     from transformers import AutoModelForCausalLM
@@ -74,6 +76,7 @@ def test_the_saved_policy_is_a_plain_hf_folder_that_samples(trained, tiny_model_
     assert len(texts) == 2
 
 
+@pytest.mark.integration
 def test_a_killed_dpo_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_model_dir):
     import os
     import signal
@@ -108,6 +111,7 @@ def test_a_killed_dpo_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, t
         assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
 
 
+@pytest.mark.integration
 def test_ipo_on_two_ranks_in_bf16(tmp_path, tiny_model_dir):
     run = train_dpo(
         tmp_path, tiny_model_dir, 64, "--loss", "ipo", "--num-accelerators", "2", "--max-steps", "3", "--dtype", "bf16"
@@ -134,6 +138,7 @@ def test_bad_dpo_settings_are_one_error_line(cli, tmp_path, tiny_model_dir):
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.integration
 def test_prompts_run_once_under_zero_3_on_two_ranks(tmp_path, tiny_model_dir):
     # prefix sharing (on by default) calls the engine twice per batch: the prompts, then the responses on their cache
     run = train_dpo(

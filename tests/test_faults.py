@@ -61,6 +61,7 @@ def hooked(tmp_path: Path, code: str) -> str:
     return os.pathsep.join([str(hook), str(ROOT)])
 
 
+@pytest.mark.integration
 def test_kill_9_inside_a_batch_import_leaves_all_of_it_or_none(db, tmp_path):
     """1,000 rankings are written in one transaction; the app is killed after every row is written and before the
     commit. The store then has the ranking acknowledged before, and none of the 1,000."""
@@ -90,6 +91,7 @@ def test_kill_9_inside_a_batch_import_leaves_all_of_it_or_none(db, tmp_path):
     assert query(db, "SELECT count(*), count(DISTINCT external_key) FROM rankings") == [(1001, 1001)]
 
 
+@pytest.mark.integration
 def test_kill_9_during_sampling_keeps_whole_prompts_and_the_next_run_finishes(db, tmp_path, tiny_model_dir):
     """Sampling writes each batch of prompts in one transaction. Killed after the first batch landed, the store
     has K responses for every sampled prompt and none for the rest; sampling again does only the rest."""
@@ -125,6 +127,7 @@ def test_kill_9_during_sampling_keeps_whole_prompts_and_the_next_run_finishes(db
     assert query(db, f"SELECT response_id, text FROM responses ORDER BY response_id LIMIT {len(first)}") == first
 
 
+@pytest.mark.integration
 def test_a_second_app_on_the_same_store_is_refused_and_the_first_keeps_working(db, tmp_path):
     seed_store(db, 2)
     first = AppServer(db)
@@ -172,6 +175,7 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
+@pytest.mark.integration
 def test_a_full_disk_under_a_snapshot_is_one_line_and_changes_nothing(cli, db, tmp_path, tiny_model_dir):
     rows = [
         {
@@ -213,6 +217,7 @@ def _wait_for(cond, proc, timeout: float = 300):
         time.sleep(0.02)
 
 
+@pytest.mark.integration
 def test_a_full_disk_under_a_checkpoint_fails_honestly_and_resumes(tmp_path, tiny_model_dir):
     """The disk fills up after the first checkpoint: the next save fails, the run says why, the first checkpoint
     is intact, and with space freed the run resumes from it and finishes."""
@@ -260,6 +265,7 @@ torch.save = save
 """
 
 
+@pytest.mark.integration
 def test_killed_between_two_checkpoint_files_resumes_from_the_last_whole_one(tmp_path, tiny_model_dir, monkeypatch):
     """ZeRO-2 writes a checkpoint as two files (model states, optimizer states) and then `latest`. The process is
     killed after the first file of step 8: `latest` still names step 4, which is whole, and the resume starts there

@@ -102,6 +102,7 @@ def app(tmp_path_factory):
     server.stop()
 
 
+@pytest.mark.integration
 def test_without_the_token_nothing_answers(app):
     """Another local user (or a page in the user's browser) that reaches 127.0.0.1 is not an admin: the page, the
     config, the API and uploads all want the token."""
@@ -113,12 +114,14 @@ def test_without_the_token_nothing_answers(app):
     assert "The store is empty" in app.client().predict(api_name="/counts")[0]
 
 
+@pytest.mark.integration
 def test_a_rebound_name_is_refused_even_with_the_token(app):
     status, body = _status(app.page_url, {"Host": f"attacker.example:{app.port}"})
     assert status == 400 and "refused a request for host 'attacker.example" in body
     assert _status(app.page_url, {"Host": f"localhost:{app.port}"})[0] == 200
 
 
+@pytest.mark.integration
 def test_a_cross_origin_upload_is_refused_and_stores_nothing(app):
     body, kind = _upload("planted.txt", "from another site")
     cross = {"Content-Type": kind, "Origin": "http://evil.example", **app.headers}
@@ -129,6 +132,7 @@ def test_a_cross_origin_upload_is_refused_and_stores_nothing(app):
     assert status == 200 and json.loads(text)[0].endswith("planted.txt")
 
 
+@pytest.mark.integration
 def test_the_printed_url_sets_a_cookie_for_this_port(app):
     req = urllib.request.Request(app.page_url)
     with urllib.request.urlopen(req, timeout=30) as r:
@@ -138,6 +142,7 @@ def test_the_printed_url_sets_a_cookie_for_this_port(app):
     assert _status(app.url + "config", {"Cookie": cookie.split(";")[0]})[0] == 200
 
 
+@pytest.mark.integration
 def test_under_auth_the_host_check_stays_and_a_proxy_name_can_be_added(tmp_path):
     users = tmp_path / "users.txt"
     users.write_text("ann:pw\n")
@@ -170,6 +175,7 @@ def _opened(opener, url: str, headers: dict | None = None, data: bytes | None = 
         return e.code, e.read().decode(errors="replace")
 
 
+@pytest.mark.integration
 def test_uploads_are_the_admins_and_capped_per_hour_and_logins_expire(tmp_path):
     """An annotator has no upload control, so his uploads are refused; an admin's are capped per hour (here 1 MB);
     a login ends after --session-hours (here 2 s)."""

@@ -40,6 +40,7 @@ def test_training_never_opens_the_database():
         assert "duckdb" not in _imports(path), path
 
 
+@pytest.mark.integration
 def test_store_and_annotation_import_without_torch():
     code = (
         "import sys, importlib, pkgutil\n"

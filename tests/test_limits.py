@@ -29,6 +29,7 @@ def served(tmp_path_factory, tiny_model_dir):
     server.stop()
 
 
+@pytest.mark.integration
 def test_oversized_compare_requests_are_one_line_and_sample_nothing(served):
     """A million new tokens (the decode would size its cache for them before the first one), a 5,000-character
     message, best-of-1000: each refused before a model loads, and the server answers the next request."""
@@ -43,12 +44,14 @@ def test_oversized_compare_requests_are_one_line_and_sample_nothing(served):
     assert len(left) == len(right) == 2  # the message and each side's reply
 
 
+@pytest.mark.integration
 def test_a_reply_that_would_pass_the_models_context_is_refused(served):
     _, client, actor, reference, _ = served
     with pytest.raises(Exception, match="2000 new ones would pass this model's context of 1024"):
         _send(client, "hi", actor, reference, max_new=2000)
 
 
+@pytest.mark.integration
 def test_k_is_capped_where_the_app_samples(served):
     """The Data tab's Sample and the Train tab's next round (K from the policy + M from the previous one)."""
     _, client, _, _, db = served

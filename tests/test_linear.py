@@ -67,6 +67,7 @@ def test_an_fp32_model_trains_as_before_and_a_bf16_model_is_left_alone(tiny_mode
     assert not any("forward" in m.__dict__ for m in bf16.modules())  # torch already runs bf16 through oneDNN
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_weights_give_the_same_logits_and_are_gone_after_the_with(tiny_model_dir, dtype):
     from transformers import AutoModelForCausalLM

@@ -84,6 +84,7 @@ def _login(url: str, user: str, password: str, context=None) -> int:
         return e.code
 
 
+@pytest.mark.integration
 def test_a_real_app_throttles_guessing_over_https_with_a_hashed_users_file(cli, tmp_path, monkeypatch):
     users = tmp_path / "users.txt"
     monkeypatch.setattr("sys.stdin", io.StringIO("pw-of-ann-123\n"))
@@ -113,6 +114,7 @@ def test_a_real_app_throttles_guessing_over_https_with_a_hashed_users_file(cli, 
         app.stop()
 
 
+@pytest.mark.integration
 def test_plaintext_entries_still_work_with_a_warning(tmp_path):
     users = tmp_path / "users.txt"
     users.write_text("ann:pw-ann\n")

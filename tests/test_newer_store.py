@@ -72,6 +72,7 @@ with write(sys.argv[1], timeout=20) as con:  # a newer rlhf-studio migrating the
 """
 
 
+@pytest.mark.integration
 def test_an_app_holding_the_store_stops_writing_once_a_newer_rlhf_studio_migrated_it(db):
     store = Store(db).hold()
     try:

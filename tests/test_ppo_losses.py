@@ -218,6 +218,7 @@ def test_the_score_lands_on_the_token_that_emits_eos():
     assert exp.advantages.tolist() == [[1, 1, 1, 0], [2, 2, 0, 0], [3, 3, 3, 3]]  # gamma = lam = 1, V = 0
 
 
+@pytest.mark.integration
 def test_the_math_module_imports_only_torch():
     code = (
         "import sys, training.ppo.losses\n"

@@ -155,6 +155,7 @@ def assert_memory_per_model(run: Path, actor: Path):
     assert final["memory/critic_mb"] == final["memory/reward_mb"] > 0  # the critic starts as the reward model
 
 
+@pytest.mark.integration
 def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prompts_file):
     run = ppo(
         tmp_path,
@@ -194,6 +195,7 @@ def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prom
     assert_trained_and_reference_frozen(run, tiny_model_dir)
 
 
+@pytest.mark.integration
 def test_two_ranks_train_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_file):
     run = ppo(tmp_path, tiny_model_dir, liked_rm, prompts_file, "--max-steps", "3", "--num-accelerators", "2")
     start = next(r for r in rows_of(run) if r.get("event") == "start")
@@ -204,6 +206,7 @@ def test_two_ranks_train_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_f
     assert_trained_and_reference_frozen(run, tiny_model_dir)
 
 
+@pytest.mark.integration
 def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, tiny_model_dir, liked_rm, prompts_file):
     from app.training import prepare_ppo_run, resume_run, run_training
     from training.launcher import launch
@@ -325,6 +328,7 @@ def test_move_toward_by_hand():
         move_toward(target, source[:1], 0.5)
 
 
+@pytest.mark.integration
 def test_a_moving_reference_follows_the_actor_and_is_checkpointed(tmp_path, tiny_model_dir, liked_rm, prompts_file):
     """--ref-ema-beta: after every step the reference is beta ref + (1 - beta) actor; it is checkpointed with the
     run (RUN/checkpoints/ref-stepN.pt, which a resume loads)."""
@@ -384,6 +388,7 @@ def test_bad_ppo_input_is_one_error_line_and_no_run(cli, db, tmp_path, liked_rm,
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.integration
 def test_stop_checkpoints_and_resume_finishes(tmp_path, db, tiny_model_dir, liked_rm, prompts_file, cli):
     from app.training import follow, prepare_ppo_run
     from training.launcher import launch
@@ -412,6 +417,7 @@ def test_stop_checkpoints_and_resume_finishes(tmp_path, db, tiny_model_dir, like
     assert sorted(steps_of(run)) == list(range(1, 31))
 
 
+@pytest.mark.integration
 def test_the_options_beyond_deepspeed_chat_run_together(tmp_path, tiny_model_dir, liked_rm, prompts_file):
     """EMA actor, LoRA on actor and critic, adaptive KL with the k3 estimator, whitened advantages, reward
     normalisation with the RM's statistics, the missing-EOS penalty, gradient checkpointing and TensorBoard."""

@@ -110,6 +110,7 @@ HACK = [x for key, value in HACK_SETTINGS.items() for x in (f"--{key.replace('_'
 MARGIN = 0.6  # the alarm must fire before the judge's best evaluation has been lost by more than this
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(
     tmp_path, talker, words_ensemble, prompts, held_prompts, seed
@@ -150,6 +151,7 @@ def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(
     assert sum(r.get("event") == "alarm" for r in rows_of(run)) == 1
 
 
+@pytest.mark.integration
 def test_no_alarm_when_the_judge_agrees(tmp_path, talker, words_ensemble, prompts, held_prompts):
     """The same run with a held-out judge that pays for length too (a second copy of the optimised member): the
     judge rises with the optimised score, and the alarm stays quiet."""
@@ -161,6 +163,7 @@ def test_no_alarm_when_the_judge_agrees(tmp_path, talker, words_ensemble, prompt
     assert "alarm" not in json.loads((run / "status.json").read_text())
 
 
+@pytest.mark.integration
 def test_a_single_reward_model_has_no_judge_but_still_the_watch(tmp_path, talker, length_ensemble, prompts):
     flags = ["--max-steps", "3", "--kl-budget", "1e-3", "--actor-lr", "1e-2"]
     run = ppo(tmp_path, talker, length_ensemble / "members/0/model", prompts, *flags)
@@ -189,6 +192,7 @@ def test_the_best_checkpoint_by_hand():
     assert best_checkpoint([]) is None
 
 
+@pytest.mark.integration
 def test_checkpoints_are_judged_on_held_out_prompts_and_the_best_is_kept(tmp_path, talker, length_ensemble, prompts):
     from safetensors.torch import load_file
 
@@ -219,6 +223,7 @@ def test_checkpoints_are_judged_on_held_out_prompts_and_the_best_is_kept(tmp_pat
     assert (run / "checkpoints" / "actor-step2" / "config.json").is_file()  # Compare loads any of them
 
 
+@pytest.mark.integration
 def test_ppo_ptx_mixes_a_language_modelling_step_on_unlabelled_text(tmp_path, talker, length_ensemble, prompts, cli):
     """--unsupervised-data: after each actor step, an LM step on the text (weight --unsup-coef); its loss is in
     the metrics and falls as the actor learns the text; a bad file is one error line."""

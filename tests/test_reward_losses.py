@@ -53,6 +53,7 @@ def test_accuracy():
     assert pair_accuracy(torch.tensor([1.0, 2.0, 0.0, 3.0]), torch.tensor([0.0, 3.0, 0.0, 1.0])).item() == 0.5
 
 
+@pytest.mark.integration
 def test_loss_modules_import_only_torch():
     code = (
         "import sys; import training.reward.losses; "

@@ -72,6 +72,7 @@ def trained(tmp_path_factory, tiny_model_dir):
     return db, run
 
 
+@pytest.mark.integration
 def test_reaches_high_accuracy_on_held_out_prompts(trained):
     db, run = trained
     status = json.loads((run / "status.json").read_text())
@@ -90,6 +91,7 @@ def test_reaches_high_accuracy_on_held_out_prompts(trained):
     assert json.loads(query(db, "SELECT config FROM runs")[0][0]) == config
 
 
+@pytest.mark.integration
 def test_saved_model_reloads_with_plain_transformers_and_scores_the_same(trained):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -152,6 +154,7 @@ def test_no_pairs_in_the_store_and_a_model_that_is_not_a_model(cli, tmp_path, ti
     assert code == 1 and "has no config.json" in err
 
 
+@pytest.mark.integration
 def test_relative_store_and_runs_dir_train_from_the_store(tmp_path, tiny_model_dir, monkeypatch):
     """`rlhf train-rm` as a user types it: ./rlhf.duckdb and ./runs, relative to where they stand (the ranks run
     inside the run folder, so every path in its config must be absolute)."""
@@ -172,6 +175,7 @@ def test_relative_store_and_runs_dir_train_from_the_store(tmp_path, tiny_model_d
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
 
 
+@pytest.mark.integration
 def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
     from training.engine import shm_buffers
 
@@ -194,6 +198,7 @@ def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
     assert set(shm_buffers()) <= before
 
 
+@pytest.mark.integration
 def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_model_dir):
     import os
     import signal
@@ -233,6 +238,7 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
         assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stage", [2, 3])
 def test_zero_stages_in_bf16_on_two_ranks(tmp_path, tiny_model_dir, stage):
     from transformers import AutoModelForSequenceClassification
@@ -253,6 +259,7 @@ def test_zero_stages_in_bf16_on_two_ranks(tmp_path, tiny_model_dir, stage):
     assert model.score.weight.shape == (1, 32) and torch.isfinite(model.score.weight).all()
 
 
+@pytest.mark.integration
 def test_lora_run_saves_a_plain_merged_model(tmp_path, tiny_model_dir):
     from transformers import AutoModelForSequenceClassification
 
@@ -280,6 +287,7 @@ def test_lora_with_zero_3_is_refused(cli, tmp_path, tiny_model_dir):
     assert code == 1 and "LoRA with ZeRO-3 is not supported yet" in err
 
 
+@pytest.mark.integration
 def test_an_ensemble_run_saves_members_that_disagree_on_new_data(tmp_path, tiny_model_dir):
     """--ensemble 2: two members on alternate halves of the training prompts (same held-out prompts), each a whole
     run in RUN/members/i; RUN/model is member 0 without a second copy; on texts neither saw they score differently."""

@@ -199,6 +199,7 @@ def _newest_run(runs) -> Path:
     return max(runs.iterdir(), key=lambda p: p.stat().st_mtime_ns)
 
 
+@pytest.mark.integration
 def test_two_rounds_end_to_end_rm_ppo_then_the_round_one_actor_samples_round_two(cli, db, tmp_path, tiny_model_dir):
     """Round 1 from the SFT model, a reward model and PPO on it; round 2 from PPO's actor with the SFT model's
     samples mixed in, prompts chosen by the reward model's uncertainty; a warm-started reward model on both rounds

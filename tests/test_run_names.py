@@ -31,6 +31,7 @@ def recorded(db, tmp_path, tiny_model_dir):
     return ours, elsewhere
 
 
+@pytest.mark.integration
 def test_the_train_tab_takes_recorded_run_ids_only(db, tmp_path, recorded):
     ours, elsewhere = recorded
     planted = _planted(tmp_path / "runs" / "planted")

@@ -29,6 +29,7 @@ def test_a_live_pid_with_another_start_time_is_a_reused_pid_and_the_run_is_gone(
     assert status_of(tmp_path, pid=me, pid_start_ticks="soon")["state"] == "failed"
 
 
+@pytest.mark.integration
 @needs_proc
 def test_a_child_started_after_the_run_reads_as_another_process(tmp_path):
     child = subprocess.Popen(["sleep", "30"])

@@ -104,6 +104,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_a_store_held_by_another_process_is_one_clear_error(db, tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, db], stdout=subprocess.PIPE, text=True)
     try:
@@ -215,6 +216,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_a_holding_process_hands_the_store_to_a_command_and_takes_it_back(db):
     """The app keeps the store open for speed; a CLI command still gets its turn (handoff file)."""
     from store.db import Store

@@ -23,6 +23,7 @@ def wait_for(predicate, timeout: float = 300, what: str = ""):
         time.sleep(0.3)
 
 
+@pytest.mark.integration
 def test_reward_model_then_ppo_and_what_the_tab_shows(db, tmp_path, tiny_model_dir):
     from app.train_view import PPO_PLOTS, RM_PLOTS, Runs, log_tail, plot_frames, runs_rows, samples_rows
     from training.ppo.config import PPOConfig
@@ -60,6 +61,7 @@ def test_reward_model_then_ppo_and_what_the_tab_shows(db, tmp_path, tiny_model_d
     assert runs_rows(db) == rows
 
 
+@pytest.mark.integration
 def test_a_run_killed_with_kill_9_shows_as_failed_and_resumes(db, tmp_path, tiny_model_dir):
     from app.train_view import Runs, runs_rows
     from training.reward.config import RewardConfig
@@ -81,6 +83,7 @@ def test_a_run_killed_with_kill_9_shows_as_failed_and_resumes(db, tmp_path, tiny
     assert any(r.get("event") == "resumed" for r in read_metrics(run))
 
 
+@pytest.mark.integration
 def test_one_config_file_launches_identically_from_the_cli_and_the_app(cli, db, tmp_path, tiny_model_dir):
     from app.config_form import config_from_form, form_values_from_file
     from app.train_tab import PPO_SKIP

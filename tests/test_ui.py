@@ -90,6 +90,7 @@ def test_auth_file_and_bind_rules(tmp_path):
     assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.7")
 
 
+@pytest.mark.integration
 def test_refuses_a_public_bind_without_auth(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "app.cli", "--db", str(tmp_path / "s.duckdb"), "ui", "--host", "0.0.0.0"],
@@ -103,6 +104,7 @@ def test_refuses_a_public_bind_without_auth(tmp_path):
     )
 
 
+@pytest.mark.integration
 def test_make_run_brings_the_app_up_on_loopback(tmp_path):
     port = free_port()
     env = {**os.environ, "RLHF_DB": str(tmp_path / "run.duckdb")}
