@@ -50,6 +50,7 @@ def longest_first(items):
     return [it["id"] for it in sorted(items, key=lambda it: -len(it["body"]))]
 
 
+@pytest.mark.integration
 def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypatch):
     from label_studio_sdk import LabelStudio
 
@@ -107,6 +108,7 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
     assert store_rows(db) == before
 
 
+@pytest.mark.integration
 def test_live_pull_with_a_bad_key_is_one_line(cli, db, ls_server, monkeypatch):
     before = store_rows(db)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "not-a-token")

@@ -72,6 +72,8 @@ def test_an_fp32_model_trains_as_before_and_a_bf16_model_is_left_alone(tiny_mode
 def test_packed_weights_give_the_same_logits_and_are_gone_after_the_with(tiny_model_dir, dtype):
     from transformers import AutoModelForCausalLM
 
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this CPU has no oneDNN bf16 kernels, so packed_linears leaves a bf16 model alone")
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=dtype).eval()
     ids, mask = _batch()
     with torch.no_grad():
