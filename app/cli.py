@@ -17,7 +17,6 @@ from app.round_config import RoundConfig
 from store.errors import UserError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
-from training.ppo.config import PPOConfig
 from training.precision import with_resolved_dtype
 from training.registry import TRAINERS
 
@@ -69,7 +68,7 @@ def cmd_best_of_n(args: argparse.Namespace) -> None:
     args.model = args.policy
     config = dataclass_from_args(SamplingConfig, args)
     prompts = read_prompts(args.prompts) if args.prompts else heldout_prompts(args.db)
-    from training.ppo.models import reward_folder
+    from training.models import reward_folder
 
     reward_folder(args.reward)  # a bad --reward is one error line before any sampling
     sampler = Sampler(config)
@@ -152,11 +151,12 @@ def _progress(kind: str):
     return show
 
 
-def cmd_train_pairs(args: argparse.Namespace) -> None:
-    """`rlhf train-rm` and `rlhf train-dpo`: a trainer on preference pairs (a snapshot of the store, or --pairs)."""
+def cmd_train(args: argparse.Namespace) -> None:
+    """`rlhf train-rm`, `rlhf train-dpo`, `rlhf train-ppo`, ...: any trainer in the registry, on its kind of data
+    (preference pairs: a snapshot of the store or --pairs; prompts: the store's or --prompts)."""
     from pathlib import Path
 
-    from app.training import prepare_pairs_run, recorded_run, resume_run, run_training
+    from app.training import prepare_run, recorded_run, resume_run, run_training
     from training.registry import trainer
 
     spec = trainer(args.config_class.KIND)
@@ -166,7 +166,8 @@ def cmd_train_pairs(args: argparse.Namespace) -> None:
         status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
         cfg, dtype_line = with_resolved_dtype(dataclass_from_args(spec.config, args))
-        run = prepare_pairs_run(args.db, cfg, Path(args.runs_dir), args.pairs)
+        data = args.pairs if spec.data == "pairs" else args.prompts
+        run = prepare_run(args.db, cfg, Path(args.runs_dir), data)
         print(f"run {run.name}: {run}, {dtype_line}", flush=True)
         status = run_training(spec.kind, run, args.num_accelerators, args.hostfile, on_metrics=show)
     if status.get("state") == "stopped":
@@ -181,30 +182,6 @@ def cmd_train_pairs(args: argparse.Namespace) -> None:
         fresh = fresh_pairs(args.db, run)
         if fresh:
             print(fresh_pairs_line(fresh))
-
-
-def cmd_train_ppo(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from app.training import prepare_ppo_run, recorded_run, resume_run, run_training
-
-    show = _progress("ppo")
-    if args.resume:
-        run = recorded_run(args.db, args.resume, args.runs_dir)
-    else:
-        cfg, dtype_line = with_resolved_dtype(dataclass_from_args(PPOConfig, args))
-        run = prepare_ppo_run(args.db, cfg, Path(args.runs_dir), args.prompts)
-        print(f"run {run.name}: {run}, {dtype_line}", flush=True)
-    if args.resume:
-        status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
-    else:
-        status = run_training("ppo", run, args.num_accelerators, args.hostfile, on_metrics=show)
-    if status.get("state") == "stopped":
-        print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
-        return
-    if status.get("state") != "finished":
-        raise UserError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
-    print(f"run {run.name} finished; actor in {run / 'actor'}, critic in {run / 'critic'}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -510,26 +487,26 @@ def _add_data_commands(sub) -> None:
 
 
 def _add_training_commands(sub) -> None:
-    """One command per trainer on pairs (the registry's), and PPO."""
-    for spec in TRAINERS.values():  # every trainer on preference pairs: `rlhf train-rm`, `rlhf train-dpo`
-        if spec.data != "pairs":
-            continue
-        s = sub.add_parser(
-            spec.command, help=f"{spec.title} on DeepSpeed, from preference pairs (a snapshot of the store, or --pairs)"
-        )
-        s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
+    """One command per trainer in the registry: `rlhf train-rm`, `rlhf train-dpo`, `rlhf train-ppo`, ..."""
+    for spec in TRAINERS.values():
+        if spec.data == "pairs":
+            s = sub.add_parser(
+                spec.command,
+                help=f"{spec.title} on DeepSpeed, from preference pairs (a snapshot of the store, or --pairs)",
+            )
+            s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
+        else:
+            s = sub.add_parser(
+                spec.command,
+                help=f"{spec.title} on DeepSpeed, from prompts (the store's or --prompts) and a reward model",
+            )
+            s.add_argument(
+                "--prompts", help="prompts .txt/.jsonl/.csv (read as `prompts add` reads them) or a snapshot folder"
+            )
         add_launch_args(s)
         add_dataclass_args(s, spec.config, skip=spec.form_skip)
         s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
-        s.set_defaults(config_class=spec.config, func=cmd_train_pairs)
-
-    s = sub.add_parser("train-ppo", help="PPO on DeepSpeed: actor, reference, critic and reward models")
-    s.add_argument("--prompts", help="prompts .txt/.jsonl/.csv (read as `prompts add` reads them) or a snapshot folder")
-    add_launch_args(s)
-    add_dataclass_args(s, PPOConfig, skip=("prompts", "output_dir"))
-    s.add_argument("--config", help="settings from a config.json (a run's, or the app's); flags given here win")
-    s.set_defaults(config_class=PPOConfig)
-    s.set_defaults(func=cmd_train_ppo)
+        s.set_defaults(config_class=spec.config, func=cmd_train)
 
 
 def _add_store_and_run_commands(sub) -> None:

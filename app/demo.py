@@ -33,7 +33,7 @@ from annotation.winrate import bootstrap_ci
 from app.demo_config import DemoConfig
 from app.demo_methods import method_rows, methods_of, run_dpo
 from app.sampling import run_sampling
-from app.training import prepare_ppo_run, prepare_reward_run, run_training
+from app.training import prepare_run, run_training
 from store.db import connect, write
 from store.errors import UserError
 from store.prompts import add_prompts
@@ -285,7 +285,7 @@ def train_reward(cfg: DemoConfig, db: str, reward_base: str, runs: Path, log) ->
     rm_cfg = RewardConfig(
         model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed, ensemble=cfg.rm_ensemble
     )
-    rm_run = prepare_reward_run(db, rm_cfg, runs)
+    rm_run = prepare_run(db, rm_cfg, runs)
     _finished("reward", rm_run, run_training("reward", rm_run))
     rm_final = read_status(rm_run)["final"]
     log(f"reward model: held-out accuracy {rm_final['eval/rm_accuracy']:.3f} on {rm_final['eval/pairs']} pairs")
@@ -420,7 +420,7 @@ def train_ppo(cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, lo
     """PPO from the SFT model against the reward run (its ensemble's member 0, the last member watching),
     checkpointing every cfg.save_every steps, through the launcher as `rlhf train-ppo` runs it."""
     ppo_cfg = ppo_config(cfg, model, rm_run, cfg.ppo_steps, cfg.seed, save_every=cfg.save_every)
-    ppo_run = prepare_ppo_run(db, ppo_cfg, runs)
+    ppo_run = prepare_run(db, ppo_cfg, runs)
 
     def show(row: dict) -> None:
         line = trainer("ppo").progress(row)

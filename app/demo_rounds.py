@@ -70,7 +70,7 @@ def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, pre
     from app.demo import ppo_config, rank_samples
     from app.round_config import RoundConfig
     from app.rounds import start_round
-    from app.training import prepare_ppo_run, prepare_reward_run, run_training
+    from app.training import prepare_run, run_training
     from training.reward.config import RewardConfig
 
     cfg, log, t0 = ctx["cfg"], ctx["log"], time.time()
@@ -96,10 +96,10 @@ def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, pre
     rm_model = ctx["reward_base"] if first else str(previous["rm"] / "model")
     ensemble = 2 if ctx["ensemble"] else 1  # every arm alike: with a disagree arm, all train a 2-member ensemble
     rm_cfg = RewardConfig(model=rm_model, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed)
-    rm = prepare_reward_run(db, dataclasses.replace(rm_cfg, ensemble=ensemble), ctx["runs"])
+    rm = prepare_run(db, dataclasses.replace(rm_cfg, ensemble=ensemble), ctx["runs"])
     _finished(rm, run_training("reward", rm))
     ppo_cfg = ppo_config(cfg, policy, rm, steps, cfg.seed + round_)
-    ppo = prepare_ppo_run(db, ppo_cfg, ctx["runs"])
+    ppo = prepare_run(db, ppo_cfg, ctx["runs"])
     _finished(ppo, run_training("ppo", ppo))
     point = evaluate(ctx, rm, ppo)
     labels = (previous["point"]["labels"] if previous else 0) + ranked.added

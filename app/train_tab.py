@@ -103,10 +103,8 @@ def start_run(runs, forms: dict, which: str, data_value, prompts_value, with_dpo
     if which == "chain":
         dpo = cfg["dpo"] if with_dpo else None
         run = runs.start_chain(cfg["reward"], cfg["ppo"], data_value, prompts_value, dpo)
-    elif TRAINERS[which].data == "pairs":
-        run = runs.start_pairs(cfg[which], data_value)
     else:
-        run = runs.start_ppo(cfg[which], prompts_value)
+        run = runs.start(cfg[which], data_value if TRAINERS[which].data == "pairs" else prompts_value)
     return f"started {run.name}", run.name
 
 

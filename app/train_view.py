@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.training import frozen_prompts, launch, prepare_pairs_run, prepare_ppo_run, recorded_run, run_kind
+from app.training import frozen_prompts, launch, prepare_run, recorded_run, run_kind
 from store.db import connect
 from store.errors import UserError
 from store.runs import list_runs
@@ -65,20 +65,12 @@ class Runs:
                 f"run {alive[0].name} is {state}: one training at a time here (stop it, or wait until it ends)"
             )
 
-    def start_pairs(self, cfg: ConfigFile, data: str | None = None) -> Path:
-        """A trainer on preference pairs (the reward model, DPO) on `data` (a snapshot or pairs file; None: a new
-        snapshot of the store)."""
+    def start(self, cfg: ConfigFile, data: str | None = None) -> Path:
+        """Any trainer's run (app/training.py::prepare_run): `data` is a snapshot or pairs file for a trainer on
+        pairs, a prompts file for one on prompts; None: the store's."""
         cfg, _ = with_resolved_dtype(cfg)  # the run's config.json, and its status line, name the dtype picked
         self.check_free()  # before a snapshot and a run folder are made for nothing
-        return self._launch(cfg.KIND, prepare_pairs_run(self.db, cfg, self.runs_dir, data))
-
-    def start_reward(self, cfg: RewardConfig, data: str | None = None) -> Path:
-        return self.start_pairs(cfg, data)
-
-    def start_ppo(self, cfg: PPOConfig, prompts: str | None = None) -> Path:
-        cfg, _ = with_resolved_dtype(cfg)
-        self.check_free()
-        return self._launch("ppo", prepare_ppo_run(self.db, cfg, self.runs_dir, prompts))
+        return self._launch(cfg.KIND, prepare_run(self.db, cfg, self.runs_dir, data))
 
     def start_chain(
         self,
@@ -99,14 +91,14 @@ class Runs:
             raise UserError(str(e)) from None
         if prompts:  # a bad prompts file is refused now, not after the reward model has trained
             prompts = frozen_prompts(prompts, self.runs_dir.parent / "snapshots")
-        rm_run = self.start_reward(rm, data)
+        rm_run = self.start(rm, data)
 
         def then_the_rest():
             if not self._wait(rm_run):
                 return
-            ppo_run = self.start_ppo(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
+            ppo_run = self.start(dataclasses.replace(ppo, reward=str(rm_run)), prompts)
             if dpo is not None and self._wait(ppo_run):
-                self.start_pairs(dpo, run_config(rm_run)["data"])  # the reward model's snapshot
+                self.start(dpo, run_config(rm_run)["data"])  # the reward model's snapshot
 
         threading.Thread(target=then_the_rest, daemon=True, name=f"chain-{rm_run.name}").start()
         return rm_run

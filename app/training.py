@@ -24,14 +24,13 @@ from store.runs import record_run, run_by_id
 from store.snapshot import freeze_snapshot, record_snapshot, split_of
 from training.config_file import ConfigFile
 from training.launcher import launch
-from training.models import DataError, ModelError, resolve_model
+from training.models import DataError, resolve_model
 from training.pairs import load_pairs
 from training.pairs_config import round_numbers
-from training.ppo.config import PPOConfig
-from training.ppo.data import read_prompts, read_texts
-from training.ppo.models import reward_folder
+from training.ppo.data import read_prompts
+from training.prompts_config import PromptsConfig
 from training.registry import kind_of, trainer
-from training.runs import ENSEMBLE_FILE, STOP_FILE, read_metrics, read_status, write_json_atomic
+from training.runs import STOP_FILE, read_metrics, read_status, write_json_atomic
 
 
 def new_run_dir(runs_dir: Path, kind: str) -> Path:
@@ -95,9 +94,6 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
         cfg.save(run / "config.json")
         record_run(con, run.name, cfg.KIND, str(run.resolve()), cfg.as_json(), snapshot_id)
     return run
-
-
-prepare_reward_run = prepare_pairs_run  # the reward model's name for it
 
 
 def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, poll_s: float = 1.0) -> dict:
@@ -219,22 +215,22 @@ def frozen_prompts(prompts: str, snapshots: Path) -> str:
     return str(out.resolve())
 
 
-def continued_actor(cfg: PPOConfig) -> PPOConfig:
-    """PPO that continues an earlier PPO run (the next round): `--actor RUN` starts from RUN's actor, and an actor
-    saved by a PPO run (RUN/actor, RUN/actor_last, RUN/checkpoints/actor-stepN) keeps that run's reference as the
-    KL anchor unless --reference names another, so every round stays anchored to the SFT model."""
+def continued_actor(cfg: PromptsConfig) -> PromptsConfig:
+    """A trainer on prompts that continues an earlier run (the next round): `--actor RUN` starts from RUN's policy,
+    and a policy saved by a run on prompts (RUN/actor, RUN/actor_last, RUN/checkpoints/actor-stepN) keeps that run's
+    reference as the KL anchor unless --reference names another, so every round stays anchored to the SFT model."""
     from training.registry import policy_folder, run_config
 
     if cfg.actor == "default" or not Path(cfg.actor).is_dir():
         return cfg
     path = Path(cfg.actor)
-    if (path / "status.json").is_file() and kind_of_or_none(path) == "ppo":
+    if (path / "status.json").is_file() and _on_prompts(path):
         folder = policy_folder(path)
         if folder is None:
-            raise UserError(f"--actor {cfg.actor}: this PPO run saved no actor (did it finish?)")
+            raise UserError(f"--actor {cfg.actor}: this run saved no policy (did it finish?)")
         path = folder
     for run in (path.parent, path.parent.parent):
-        if cfg.reference or not (run / "status.json").is_file() or kind_of_or_none(run) != "ppo":
+        if cfg.reference or not (run / "status.json").is_file() or not _on_prompts(run):
             continue
         earlier = run_config(run)
         cfg = dataclasses.replace(cfg, reference=earlier.get("reference") or earlier.get("actor", ""))
@@ -249,31 +245,28 @@ def kind_of_or_none(run: Path) -> str | None:
         return None
 
 
-def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None = None) -> Path:
-    """Check the models and prompts, write RUN/config.json (and RUN/prompts.jsonl from the store when no prompts
-    file is given; a prompts file is frozen by `frozen_prompts`) and record the run; returns the run folder."""
+def _on_prompts(run: Path) -> bool:
+    """`run` is a run folder of a trainer on prompts (PPO, RLOO, ...)."""
+    kind = kind_of_or_none(run)
+    return kind is not None and trainer(kind).data == "prompts"
+
+
+def prepare_prompts_run(db: str, cfg: PromptsConfig, runs_dir: Path, prompts: str | None = None) -> Path:
+    """A run that trains on prompts (PPO, RLOO, ...): check the settings and the models and files they name, write
+    RUN/config.json (and RUN/prompts.jsonl from the store when no prompts file is given; a prompts file is frozen by
+    `frozen_prompts`) and record the run; returns the run folder."""
     try:
         cfg.check()
-        folder = reward_folder(cfg.reward)
-        critic = str(reward_folder(cfg.critic).resolve()) if cfg.critic else str(folder.resolve())
-        # an ensemble's run folder stays the reference: PPO reads its members from it (training/ppo/models.py)
-        ensemble = (Path(cfg.reward) / ENSEMBLE_FILE).is_file()
-        reward = str((Path(cfg.reward) if ensemble else folder).resolve())
-    except (ValueError, ModelError) as e:
+        cfg = cfg.resolved()
+    except ValueError as e:  # ModelError and DataError included
         raise UserError(str(e)) from None
     cfg = continued_actor(cfg)
     resolve_model(cfg.actor)
     if cfg.reference:
         resolve_model(cfg.reference)
-    if cfg.unsupervised_data:  # PPO-ptx's text: a bad file is one error line before the run exists
-        try:
-            read_texts(cfg.unsupervised_data)
-        except DataError as e:
-            raise UserError(str(e)) from None
-        cfg = dataclasses.replace(cfg, unsupervised_data=str(Path(cfg.unsupervised_data).resolve()))
     source = frozen_prompts(prompts, runs_dir.parent / "snapshots") if prompts else None
     held = frozen_prompts(cfg.eval_prompts, runs_dir.parent / "snapshots") if cfg.eval_prompts else ""
-    run = new_run_dir(runs_dir, "ppo")
+    run = new_run_dir(runs_dir, cfg.KIND)
     try:
         if not source:
             source = str(store_prompts(db, run / "prompts.jsonl").resolve())
@@ -283,19 +276,25 @@ def prepare_ppo_run(db: str, cfg: PPOConfig, runs_dir: Path, prompts: str | None
             cfg,
             actor=_local(cfg.actor),
             reference=_local(cfg.reference),
-            reward=reward,
-            critic=critic,
             prompts=source,
             eval_prompts=held,
             output_dir=str(run.resolve()),
         )
         cfg.save(run / "config.json")
         with write(db) as con:
-            record_run(con, run.name, "ppo", str(run.resolve()), cfg.as_json(), None)
+            record_run(con, run.name, cfg.KIND, str(run.resolve()), cfg.as_json(), None)
     except BaseException:
         shutil.rmtree(run, ignore_errors=True)  # nothing half-made stays behind
         raise
     return run
+
+
+def prepare_run(db: str, cfg: ConfigFile, runs_dir: Path, data: str | None = None) -> Path:
+    """Any trainer's run, by the data its registry entry trains on: `data` is a snapshot or pairs file for a trainer
+    on pairs (None: a new snapshot of the store), a prompts file or snapshot folder for one on prompts (None: the
+    store's prompts)."""
+    prepare = prepare_pairs_run if trainer(cfg.KIND).data == "pairs" else prepare_prompts_run
+    return prepare(db, cfg, runs_dir, data)
 
 
 def run_training(

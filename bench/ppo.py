@@ -135,12 +135,12 @@ def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed"):
 
 def train_ours(cfg, prompts: str, tmp: Path, name: str) -> tuple[Path, list[dict]]:
     """One rlhf-studio PPO run through the launcher, as the app starts it: (run folder, its step rows)."""
-    from app.training import follow, prepare_ppo_run
+    from app.training import follow, prepare_run
     from training.launcher import launch
     from training.registry import step_rows
     from training.runs import read_metrics
 
-    run = prepare_ppo_run(str(tmp / f"{name}.duckdb"), cfg, tmp / "runs", prompts)
+    run = prepare_run(str(tmp / f"{name}.duckdb"), cfg, tmp / "runs", prompts)
     status = follow(run, launch("ppo", run), poll_s=2.0)
     if status.get("state") != "finished":
         raise RuntimeError(f"rlhf-studio PPO run failed: {status.get('error')} (see {run / 'train.log'})")

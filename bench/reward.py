@@ -32,7 +32,7 @@ def make_pairs(tokenizer, n_rankings: int, shape: str = "ranking") -> list[dict]
 
 
 def _ours(tmp: Path, pairs_file: Path, dtype: str, model: str = "default", zero_stage: int = 0) -> dict:
-    from app.training import follow, prepare_reward_run
+    from app.training import follow, prepare_run
     from training.launcher import launch
     from training.registry import step_rows
     from training.reward.config import RewardConfig
@@ -49,7 +49,7 @@ def _ours(tmp: Path, pairs_file: Path, dtype: str, model: str = "default", zero_
         dtype=dtype,
         lr_schedule="constant",
     )
-    run = prepare_reward_run(str(tmp / f"bench-{dtype}.duckdb"), cfg, tmp / "runs", str(pairs_file))
+    run = prepare_run(str(tmp / f"bench-{dtype}.duckdb"), cfg, tmp / "runs", str(pairs_file))
     status = follow(run, launch("reward", run))
     assert status["state"] == "finished", status
     rows = read_metrics(run)

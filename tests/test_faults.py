@@ -198,13 +198,13 @@ def test_a_full_disk_under_a_snapshot_is_one_line_and_changes_nothing(cli, db, t
 
 
 def _train(tmp: Path, model: Path, runs: Path, max_steps: int = 16) -> tuple[Path, subprocess.Popen]:
-    from app.training import prepare_reward_run
+    from app.training import prepare_run
     from training.launcher import launch
     from training.reward.config import RewardConfig
 
     pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(160))
     cfg = RewardConfig(model=str(model), max_steps=max_steps, lr=1e-3, eval_fraction=0.25, save_every=4, zero_stage=2)
-    run = prepare_reward_run(str(tmp / "s.duckdb"), cfg, runs, str(pairs))
+    run = prepare_run(str(tmp / "s.duckdb"), cfg, runs, str(pairs))
     return run, launch("reward", run)
 
 

@@ -51,16 +51,16 @@ GOOD = [
 @pytest.mark.parametrize("name, content", GOOD, ids=[g[0] for g in GOOD])
 def test_train_ppo_trains_on_the_prompts_that_prompts_add_reads(db, tmp_path, models, name, content):
     from annotation.prompt_files import read_prompts
-    from app.training import prepare_ppo_run
+    from app.training import prepare_run
     from training.ppo.config import PPOConfig
 
     f = tmp_path / name
     f.write_text(content)
     assert read_prompts(f) == WANT
-    run = prepare_ppo_run(db, PPOConfig(**models), tmp_path / "runs", str(f))
+    run = prepare_run(db, PPOConfig(**models), tmp_path / "runs", str(f))
     assert _frozen_prompts(run) == WANT
     # the same file gives the same frozen copy, so two runs' configs name the same prompts
-    again = prepare_ppo_run(db, PPOConfig(**models), tmp_path / "runs", str(f))
+    again = prepare_run(db, PPOConfig(**models), tmp_path / "runs", str(f))
     assert (
         json.loads((again / "config.json").read_text())["prompts"]
         == json.loads((run / "config.json").read_text())["prompts"]
@@ -68,7 +68,7 @@ def test_train_ppo_trains_on_the_prompts_that_prompts_add_reads(db, tmp_path, mo
 
 
 def test_a_snapshot_folder_is_still_taken_as_it_is(cli, db, tmp_path, models):
-    from app.training import prepare_ppo_run
+    from app.training import prepare_run
     from store.db import write
     from store.snapshot import write_snapshot
     from training.ppo.config import PPOConfig
@@ -76,7 +76,7 @@ def test_a_snapshot_folder_is_still_taken_as_it_is(cli, db, tmp_path, models):
     assert cli("import", str(DATA / "native_example.jsonl"))[0] == 0
     with write(db) as con:
         folder = write_snapshot(con, tmp_path / "snapshots", eval_fraction=0.0, seed=0)
-    run = prepare_ppo_run(db, PPOConfig(**models), tmp_path / "runs", str(folder))
+    run = prepare_run(db, PPOConfig(**models), tmp_path / "runs", str(folder))
     assert json.loads((run / "config.json").read_text())["prompts"] == str(folder.resolve())
     assert _frozen_prompts(run)
 

@@ -208,7 +208,7 @@ def test_two_ranks_train_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_f
 
 @pytest.mark.integration
 def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, tiny_model_dir, liked_rm, prompts_file):
-    from app.training import prepare_ppo_run, resume_run, run_training
+    from app.training import prepare_run, resume_run, run_training
     from training.launcher import launch
     from training.ppo.config import PPOConfig
     from training.runs import effective_status, read_metrics
@@ -226,10 +226,10 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, tiny_mo
         minibatch_size=4,
     )
     db = str(tmp_path / "s.duckdb")
-    whole = prepare_ppo_run(db, cfg, tmp_path / "runs", str(prompts_file))
+    whole = prepare_run(db, cfg, tmp_path / "runs", str(prompts_file))
     assert run_training("ppo", whole)["state"] == "finished"
 
-    cut = prepare_ppo_run(db, cfg, tmp_path / "runs", str(prompts_file))
+    cut = prepare_run(db, cfg, tmp_path / "runs", str(prompts_file))
     proc = launch("ppo", cut)
     deadline = time.monotonic() + 300
     while not any(r.get("step", 0) >= 3 and "loss/actor" in r for r in read_metrics(cut)):
@@ -354,7 +354,7 @@ def test_a_moving_reference_follows_the_actor_and_is_checkpointed(tmp_path, tiny
 
 
 def test_train_ppo_takes_the_stores_training_prompts(tmp_path, db, tiny_model_dir, liked_rm):
-    from app.training import prepare_ppo_run
+    from app.training import prepare_run
     from store.db import write
     from store.prompts import add_prompts
     from store.snapshot import split_of
@@ -363,7 +363,7 @@ def test_train_ppo_takes_the_stores_training_prompts(tmp_path, db, tiny_model_di
     texts = [f"prompt number {i}" for i in range(40)]
     with write(db) as con:
         add_prompts(con, texts, "test")
-    run = prepare_ppo_run(db, PPOConfig(actor=str(tiny_model_dir), reward=str(liked_rm)), tmp_path / "runs")
+    run = prepare_run(db, PPOConfig(actor=str(tiny_model_dir), reward=str(liked_rm)), tmp_path / "runs")
     kept = [json.loads(line)["prompt"] for line in (run / "prompts.jsonl").read_text().splitlines()]
     assert kept == [t for t in texts if split_of(t, 0.1, 0) == "train"] and len(kept) < len(texts)
     assert query(db, "SELECT kind, path FROM runs") == [("ppo", str(run.resolve()))]
@@ -390,13 +390,13 @@ def test_bad_ppo_input_is_one_error_line_and_no_run(cli, db, tmp_path, liked_rm,
 
 @pytest.mark.integration
 def test_stop_checkpoints_and_resume_finishes(tmp_path, db, tiny_model_dir, liked_rm, prompts_file, cli):
-    from app.training import follow, prepare_ppo_run
+    from app.training import follow, prepare_run
     from training.launcher import launch
     from training.ppo.config import PPOConfig
     from training.runs import read_metrics, read_status
 
     cfg = PPOConfig(actor=str(tiny_model_dir), reward=str(liked_rm), max_new_tokens=8, max_steps=30, epochs=10)
-    run = prepare_ppo_run(db, cfg, tmp_path / "runs", str(prompts_file))
+    run = prepare_run(db, cfg, tmp_path / "runs", str(prompts_file))
     proc = launch("ppo", run)
     deadline = time.monotonic() + 300
     while not any(r.get("step", 0) >= 2 and "loss/actor" in r for r in read_metrics(run)):

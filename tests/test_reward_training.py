@@ -204,7 +204,7 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
     import signal
     import time
 
-    from app.training import follow, prepare_reward_run, resume_run
+    from app.training import follow, prepare_run, resume_run
     from training.launcher import launch
     from training.reward.config import RewardConfig
     from training.runs import effective_status, read_metrics, read_status
@@ -212,10 +212,10 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
     pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(160))
     cfg = RewardConfig(model=str(tiny_model_dir), max_steps=24, lr=1e-3, eval_fraction=0.25, save_every=4)
     db = str(tmp_path / "s.duckdb")
-    whole = prepare_reward_run(db, cfg, tmp_path / "runs", str(pairs))
+    whole = prepare_run(db, cfg, tmp_path / "runs", str(pairs))
     assert follow(whole, launch("reward", whole))["state"] == "finished"
 
-    cut = prepare_reward_run(db, cfg, tmp_path / "runs", str(pairs))
+    cut = prepare_run(db, cfg, tmp_path / "runs", str(pairs))
     proc = launch("reward", cut)
     deadline = time.monotonic() + 300
     while not any(r.get("step", 0) >= 10 and "loss/rm" in r for r in read_metrics(cut)):

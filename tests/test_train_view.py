@@ -69,12 +69,12 @@ def test_a_run_killed_with_kill_9_shows_as_failed_and_resumes(db, tmp_path, tiny
 
     pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(96))
     runs = Runs(db, tmp_path / "runs")
-    run = runs.start_reward(RewardConfig(model=str(tiny_model_dir), max_steps=40, save_every=2), str(pairs))
+    run = runs.start(RewardConfig(model=str(tiny_model_dir), max_steps=40, save_every=2), str(pairs))
     wait_for(lambda: any(r.get("step", 0) >= 3 and "loss/rm" in r for r in read_metrics(run)), what="step 3")
     # one training at a time: a second start (this app's, or another app's on the same store) is refused
     for starter in (runs, Runs(db, tmp_path / "runs")):
         with pytest.raises(StoreError, match=f"run {run.name} is running: one training at a time here"):
-            starter.start_reward(RewardConfig(model=str(tiny_model_dir), max_steps=1), str(pairs))
+            starter.start(RewardConfig(model=str(tiny_model_dir), max_steps=1), str(pairs))
     assert len(list((tmp_path / "runs").iterdir())) == 1  # no run folder made for the refused start
     os.killpg(runs.procs[run].pid, signal.SIGKILL)
     wait_for(lambda: runs_rows(db)[0][3] == "failed", timeout=30, what="failed")
@@ -102,7 +102,7 @@ def test_one_config_file_launches_identically_from_the_cli_and_the_app(cli, db, 
     assert code == 0, err
     # the app: the Load-config upload fills the form, the button builds the config from the form and launches
     cfg = config_from_form(PPOConfig, PPO_SKIP, form_values_from_file(PPOConfig, PPO_SKIP, config))
-    Runs(db, tmp_path).start_ppo(cfg, str(prompts))
+    Runs(db, tmp_path).start(cfg, str(prompts))
     wait_for(lambda: [r[3] for r in runs_rows(db)] == ["finished", "finished"], what="both runs")
     app_run, cli_run = (Path(r[6]) for r in runs_rows(db))
     a = json.loads((app_run / "config.json").read_text())

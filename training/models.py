@@ -111,6 +111,18 @@ def resolve_model(ref: str) -> Path:
     return path
 
 
+def reward_folder(ref: str) -> Path:
+    """A reward run folder (its model/ subfolder) or a saved reward-model folder."""
+    path = Path(ref).expanduser()
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    if (path / "config.json").is_file():
+        return path
+    if (path / "status.json").is_file():
+        raise ModelError(f"reward run {ref} has no model yet (did it finish?)")
+    raise ModelError(f"{ref} is neither a reward run folder nor a Hugging Face model folder")
+
+
 def _json_file(path: Path) -> dict:
     try:
         return read_json_object(path)

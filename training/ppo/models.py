@@ -24,21 +24,10 @@ from training.models import (
     last_positions,
     pick_pad_token,
     resolve_model,
+    reward_folder,
 )
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def reward_folder(ref: str) -> Path:
-    """A reward run folder (its model/ subfolder) or a saved reward-model folder."""
-    path = Path(ref).expanduser()
-    if (path / "model" / "config.json").is_file():
-        return path / "model"
-    if (path / "config.json").is_file():
-        return path
-    if (path / "status.json").is_file():
-        raise ModelError(f"reward run {ref} has no model yet (did it finish?)")
-    raise ModelError(f"{ref} is neither a reward run folder nor a Hugging Face model folder")
 
 
 def load_tokenizer(folder: Path):

@@ -28,7 +28,7 @@ from training.engine import (
 )
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.linear import onednn_linears
-from training.models import add_lora, training_attention
+from training.models import add_lora, reward_folder, training_attention
 from training.ppo.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
 from training.ppo.config import PPOConfig
 from training.ppo.data import encode_prompts, prompt_batches, read_prompts, read_texts, unsup_batch
@@ -44,7 +44,6 @@ from training.ppo.models import (
     load_tokenizer,
     param_fingerprint,
     response_logprobs,
-    reward_folder,
 )
 from training.profile import Clock
 from training.runs import RunFiles, link_tree, read_metrics, request_stop, stop_requested
