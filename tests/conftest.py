@@ -1,5 +1,6 @@
 import json
 import os
+import struct
 import subprocess
 from pathlib import Path
 
@@ -87,6 +88,16 @@ def cli(db, capsys):
         return code, out.out, out.err
 
     return run
+
+
+@pytest.fixture
+def models(tmp_path) -> dict[str, str]:
+    """A folder that passes the model checks (config.json + a valid, empty safetensors file); never loaded."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
+    return {"actor": str(folder), "reward": str(folder)}
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

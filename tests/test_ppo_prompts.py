@@ -2,22 +2,11 @@
 the same formats, the same limits, the same error lines. Only the preparation step runs here; nothing is launched."""
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import DATA, store_rows
-
-
-@pytest.fixture
-def models(tmp_path) -> dict[str, str]:
-    """A folder that passes the model checks (config.json + a valid, empty safetensors file); never loaded."""
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
-    return {"actor": str(folder), "reward": str(folder)}
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ The toy trainer trains on prompts (the kind PPO and RLOO are); nothing is launch
 module under DeepSpeed, which every real trainer's own tests run)."""
 
 import json
-import struct
 from dataclasses import dataclass, field
 
 import pytest
@@ -48,16 +47,6 @@ TOY = Trainer(
 def toy(monkeypatch):
     monkeypatch.setitem(TRAINERS, "toy", TOY)
     return TOY
-
-
-@pytest.fixture
-def models(tmp_path) -> dict[str, str]:
-    """A folder that passes the model checks (config.json + a valid, empty safetensors file); never loaded."""
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
-    return {"actor": str(folder), "reward": str(folder)}
 
 
 def _finish_without_launching(monkeypatch, rows: list[dict]):
