@@ -27,3 +27,46 @@ def test_launch_gives_the_ranks_the_malloc_tunables(tmp_path, monkeypatch):
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     launcher.launch("ppo", tmp_path)
     assert started["GLIBC_TUNABLES"] == launcher.MALLOC_TUNABLES + ":glibc.malloc.arena_max=2"
+
+
+def _started(monkeypatch, tmp_path, **kw) -> tuple[list[str], dict]:
+    import training.launcher as launcher
+
+    seen = {}
+
+    class Started:
+        pid = 12345
+
+    def popen(cmd, **popen_kw):
+        seen.update(cmd=cmd, env=popen_kw["env"], cwd=popen_kw["cwd"])
+        return Started()
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    launcher.launch("ppo", tmp_path, **kw)
+    return seen["cmd"], seen["env"]
+
+
+def test_a_one_process_local_run_starts_its_rank_as_the_launcher_would(tmp_path, monkeypatch):
+    import sys
+
+    from training.registry import trainer
+
+    cmd, env = _started(monkeypatch, tmp_path)
+    config = str(tmp_path.resolve() / "config.json")
+    assert cmd == [sys.executable, "-u", "-m", trainer("ppo").module, "--local_rank=0", "--config", config]
+    assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR")} == {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+    }
+    assert 0 < int(env["MASTER_PORT"]) < 65536
+
+
+def test_several_ranks_or_a_hostfile_go_through_the_deepspeed_launcher(tmp_path, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    cmd, env = _started(monkeypatch, tmp_path, num_accelerators=2)
+    assert cmd[0].endswith("deepspeed") and cmd[1:3] == ["--num_accelerators", "2"] and "RANK" not in env
+    cmd, _ = _started(monkeypatch, tmp_path, hostfile="/job/hosts")
+    assert cmd[0].endswith("deepspeed") and cmd[1:3] == ["--hostfile", "/job/hosts"]
