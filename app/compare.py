@@ -59,11 +59,11 @@ def tuned_runs(db: str) -> list[tuple[str, str]]:
 
 
 def checkpoint_choices(run_id: str, run: str) -> list[tuple[str, str]]:
-    """A PPO run's evaluated checkpoints (training/ppo/checkpoints.py) still on disk, the best one marked, besides
+    """A PPO run's evaluated checkpoints (training/checkpoints.py) still on disk, the best one marked, besides
     the run's own actor: (label, folder)."""
     from pathlib import Path
 
-    from training.ppo.checkpoints import best_checkpoint, read_checkpoints
+    from training.checkpoints import best_checkpoint, read_checkpoints
 
     rows = [r for r in read_checkpoints(run) if Path(r.get("actor", "")).is_dir()]
     best = best_checkpoint(rows)

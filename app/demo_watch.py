@@ -2,7 +2,7 @@
 
 - PPO trains against member 0 of a two-member reward ensemble (alternate halves of the training prompts); member 1
   is the held-out judge it never optimises (training/watch.py), and PPO checkpoints every `save_every` steps, each
-  scored by both on the store's held-out prompts (training/ppo/checkpoints.py), which names the chosen one.
+  scored by both on the store's held-out prompts (training/checkpoints.py), which names the chosen one.
 - Here every checkpoint also samples the demo's held-out prompts and the scripted annotator judges it against the
   reference: the true win rate, against the KL the run measured for that checkpoint.
 - Best-of-N of the reference (N = 1, 2, 4, ...), picked by the same reward model PPO optimised, is the baseline at
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from app.demo_config import DemoConfig
 from training.best_of_n import best_index
-from training.ppo.checkpoints import best_checkpoint, read_checkpoints
+from training.checkpoints import best_checkpoint, read_checkpoints
 from training.runs import read_metrics
 from training.watch import best_of_n_kl
 

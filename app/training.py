@@ -27,7 +27,7 @@ from training.launcher import launch
 from training.models import DataError, resolve_model
 from training.pairs import load_pairs
 from training.pairs_config import round_numbers
-from training.ppo.data import read_prompts
+from training.prompt_data import read_prompts
 from training.prompts_config import PromptsConfig
 from training.registry import kind_of, trainer
 from training.runs import STOP_FILE, read_metrics, read_status, write_json_atomic
@@ -182,7 +182,7 @@ def heldout_prompts(db: str) -> list[str]:
 
 
 def _prompts_jsonl(texts: list[str]) -> str:
-    """The form the ranks read (training.ppo.data.read_prompts): one {"prompt": text} per line, ASCII-escaped."""
+    """The form the ranks read (training.prompt_data.read_prompts): one {"prompt": text} per line, ASCII-escaped."""
     return "".join(json.dumps({"prompt": t}) + "\n" for t in texts)
 
 

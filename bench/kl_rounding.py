@@ -2,7 +2,7 @@
 
 The reference is the default model in bf16; the actor is the same model after a random weight change of S times
 each matrix's spread (0.001: far smaller than what 20 PPO steps do). The actor samples N responses of 64 tokens to
-64-token prompts through the rollout's decode (training/ppo/decode.py::sample), once with the prompt's pass in
+64-token prompts through the rollout's decode (training/decode.py::sample), once with the prompt's pass in
 SDPA (the decode as it is) and once in the trainers' kernel; each set is scored as PPO scores it (both models in
 bf16 with the trainers' kernel) and in fp32 (the change's KL without rounding). Prints the mean sampled KL (k1,
 summed over a response) with its standard error. Not part of `make bench`: it measures numerics, not speed."""
@@ -18,9 +18,9 @@ import torch
 
 
 def load(folder, dtype: str, state=None):
-    """The model as PPO loads it (training/ppo/models.py, the trainers' kernel), with `state`'s weights if given."""
+    """The model as PPO loads it (training/loaders.py, the trainers' kernel), with `state`'s weights if given."""
+    from training.loaders import DTYPES, load_causal_lm
     from training.models import training_attention
-    from training.ppo.models import DTYPES, load_causal_lm
 
     model = load_causal_lm(str(folder), dtype, training_attention()).eval()
     if state is not None:
@@ -40,8 +40,8 @@ def changed(state: dict, scale: float) -> dict:
 
 
 def responses(actor, tok, prompts: list[str], prompt_pass_sdpa: bool) -> list[torch.Tensor]:
+    from training import decode
     from training.models import chat_prompt
-    from training.ppo import decode
 
     cfg = SimpleNamespace(max_new_tokens=64, min_new_tokens=64, temperature=1.0, top_k=0, top_p=1.0)
     kernel = decode.prompt_pass_kernel
@@ -62,7 +62,7 @@ def responses(actor, tok, prompts: list[str], prompt_pass_sdpa: bool) -> list[to
 
 def sampled_kl(actor, ref, batches: list[torch.Tensor], prompt_len: int) -> tuple[float, float]:
     """Mean and standard error over responses of sum_t log p_actor - log p_ref (PPO's reward/kl)."""
-    from training.ppo.models import response_logprobs
+    from training.logprobs import response_logprobs
 
     kl = []
     with torch.no_grad():

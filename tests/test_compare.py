@@ -219,7 +219,7 @@ def test_a_new_message_hides_the_last_scores_again(tiny_model_dir):
 
 
 def test_the_compare_list_offers_a_ppo_runs_checkpoints_with_the_best_marked(db, tmp_path):
-    """A PPO run with evaluated checkpoints (training/ppo/checkpoints.py) lists each saved one beside its actor; a
+    """A PPO run with evaluated checkpoints (training/checkpoints.py) lists each saved one beside its actor; a
     checkpoint's reference and reward model are its run's."""
     from app.compare import run_defaults, tuned_runs
     from store.db import write

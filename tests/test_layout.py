@@ -66,8 +66,9 @@ def _full_imports(path: Path) -> set[str]:
 
 
 def test_no_trainer_imports_another_trainers_package():
-    """Shared helpers live in training/models.py and training/engine.py; a trainer package (one with a train.py)
-    imports none of the others, so adding or removing a trainer touches no other trainer."""
+    """Shared helpers live at training/'s top level (models.py, engine.py, and the trainers on prompts' loaders.py,
+    rollout.py, policy_losses.py, ...); a trainer package (one with a train.py) imports none of the others, so
+    adding or removing a trainer touches no other trainer."""
     trainers = sorted(p.parent.name for p in (ROOT / "training").glob("*/train.py"))
     assert {"reward", "ppo"} <= set(trainers)
     for name in trainers:

@@ -102,8 +102,8 @@ def test_a_forward_that_needs_weight_gradients_does_not_read_the_packed_copy(tin
 def test_the_rollout_decode_samples_the_same_tokens_with_packed_weights(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from training.ppo import decode
-    from training.ppo.models import without_eos
+    from training import decode
+    from training.logprobs import without_eos
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     ids, mask = _batch()

@@ -22,7 +22,7 @@ def no_launch(monkeypatch):
 
 def _frozen_prompts(run: Path) -> list[str]:
     """The prompts the run's ranks will read, through the trainer's own reader."""
-    from training.ppo.data import read_prompts
+    from training.prompt_data import read_prompts
 
     return read_prompts(json.loads((run / "config.json").read_text())["prompts"])
 
@@ -118,7 +118,7 @@ def test_the_trainer_never_reads_another_kind_of_file_as_lines(tmp_path, name):
     """A config written by hand and launched directly names its prompts file too: a CSV there is refused, not read
     line by line with its header (`rlhf train-ppo` hands the ranks a frozen .jsonl)."""
     from training.models import DataError
-    from training.ppo.data import read_prompts
+    from training.prompt_data import read_prompts
 
     f = tmp_path / name
     f.write_text("id,prompt\n1,What is a river?\n")

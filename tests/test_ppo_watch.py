@@ -59,7 +59,8 @@ def prompts(tmp_path_factory) -> Path:
 
 
 def test_the_length_rm_scores_longer_replies_higher(talker, length_ensemble):
-    from training.ppo.models import load_scalar_model, reward_scores
+    from training.judges import reward_scores
+    from training.loaders import load_scalar_model
 
     longer = load_scalar_model(str(length_ensemble / "members/0/model"), "fp32")
     judge = load_scalar_model(str(length_ensemble / "members/1/model"), "fp32")
@@ -179,7 +180,7 @@ def test_a_single_reward_model_has_no_judge_but_still_the_watch(tmp_path, talker
 
 
 def test_the_best_checkpoint_by_hand():
-    from training.ppo.checkpoints import best_checkpoint
+    from training.checkpoints import best_checkpoint
 
     rows = [
         {"step": 2, "score_mean": 1.0, "heldout_score_mean": 0.5},

@@ -74,8 +74,8 @@ def score_samples(reward_ref: str, prompts: list[str], samples: list[list[str]],
     """The reward model's score of every sample, read where it was trained to read (chat template + reply +
     EOS, at EOS), as the Compare tab scores a reply."""
     from training.chat import score_reply
+    from training.loaders import load_scalar_model, load_tokenizer
     from training.models import reward_folder
-    from training.ppo.models import load_scalar_model, load_tokenizer
 
     folder = reward_folder(reward_ref)
     reward = (load_scalar_model(str(folder), dtype).eval(), load_tokenizer(folder))

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import torch
 
+from training.decode import decode_steps
+from training.judges import reward_scores
+from training.loaders import load_scalar_model, load_tokenizer
 from training.models import SAFE_WEIGHTS, ModelError, resolve_model, reward_folder
-from training.ppo.decode import decode_steps
-from training.ppo.models import load_scalar_model, load_tokenizer, reward_scores
 from training.registry import policy_folder
 
 

@@ -52,7 +52,7 @@ def training_attention() -> dict:
     (8 sequences of 64 + 64 tokens) holds 1781 MB with its graph against eager's 2086 (SDPA 1458), and its forward
     and backward take 1.26 s against eager's 1.35 and SDPA's 1.65 in bf16, 3.87 against 4.15 s in fp32. On a GPU
     SDPA stays (its fused kernels win there). Same math either way, rounded differently in bf16: the rollout's
-    decode runs its prompt's pass in SDPA for that reason (training/ppo/decode.py)."""
+    decode runs its prompt's pass in SDPA for that reason (training/decode.py)."""
     import torch
 
     if torch.cuda.is_available():

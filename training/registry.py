@@ -68,7 +68,7 @@ def _ppo_headline(final: dict) -> str:
     if "reward/score_mean" not in final:
         return ""
     line = f"score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
-    if "best/step" in final:  # the checkpoint the held-out judge scores best (training/ppo/checkpoints.py)
+    if "best/step" in final:  # the checkpoint the held-out judge scores best (training/checkpoints.py)
         judge = final.get("best/heldout_score_mean", final.get("best/score_mean"))
         line += f", best checkpoint: step {final['best/step']} (held-out {judge:.3f})"
     return line

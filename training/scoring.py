@@ -15,8 +15,9 @@ def score_texts(
     """The reward model's score of each reply: texts[i] are prompt i's replies (any number per prompt)."""
     import torch
 
+    from training.judges import reward_scores
+    from training.loaders import load_scalar_model, load_tokenizer
     from training.pairs import PairEncoder
-    from training.ppo.models import load_scalar_model, load_tokenizer, reward_scores
 
     model, tok = load_scalar_model(str(reward_model), dtype), load_tokenizer(reward_model)
     encoder = PairEncoder(tok, max_length)

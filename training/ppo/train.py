@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from training.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
 from training.engine import (
     ds_config,
     initialize,
@@ -27,25 +28,20 @@ from training.engine import (
     tensors_mb,
 )
 from training.engine import save_checkpoint as save_engine_checkpoint
+from training.judges import Judges, held_stats, judge_folders
 from training.linear import onednn_linears
+from training.loaders import load_causal_lm, load_scalar_model, load_tokenizer, param_fingerprint
+from training.logprobs import response_logprobs
 from training.models import add_lora, reward_folder, training_attention
-from training.ppo.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
+from training.policy_losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, masked_mean
 from training.ppo.config import PPOConfig
-from training.ppo.data import encode_prompts, prompt_batches, read_prompts, read_texts, unsup_batch
-from training.ppo.experience import Experience, add_advantages, rollout, score
-from training.ppo.losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, critic_loss_fn, masked_mean
-from training.ppo.models import (
-    Critic,
-    Judges,
-    held_stats,
-    judge_folders,
-    load_causal_lm,
-    load_scalar_model,
-    load_tokenizer,
-    param_fingerprint,
-    response_logprobs,
-)
+from training.ppo.data import read_texts, unsup_batch
+from training.ppo.experience import add_advantages
+from training.ppo.losses import critic_loss_fn
+from training.ppo.models import Critic
 from training.profile import Clock
+from training.prompt_data import encode_prompts, prompt_batches, read_prompts
+from training.rollout import Experience, rollout, score
 from training.runs import RunFiles, link_tree, read_metrics, request_stop, stop_requested
 from training.watch import Watch, pearson
 
@@ -83,7 +79,7 @@ class Models:
         self.judges = Judges([self._frozen(j) for j in judges], stats, heldout, cfg.reward_combine)
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.ema = [p.detach().float().clone() for p in self.actor.module.parameters()] if cfg.ema_beta else None
-        self.eval_prompts: list[list[int]] = []  # held-out prompts for the checkpoints (training/ppo/checkpoints.py)
+        self.eval_prompts: list[list[int]] = []  # held-out prompts for the checkpoints (training/checkpoints.py)
         self.tokenizer = None
         self.unsup: list[list[int]] = []  # PPO-ptx texts, tokenised (empty: off)
 
@@ -450,7 +446,7 @@ def watch_step(watch: Watch, step: int, row: dict) -> str | None:
 
 
 def watch_checkpoint(watch: Watch, row: dict) -> str | None:
-    """Feed a checkpoint evaluation (training/ppo/checkpoints.py's row); the alarm's reason if it fires now. Without
+    """Feed a checkpoint evaluation (training/checkpoints.py's row); the alarm's reason if it fires now. Without
     a held-out judge there is nothing to compare."""
     if "heldout_scores" not in row:
         return None
@@ -523,7 +519,7 @@ def step_end(
 
 
 def evaluate_checkpoint(m: Models, cfg: PPOConfig, run: RunFiles, step: int) -> dict | None:
-    """The actor on the held-out prompts (training/ppo/checkpoints.py), saved as RUN/checkpoints/actor-stepN; the
+    """The actor on the held-out prompts (training/checkpoints.py), saved as RUN/checkpoints/actor-stepN; the
     evaluation's row (None without held-out prompts)."""
     if not m.eval_prompts:
         return None

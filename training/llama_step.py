@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from training.ppo.models import position_ids
+from training.logprobs import position_ids
 
 
 def covers(model) -> bool:

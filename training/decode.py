@@ -26,8 +26,8 @@ import contextlib
 import torch
 
 from training.linear import packed_linears
-from training.ppo.llama_step import LlamaSteps, covers
-from training.ppo.models import position_ids, without_eos
+from training.llama_step import LlamaSteps, covers
+from training.logprobs import position_ids, without_eos
 
 
 def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
