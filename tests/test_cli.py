@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import DATA, store_rows
+from training.registry import TRAINERS
 
 CASES = [
     ("import-ls", "truncated.json", (DATA / "ls" / "ranker_rank.json").read_text()[:300], "not valid JSON"),
@@ -84,9 +85,7 @@ DB_AFTER = {
     "import": ["import", "r.jsonl"],
     "import-ls": ["import-ls", "e.json"],
     "export-ls": ["export-ls", "out"],
-    "train-rm": ["train-rm"],
-    "train-ppo": ["train-ppo"],
-    "train-dpo": ["train-dpo"],
+    **{t.command: [t.command] for t in TRAINERS.values()},  # every trainer's command, from the registry
     "backup": ["backup", "out"],
     "restore": ["restore", "b"],
     "demo": ["demo", "--quick"],

@@ -112,8 +112,11 @@ def score(
         if logprobs is None or live:
             with clock.part("actor_forward"):
                 logprobs = response_logprobs(actor, ids, attn, P, held)
-        with clock.part("critic_forward"):
-            values = critic(ids, attn, P) if critic is not None else torch.zeros_like(logprobs)
+        if critic is None:  # an evaluation, or a critic-free trainer: nothing to time
+            values = torch.zeros_like(logprobs)
+        else:
+            with clock.part("critic_forward"):
+                values = critic(ids, attn, P)
     with torch.no_grad():
         with clock.part("reference_forward"):
             ref_logprobs = response_logprobs(ref, ids, attn, P, held)

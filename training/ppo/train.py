@@ -9,16 +9,14 @@ are DeepSpeed engines; the reference and reward models are frozen. Saves RUN/act
 from __future__ import annotations
 
 import copy
-import json
 import random
 import time
 from pathlib import Path
 
 import torch
 
-from training.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
+from training.checkpoints import evaluate
 from training.engine import (
-    ds_config,
     initialize,
     optimizer_mb,
     peak_memory,
@@ -32,7 +30,7 @@ from training.judges import Judges, held_stats, judge_folders
 from training.linear import onednn_linears
 from training.loaders import load_causal_lm, load_scalar_model, load_tokenizer, param_fingerprint
 from training.logprobs import response_logprobs
-from training.models import add_lora, reward_folder, training_attention
+from training.models import add_lora, training_attention
 from training.policy_losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, masked_mean
 from training.ppo.config import PPOConfig
 from training.ppo.data import read_texts, unsup_batch
@@ -41,9 +39,22 @@ from training.ppo.losses import critic_loss_fn
 from training.ppo.models import Critic
 from training.profile import Clock
 from training.prompt_data import encode_prompts, prompt_batches, read_prompts
+from training.prompt_run import (
+    after_step,
+    alarm_field,
+    eval_prompts,
+    frozen,
+    judge_last,
+    mean_across_ranks,
+    resume_watch,
+    reward_stats,
+    seed_rollout,
+    tensorboard_writer,
+    watch_stats,
+)
 from training.rollout import Experience, rollout, score
-from training.runs import RunFiles, link_tree, read_metrics, request_stop, stop_requested
-from training.watch import Watch, pearson
+from training.runs import RunFiles, read_metrics
+from training.watch import Watch
 
 
 class Models:
@@ -84,18 +95,13 @@ class Models:
         self.unsup: list[list[int]] = []  # PPO-ptx texts, tokenised (empty: off)
 
     def _frozen(self, model):
-        """Eval mode, no gradients; partitioned with an inference-only ZeRO-3 engine when the actor is ZeRO-3."""
-        model.requires_grad_(False)
-        model.eval()
-        if self.cfg.zero_stage == 3:
-            import deepspeed
-
-            config = ds_config(self.cfg.minibatch_size, 1, 3, self.cfg.dtype)
-            return deepspeed.initialize(model=model, config=config)[0].module
-        return model.to(self.device)
+        return frozen(model, self.cfg, self.cfg.minibatch_size, self.device)
 
     def generator(self):
         return self.actor.module
+
+    def save(self, folder: Path, step: int, state: dict) -> None:
+        save_checkpoint(self, folder, step, state)
 
     def update_ema(self, beta: float) -> None:
         move_toward(self.ema, list(self.actor.module.parameters()), beta)  # the EMA is fp32
@@ -119,17 +125,6 @@ def _actor_folder(cfg: PPOConfig):
     from training.models import resolve_model
 
     return resolve_model(cfg.actor)
-
-
-def reward_stats(cfg: PPOConfig) -> tuple[float, float]:
-    """(mean, std) of the reward model's held-out scores, for --normalize-reward (else (0, 1))."""
-    if not cfg.normalize_reward:
-        return 0.0, 1.0
-    path = reward_folder(cfg.reward) / "reward_stats.json"
-    if not path.is_file():
-        raise ValueError(f"--normalize-reward needs {path} (written by rlhf train-rm)")
-    stats = json.loads(path.read_text())
-    return float(stats["score_mean"]), max(float(stats["score_std"]), 1e-6)
 
 
 def ppo_update(m: Models, exp: Experience, cfg: PPOConfig) -> dict:
@@ -188,48 +183,6 @@ def experience_stats(buffer: list[Experience], kl_ctl: float, cfg: PPOConfig) ->
     }
 
 
-def watch_stats(buffer: list[Experience]) -> dict:
-    """The watch's per-step numbers (training/watch.py): the length-score correlation within the batch, the
-    reference's per-token log-likelihood of the actor's samples, and the held-out judges' mean score."""
-    lengths = torch.cat([e.lengths.float() for e in buffer])
-    row = {
-        "watch/length_score_corr": pearson(lengths.cpu(), torch.cat([e.raw_scores for e in buffer]).cpu()),
-        "watch/ref_logprob_mean": (
-            sum((e.ref_logprobs * e.mask).sum() for e in buffer) / sum(e.mask.sum() for e in buffer)
-        ).item(),
-    }
-    if buffer[0].heldout_scores is not None:
-        row["watch/heldout_score_mean"] = torch.cat([e.heldout_scores for e in buffer]).mean().item()
-    return row
-
-
-def mean_across_ranks(row: dict, device) -> dict:
-    keys = sorted(row)
-    t = torch.tensor([float(row[k]) for k in keys], dtype=torch.float64, device=device)  # NCCL needs GPU tensors
-    torch.distributed.all_reduce(t)
-    return {k: v / torch.distributed.get_world_size() for k, v in zip(keys, t.tolist(), strict=True)}
-
-
-def log_samples(run: RunFiles, step: int, exp: Experience, tokenizer, n: int = 2) -> None:
-    if run.rank != 0:
-        return
-    rows = []
-    for i in range(min(n, len(exp))):
-        prompt = exp.ids[i, : exp.prompt_len][exp.attention_mask[i, : exp.prompt_len].bool()]
-        response = exp.ids[i, exp.prompt_len : exp.prompt_len + int(exp.lengths[i])]
-        rows.append(
-            {
-                "step": step,
-                "prompt": tokenizer.decode(prompt, skip_special_tokens=True),
-                "response": tokenizer.decode(response, skip_special_tokens=True),
-                "score": round(exp.raw_scores[i].item(), 4),
-                "ended": bool(exp.ended[i]),
-            }
-        )
-    with (run.folder / "samples.jsonl").open("a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-
-
 def save_checkpoint(m: Models, folder: Path, step: int, state: dict) -> None:
     tag = f"step{step}"
     save_engine_checkpoint(m.critic, folder / "critic", tag)
@@ -254,20 +207,6 @@ def load_checkpoint(m: Models, folder: Path) -> dict | None:
             for p, v in zip(m.ref.parameters(), saved, strict=True):
                 p.copy_(v)
     return state
-
-
-def tensorboard_writer(cfg: PPOConfig, rank: int):
-    """A SummaryWriter on rank 0 with --tensorboard (events in RUN/tensorboard), else None."""
-    if not cfg.tensorboard or rank != 0:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(str(Path(cfg.output_dir) / "tensorboard"))
-
-
-def seed_rollout(cfg: PPOConfig, step: int, batch: int, rank: int) -> None:
-    """Sampling depends on (seed, step, batch, rank) only, so a resumed run samples what the first one would."""
-    torch.manual_seed(((cfg.seed * 1_000_003 + step) * 1009 + batch) * 131 + rank)
 
 
 def make_experience(
@@ -359,10 +298,9 @@ def setup(cfg: PPOConfig, rank: int, world: int) -> tuple:
     m = Models(cfg, total * updates_per_step, world)
     state = load_checkpoint(m, Path(cfg.output_dir) / "checkpoints") or {"step": 0, "kl_ctl": cfg.kl_ctl}
     info = {"prompts": len(prompts), "skipped_prompts": skipped, "world_size": world, "total_steps": total}
-    if cfg.eval_prompts and (cfg.save_every or cfg.keep_best):
-        held, _ = encode_prompts(tokenizer, read_prompts(cfg.eval_prompts)[: cfg.eval_limit], cfg.max_prompt_length)
-        info["eval_prompts"] = len(held)
-        m.eval_prompts = held
+    m.eval_prompts = eval_prompts(cfg, tokenizer)
+    if m.eval_prompts:
+        info["eval_prompts"] = len(m.eval_prompts)
     m.tokenizer = tokenizer
     if cfg.unsupervised_data:
         limit = cfg.max_prompt_length + cfg.max_new_tokens
@@ -405,154 +343,14 @@ def train(cfg: PPOConfig) -> None:
         times = {"gen_s": gen_s, "score_s": score_s, "train_s": time.time() - t, "step_s": time.time() - t0}
         row, next_kl = step_metrics(m, cfg, buffer, updates, times, ctx["kl_ctl"], world)
         ctx["kl_ctl"] = next_kl
-        fired = watch_step(watch, step, row)
-        # 6. checkpoint every save_every steps, judged on the held-out prompts (the watch's evidence); a Stop from
-        # the app or `rlhf` (or the alarm) checkpoints and ends the run here, resumable
-        saved = checkpoint_due(cfg, step, total)
-        if saved:
-            fired = judge_checkpoint(m, cfg, run, step, ctx["kl_ctl"], watch) or fired
-            row["watch/alarm"] = float(watch.reason is not None)
-        log_step(run, board, cfg, step, epoch, row, buffer, tokenizer, total, watch.reason)
-        if fired:
-            on_alarm(run, cfg, step, fired)
-        if not step_end(m, cfg, run, step, total, ctx["kl_ctl"], watch.reason, saved):
+        # 6. the watch, checkpoints every save_every steps judged on held-out prompts, the log, Stop
+        at = {"step": step, "epoch": epoch, "total": total, "kl_ctl": ctx["kl_ctl"]}
+        if not after_step(m, cfg, run, board, watch, at, row, buffer):
             break
     else:
         finish(m, cfg, run, step, ctx["kl_ctl"], total, tokenizer, watch)
     if board:
         board.close()
-
-
-def planned_evaluations(cfg: PPOConfig, total: int) -> int:
-    """Checkpoint evaluations a run of `total` steps makes: every save_every steps before the end, and the end."""
-    return (total - 1) // cfg.save_every + 1 if cfg.save_every and total else 1
-
-
-def new_watch(cfg: PPOConfig, total: int) -> Watch:
-    return Watch(
-        alpha=cfg.watch_alpha,
-        evaluations=planned_evaluations(cfg, total),
-        tolerance=cfg.watch_tolerance,
-        kl_budget=cfg.kl_budget or None,
-    )
-
-
-def watch_step(watch: Watch, step: int, row: dict) -> str | None:
-    """Feed the step's row (the same on every rank: it is averaged across them); the alarm's reason the step it
-    fires. Adds watch/alarm (1 once fired)."""
-    fired = watch.update(step, row["reward/score_mean"], row.get("watch/heldout_score_mean"), row["reward/kl"])
-    row["watch/alarm"] = float(watch.reason is not None)
-    return fired
-
-
-def watch_checkpoint(watch: Watch, row: dict) -> str | None:
-    """Feed a checkpoint evaluation (training/checkpoints.py's row); the alarm's reason if it fires now. Without
-    a held-out judge there is nothing to compare."""
-    if "heldout_scores" not in row:
-        return None
-    return watch.evaluated(row["step"], row["scores"], row["heldout_scores"])
-
-
-def resume_watch(cfg: PPOConfig, step: int, total: int) -> Watch:
-    """The watch as it was after `step`: the logged rows of steps 1..step and the checkpoint evaluations up to it
-    replayed in step order (a step logged twice, by a run killed after it and the resumed one, counts once:
-    resumed steps repeat the same numbers)."""
-    watch = new_watch(cfg, total)
-    rows = {r["step"]: r for r in read_metrics(cfg.output_dir) if "reward/score_mean" in r and r["step"] <= step}
-    evaluations = {r["step"]: r for r in read_checkpoints(cfg.output_dir) if r["step"] <= step}
-    for s in sorted(rows.keys() | evaluations.keys()):
-        if s in rows:
-            watch_step(watch, s, dict(rows[s]))
-        if s in evaluations:
-            watch_checkpoint(watch, evaluations[s])
-    return watch
-
-
-def on_alarm(run: RunFiles, cfg: PPOConfig, step: int, reason: str) -> None:
-    """Say so in the metrics (the CLI prints it, the Train tab shows it); stop, resumable, if asked to."""
-    run.metrics({"event": "alarm", "step": step, "reason": reason, "stopping": cfg.stop_on_overoptimization})
-    if cfg.stop_on_overoptimization and run.rank == 0:
-        request_stop(cfg.output_dir)
-
-
-def log_step(
-    run: RunFiles, board, cfg: PPOConfig, step: int, epoch: int, row: dict, buffer, tokenizer, total, alarm=None
-) -> None:
-    run.metrics({"step": step, "epoch": epoch, **row})
-    if board:
-        for key, value in row.items():
-            board.add_scalar(key, value, step)
-    if cfg.sample_every and step % cfg.sample_every == 0:
-        log_samples(run, step, buffer[0], tokenizer)
-    run.status("running", step=step, total_steps=total, **alarm_field(alarm))
-
-
-def alarm_field(alarm: str | None) -> dict:
-    return {"alarm": alarm} if alarm else {}
-
-
-def checkpoint_due(cfg: PPOConfig, step: int, total: int) -> bool:
-    """Every save_every steps before the last (the last one's is `finish`'s)."""
-    return bool(cfg.save_every) and step % cfg.save_every == 0 and step < total
-
-
-def judge_checkpoint(m: Models, cfg: PPOConfig, run: RunFiles, step: int, kl_ctl: float, watch: Watch) -> str | None:
-    """Checkpoint, evaluate on the held-out prompts and feed the watch; the alarm's reason if it fires here (every
-    rank decides alike: they evaluate the same prompts)."""
-    save_checkpoint(m, Path(cfg.output_dir) / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
-    row = evaluate_checkpoint(m, cfg, run, step)
-    return watch_checkpoint(watch, row) if row else None
-
-
-def step_end(
-    m: Models, cfg: PPOConfig, run: RunFiles, step: int, total: int, kl_ctl: float, alarm=None, saved=False
-) -> bool:
-    """A Stop (the app's, `rlhf`'s, or the alarm's with --stop-on-overoptimization) checkpoints, unless this step
-    was just saved, and ends the run (False)."""
-    if step < total and stop_requested(cfg.output_dir, m.device):
-        if not saved:
-            save_checkpoint(m, Path(cfg.output_dir) / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
-        run.metrics({"event": "stopped", "step": step})
-        run.status("stopped", step=step, total_steps=total, **alarm_field(alarm))
-        return False
-    return True
-
-
-def evaluate_checkpoint(m: Models, cfg: PPOConfig, run: RunFiles, step: int) -> dict | None:
-    """The actor on the held-out prompts (training/checkpoints.py), saved as RUN/checkpoints/actor-stepN; the
-    evaluation's row (None without held-out prompts)."""
-    if not m.eval_prompts:
-        return None
-    row = evaluate(m, m.eval_prompts, m.tokenizer, cfg, step)
-    row["actor"] = str(checkpoint_folder(cfg.output_dir, step))
-    lora = bool(cfg.actor_lora_rank)
-    save_hf(m.actor, m.actor.module, m.tokenizer, Path(row["actor"]), run.rank, cfg.zero_stage == 3, lora, keep=True)
-    record_checkpoint(run, cfg, row)
-    return row
-
-
-def record_checkpoint(run: RunFiles, cfg: PPOConfig, row: dict) -> None:
-    """A row in RUN/checkpoints.jsonl and a `checkpoint` metrics line (the Train tab plots it)."""
-    if run.rank == 0:
-        with (Path(cfg.output_dir) / CHECKPOINTS_FILE).open("a") as f:
-            f.write(json.dumps(row) + "\n")
-    means = {f"checkpoint/{k}": v for k, v in row.items() if k != "step" and not isinstance(v, list)}
-    run.metrics({"event": "checkpoint", "step": row["step"], **means})  # the per-prompt lists stay in the file
-
-
-def keep_best(run: RunFiles, cfg: PPOConfig, last: dict) -> dict:
-    """The best evaluated checkpoint, the last one included; with --keep-best it becomes RUN/actor (the last one
-    moves to RUN/actor_last). Returns the final metrics' best/... keys."""
-    out = Path(cfg.output_dir)
-    last["actor"] = str(out / "actor")
-    best = best_checkpoint([r for r in read_checkpoints(out) if r["step"] < last["step"]] + [last])
-    if cfg.keep_best and best["step"] != last["step"]:
-        last["actor"] = str(out / "actor_last")
-        if run.rank == 0:
-            (out / "actor").rename(out / "actor_last")
-            link_tree(Path(best["actor"]), out / "actor")
-    record_checkpoint(run, cfg, last)
-    return {f"best/{k}": v for k, v in best.items() if k != "actor"}
 
 
 def finish(
@@ -576,11 +374,7 @@ def finish(
     if m.ref_fingerprint:
         final["reference/sha256_start"] = m.ref_fingerprint
         final["reference/sha256_end"] = param_fingerprint(m.ref)
-    if last is not None:
-        fired = watch_checkpoint(watch, last)  # the last evaluation is evidence too (the run ends here anyway)
-        if fired:
-            on_alarm(run, cfg, step, fired)
-        final.update(keep_best(run, cfg, last))
+    final.update(judge_last(run, cfg, step, watch, last))
     final.update(peak_memory())
     final.update(model_memory(m))
     run.metrics({"event": "final", "step": step, **final})
