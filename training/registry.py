@@ -14,6 +14,7 @@ from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
+from training.rloo.config import RLOOConfig
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,34 @@ TRAINERS: dict[str, Trainer] = {
             command="train-dpo",
             button=("Train DPO", "train-dpo", "train_dpo"),
             form_title="DPO settings (the policy learns from the same pairs; no reward model)",
+        ),
+        Trainer(
+            kind="rloo",
+            title="RLOO",
+            config=RLOOConfig,
+            module="training.rloo.train",
+            prefix="rloo",
+            output="actor",
+            policy=True,
+            step_key="loss/actor",
+            plots=(
+                "reward/score_mean",
+                "reward/kl",
+                "loss/actor",
+                "rloo/advantage_abs_mean",
+                "policy/clipfrac",
+                "response/length_mean",
+                "perf/tokens_per_s",
+                "watch/heldout_score_mean",
+                "checkpoint/heldout_score_mean",
+                "checkpoint/score_mean",
+            ),
+            headline=_ppo_headline,
+            progress=_ppo_progress,
+            data="prompts",
+            command="train-rloo",
+            button=("Run RLOO", "run-rloo", "run_rloo"),
+            form_title="RLOO settings (k responses per prompt, each baselined by the others; no critic)",
         ),
     )
 }

@@ -1,0 +1,60 @@
+"""training/rloo/losses.py by hand: the sequence reward, the leave-one-out baseline, REINFORCE."""
+
+import pytest
+import torch
+
+from training.rloo.losses import leave_one_out_advantages, reinforce_loss, sequence_rewards, token_advantages
+
+
+def test_the_sequence_reward_is_the_clipped_score_less_the_masked_kl_sum():
+    scores = torch.tensor([1.0, 7.0])
+    kl = torch.tensor([[0.1, 0.2, 9.0], [0.5, -0.1, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    # 1 - 0.5 * (0.1 + 0.2) = 0.85 (the 9 is masked); clip(7, 5) - 0.5 * (0.5 - 0.1) = 4.8
+    assert sequence_rewards(scores, kl, mask, kl_ctl=0.5).tolist() == pytest.approx([0.85, 4.8])
+
+
+@pytest.mark.parametrize(
+    "rewards, k, expected",
+    [
+        ([1.0, 3.0], 2, [-2.0, 2.0]),  # 1 - 3, 3 - 1
+        ([1.0, 2.0, 6.0], 3, [-3.0, -1.5, 4.5]),  # 1 - (2+6)/2, 2 - (1+6)/2, 6 - (1+2)/2
+        ([1.0, 2.0, 6.0, 0.0, 0.0, 3.0], 3, [-3.0, -1.5, 4.5, -1.5, -1.5, 3.0]),  # two prompts, apart
+        ([4.0, 4.0, 4.0, 4.0], 4, [0.0, 0.0, 0.0, 0.0]),  # equal rewards: nothing to learn
+    ],
+)
+def test_leave_one_out_advantages_by_hand(rewards, k, expected):
+    assert leave_one_out_advantages(torch.tensor(rewards), k).tolist() == pytest.approx(expected)
+
+
+def test_leave_one_out_matches_a_plain_loop_and_sums_to_zero_per_prompt():
+    torch.manual_seed(0)
+    k, prompts = 4, 5
+    rewards = torch.randn(prompts * k, dtype=torch.float64)
+    got = leave_one_out_advantages(rewards, k)
+    for p in range(prompts):
+        group = rewards[p * k : (p + 1) * k].tolist()
+        for j in range(k):
+            others = group[:j] + group[j + 1 :]
+            assert got[p * k + j].item() == pytest.approx(group[j] - sum(others) / (k - 1))
+        assert got[p * k : (p + 1) * k].sum().item() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_leave_one_out_refuses_k_below_two_or_a_broken_group():
+    with pytest.raises(ValueError, match="k >= 2"):
+        leave_one_out_advantages(torch.zeros(3), 1)
+    with pytest.raises(ValueError, match="not whole groups of k = 2"):
+        leave_one_out_advantages(torch.zeros(3), 2)
+
+
+def test_every_response_token_carries_its_sequence_advantage_and_reinforce_by_hand():
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    a = token_advantages(torch.tensor([2.0, -1.0]), mask)
+    assert a.tolist() == [[2.0, 2.0], [-1.0, 0.0]]
+    assert token_advantages(torch.tensor([0.5, -1.5]), mask.long()).tolist() == [[0.5, 0.5], [-1.5, 0.0]]  # rollout's
+    logprobs = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]], requires_grad=True)
+    loss = reinforce_loss(logprobs, a, mask)
+    # -(2 * -1 + 2 * -2 + -1 * -0.5) / 3 tokens = 5.5 / 3
+    assert loss.item() == pytest.approx(5.5 / 3)
+    loss.backward()
+    assert logprobs.grad.flatten().tolist() == pytest.approx([-2 / 3, -2 / 3, 1 / 3, 0.0])  # -A / 3 a token

@@ -1,0 +1,38 @@
+"""RLOO settings (Ahmadian et al. 2024): the fields every trainer on prompts shares are training/prompts_config.py's;
+these are RLOO's own: k responses per prompt, the loss (PPO's clipped ratio or plain REINFORCE) and the passes over
+each rollout. Defaults follow TRL's RLOOTrainer where it has one (k = 4 in the paper's strongest setting, one pass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from training.prompts_config import PromptsConfig
+
+LOSSES = ("clipped", "reinforce")
+
+
+@dataclass
+class RLOOConfig(PromptsConfig):
+    KIND = "rloo"
+    k: int = field(default=4, metadata={"help": "responses per prompt; each is baselined by the other k - 1's reward"})
+    loss: str = field(
+        default="clipped", metadata={"help": "clipped (PPO's clipped ratio, token mean) or reinforce (plain)"}
+    )
+    update_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (reinforce: 1)"})
+    minibatch_size: int = field(default=8, metadata={"help": "sequences per rank per update micro-batch"})
+
+    @property
+    def sequences(self) -> int:
+        """Sequences per rank per step: generation_batch_size prompts, k responses each."""
+        return self.generation_batch_size * self.k
+
+    def check(self) -> None:
+        super().check()
+        if self.k < 2:
+            raise ValueError(f"k must be >= 2: the leave-one-out baseline needs another response, got {self.k}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be clipped or reinforce, got {self.loss}")
+        if min(self.update_epochs, self.minibatch_size) < 1:
+            raise ValueError("update_epochs and minibatch_size must be >= 1")
+        if self.loss == "reinforce" and self.update_epochs != 1:
+            raise ValueError("plain REINFORCE is on-policy: update_epochs must be 1 (use loss=clipped for more)")

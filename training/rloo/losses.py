@@ -1,0 +1,50 @@
+"""RLOO's math (Ahmadian et al. 2024, "Back to Basics"), as pure functions: tensors in, tensors out (imports only
+torch). k responses are sampled for each prompt; the k rows of one prompt are adjacent (prompt-major: row
+p * k + j is the j-th response of prompt p).
+
+Each response's reward is one number per sequence: the clipped reward-model score minus the KL penalty summed over
+its tokens, R_i = clip(score_i) - kl_ctl * sum_t KL_t (TRL's and OpenRLHF's RLOO put the KL into the reward the same
+way). Its advantage is R_i minus the mean reward of the other k - 1 responses to the same prompt, the leave-one-out
+baseline: an unbiased baseline with no critic. Every token of the response carries that advantage.
+
+Shapes: N = P * k sequences, T response positions."""
+
+from __future__ import annotations
+
+import torch
+
+
+def sequence_rewards(
+    scores: torch.Tensor,
+    kl: torch.Tensor,
+    mask: torch.Tensor,
+    kl_ctl: float,
+    clip_reward_value: float = 5.0,
+) -> torch.Tensor:
+    """R (N,) = clip(scores, +-clip_reward_value) - kl_ctl * sum_t kl * mask; scores (N,), kl and mask (N, T)."""
+    return scores.clamp(-clip_reward_value, clip_reward_value) - kl_ctl * (kl * mask).sum(1)
+
+
+def leave_one_out_advantages(rewards: torch.Tensor, k: int) -> torch.Tensor:
+    """A_i = R_i - mean_{j != i} R_j within each prompt's k responses; rewards (N,) prompt-major, N = P * k, k >= 2.
+
+    Equivalently A_i = k / (k - 1) * (R_i - mean_j R_j): the k advantages of a prompt sum to zero."""
+    if k < 2:
+        raise ValueError(f"the leave-one-out baseline needs k >= 2 responses per prompt, got {k}")
+    if rewards.shape[0] % k:
+        raise ValueError(f"{rewards.shape[0]} rewards are not whole groups of k = {k}")
+    grouped = rewards.view(-1, k)  # (P, k)
+    baseline = (grouped.sum(1, keepdim=True) - grouped) / (k - 1)
+    return (grouped - baseline).view(-1)
+
+
+def token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each sequence's advantage (N,) on every one of its response tokens: (N, T) in the advantages' dtype, zero
+    outside the mask (which may be an integer tensor, as the rollout's is)."""
+    return advantages.unsqueeze(1) * mask.to(advantages.dtype)
+
+
+def reinforce_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Plain REINFORCE with the leave-one-out baseline: -sum(A * logprobs * mask) / sum(mask), all (N, T). Its
+    gradient equals the clipped loss's on the first update of a batch (the ratio is 1 there, nothing is clipped)."""
+    return -(advantages * logprobs * mask).sum() / mask.sum()
