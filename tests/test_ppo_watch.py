@@ -157,9 +157,11 @@ def test_no_alarm_when_the_judge_agrees(tmp_path, talker, words_ensemble, prompt
     """The same run with a held-out judge that pays for length too (a second copy of the optimised member): the
     judge rises with the optimised score, and the alarm stays quiet."""
     agreeing = hand_ensemble(tmp_path / "agreeing", [words_ensemble / "members/0/model"] * 2)
-    run = ppo(tmp_path, talker, agreeing, prompts, *HACK, "--eval-prompts", str(held_prompts))
+    # half the hackable run (12 steps, 6 evaluations): the hackable runs' alarms fire at step 16, and a quiet run's
+    # false-alarm rate is the simulation's (tests/test_watch.py)
+    run = ppo(tmp_path, talker, agreeing, prompts, *HACK, "--max-steps", "12", "--eval-prompts", str(held_prompts))
     evaluations = [json.loads(x) for x in (run / "checkpoints.jsonl").read_text().splitlines()]
-    assert len(evaluations) == 12 and evaluations[-1]["heldout_score_mean"] > evaluations[0]["heldout_score_mean"]
+    assert len(evaluations) == 6 and evaluations[-1]["heldout_score_mean"] > evaluations[0]["heldout_score_mean"]
     assert not any(r.get("event") == "alarm" for r in rows_of(run))
     assert "alarm" not in json.loads((run / "status.json").read_text())
 
