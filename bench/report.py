@@ -274,6 +274,14 @@ def _gpu(report: dict) -> list[str]:
     return out
 
 
+def _rloo(rows: list[dict]) -> list[str]:
+    from bench.rloo import __doc__ as about
+    from bench.rloo import table
+
+    intro = " ".join(about.split())
+    return ["## RLOO step against PPO's", "", intro, "", *table(rows)]
+
+
 SECTIONS = {
     "pairs": _pairs,
     "sampling": _sampling,
@@ -281,6 +289,7 @@ SECTIONS = {
     "reward": _reward,
     "dpo": _dpo,
     "ppo": _ppo,
+    "rloo": _rloo,
 }
 
 

@@ -11,7 +11,7 @@ import json
 import os
 import platform
 
-from bench import annotation_latency, dpo, pairs, ppo, reward, sampling
+from bench import annotation_latency, dpo, pairs, ppo, reward, rloo, sampling
 from bench import report as page
 
 
@@ -48,7 +48,7 @@ def print_pairs_trainer(title: str, rows: list[dict]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward", "dpo", "ppo"])
+    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward", "dpo", "ppo", "rloo"])
     p.add_argument("--reward-rankings", type=int, default=64, help="K = 4 rankings (6 pairs each)")
     p.add_argument("--dpo-pairs", type=int, default=192, help="pairs per DPO run (a multiple of 12)")
     p.add_argument("--rankings", type=int, default=1_000_000)
@@ -84,6 +84,9 @@ def main() -> None:
     if args.only in (None, "ppo"):
         report["ppo"] = ppo.run()
         print_ppo(report["ppo"])
+    if args.only in (None, "rloo"):
+        report["rloo"] = rloo.run()
+        print("\n" + "\n".join(rloo.table(report["rloo"])))
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     report["ran_at"] = {
         **report.get("ran_at", {}),

@@ -88,3 +88,16 @@ def test_the_ppo_profile_gives_each_part_its_share_and_the_rest_as_other():
     before = {**row, "rlhf_studio": {**row["rlhf_studio"], "gen_s": 3.0, "score_s": 4.0, "train_s": 5.0}}
     page = report.render({"machine": "m", "ppo": [row], "ppo_before": [before]})
     assert "| fp32 | 8.00 | 3.00 | 4.00 | 5.00 | 16.00 | 2.00x | 7000 / 8750 |" in page
+
+
+def test_the_rloo_section_sets_rloo_beside_ppo_on_the_same_tokens():
+    from bench import report
+
+    ppo = {"s_per_step": 10.0, "peak_rss_mb": 8000.0, "memory": {"actor": 500, "actor_optimizer": 1000, "critic": 500}}
+    rloo = {"s_per_step": 8.0, "peak_rss_mb": 6000.0, "memory": {"actor": 500, "actor_optimizer": 1000}}
+    row = {"dtype": "bf16", "ppo": ppo, "rloo": rloo, "speed_ratio": 10.0 / 8.0, "memory_ratio": 6000.0 / 8000.0}
+    page = report.render({"machine": "m", "rloo": [row]})
+    assert "## RLOO step against PPO's" in page and "4 prompts x k = 4" in page
+    assert "| bf16 | PPO | 16 x 1 | 10.00 | 8000 | 2000 |" in page  # 500 + 1000 + 500
+    assert "| bf16 | RLOO | 4 x 4 | 8.00 | 6000 | 1500 |" in page
+    assert "| bf16 | ratio | | 1.25x faster | 0.75x the memory | |" in page
