@@ -1,7 +1,9 @@
 """RLOO through `rlhf train-rloo` on CPU with tiny models: k responses per prompt, the leave-one-out baseline and no
-critic learn the same known reward PPO's test uses; checkpoints judged on held-out prompts, the best kept."""
+critic learn the same known reward PPO's test uses; checkpoints judged on held-out prompts, the best kept;
+Stop and --resume."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -22,20 +24,48 @@ def prompts_file(tmp_path_factory) -> Path:
     return path
 
 
-def rloo(db: str, runs: Path, actor: Path, reward: Path, prompts: Path, *flags: str) -> Path:
-    from app.cli import main
-
-    args = ["--db", db, "train-rloo", "--actor", str(actor), "--reward", str(reward), "--prompts", str(prompts)]
-    assert main([*args, "--runs-dir", str(runs), "--max-new-tokens", "16", *flags]) == 0
-    (run,) = runs.iterdir()
-    return run
-
-
 @pytest.mark.integration
-def test_rloo_learns_a_known_reward_with_no_critic(tmp_path, db, tiny_model_dir, liked_rm, prompts_file):
-    flags = ["--k", "4", "--generation-batch-size", "4", "--max-steps", "8", "--epochs", "10", "--top-k", "20"]
-    flags += ["--actor-lr", "3e-3", "--save-every", "4", "--eval-prompts", str(prompts_file), "--eval-limit", "8"]
-    run = rloo(db, tmp_path / "runs", tiny_model_dir, liked_rm, prompts_file, *flags, "--keep-best")
+def test_rloo_learns_a_known_reward_with_no_critic_and_stops_and_resumes(
+    tmp_path, db, cli, tiny_model_dir, liked_rm, prompts_file
+):
+    from app.training import follow, prepare_run
+    from training.launcher import launch
+    from training.rloo.config import RLOOConfig
+    from training.runs import read_metrics, read_status
+
+    cfg = RLOOConfig(
+        actor=str(tiny_model_dir),
+        reward=str(liked_rm),
+        prompts=str(prompts_file),
+        k=4,
+        generation_batch_size=4,
+        max_new_tokens=16,
+        max_steps=8,
+        epochs=10,
+        top_k=20,
+        actor_lr=3e-3,
+        save_every=4,
+        eval_prompts=str(prompts_file),
+        eval_limit=8,
+        keep_best=True,
+    )
+    runs = tmp_path / "runs"
+    run = prepare_run(db, cfg, runs, str(prompts_file))
+    proc = launch("rloo", run)
+    deadline = time.monotonic() + 300
+    while not any(r.get("step", 0) >= 2 and "loss/actor" in r for r in read_metrics(run)):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    code, out, _ = cli("stop", run.name, "--runs-dir", str(runs))
+    assert code == 0 and "stop" in out
+    status = follow(run, proc, poll_s=0.2)
+    stopped = next(r for r in read_metrics(run) if r.get("event") == "stopped")
+    assert status["state"] == "stopped" and status["step"] == stopped["step"] < 8
+    assert (run / "checkpoints" / "actor" / "latest").read_text().strip() == f"step{stopped['step']}"
+    code, _, err = cli("train-rloo", "--resume", run.name, "--runs-dir", str(runs))
+    assert code == 0, err
+    assert read_status(run)["state"] == "finished"
+    assert next(r for r in read_metrics(run) if r.get("event") == "resumed")["step"] == stopped["step"]
     steps = steps_of(run)
     assert sorted(steps) == list(range(1, 9))
     assert steps[1]["reward/kl"] == pytest.approx(0.0, abs=1e-3)  # actor == reference before the first update
@@ -45,7 +75,7 @@ def test_rloo_learns_a_known_reward_with_no_critic(tmp_path, db, tiny_model_dir,
     # 4 prompts x k = 4 responses a step, in minibatches of 8: two updates a step, each with its own forward
     assert steps[3]["perf/part/actor_step_s"] > 0 and "perf/part/critic_forward_s" not in steps[3]
     # no critic: three models, one optimizer
-    final = json.loads((run / "status.json").read_text())["final"]
+    final = read_status(run)["final"]
     assert "memory/critic_mb" not in final and final["memory/reference_mb"] == final["memory/actor_mb"] > 0
     # checkpoints at steps 4 and 8 judged on the held-out prompts; the best one is RUN/actor
     evaluated = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
