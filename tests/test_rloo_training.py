@@ -4,29 +4,21 @@ Stop and --resume."""
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import query
-from tests.test_ppo_training import build_liked_token_rm, rows_of, steps_of
-
-
-@pytest.fixture(scope="module")
-def liked_rm(tmp_path_factory, tiny_model_dir) -> Path:
-    return build_liked_token_rm(tiny_model_dir, tmp_path_factory.mktemp("liked-rm"))
-
-
-@pytest.fixture(scope="module")
-def prompts_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
-    path.write_text("\n".join(f"Tell me something about topic number {i}." for i in range(48)) + "\n")
-    return path
+from tests.test_ppo_training import liked_rm, prompts_file, rows_of, steps_of  # noqa: F401 (fixtures)
 
 
 @pytest.mark.integration
 def test_rloo_learns_a_known_reward_with_no_critic_and_stops_and_resumes(
-    tmp_path, db, cli, tiny_model_dir, liked_rm, prompts_file
+    tmp_path,
+    db,
+    cli,
+    tiny_model_dir,
+    liked_rm,  # noqa: F811 (the imported fixtures)
+    prompts_file,  # noqa: F811
 ):
     from app.training import follow, prepare_run
     from training.launcher import launch
