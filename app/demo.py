@@ -31,7 +31,7 @@ from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from annotation.winrate import bootstrap_ci
 from app.demo_config import DemoConfig
-from app.demo_methods import method_rows, methods_of, run_dpo
+from app.demo_methods import method_rows, methods_of, run_dpo, run_rloo
 from app.sampling import run_sampling
 from app.training import prepare_run, run_training
 from store.db import connect, write
@@ -46,7 +46,12 @@ from training.runs import read_metrics, read_status
 from training.scoring import score_texts
 
 DEMO_PROMPTS = "demo_prompts.txt"
-SAMPLE_KEYS = (("reference", "reference"), ("actor", "ppo"), ("dpo", "dpo"))  # samples.jsonl key, method
+SAMPLE_KEYS = (
+    ("reference", "reference"),
+    ("actor", "ppo"),
+    ("dpo", "dpo"),
+    ("rloo", "rloo"),
+)  # samples.jsonl key, method
 
 
 # What "it worked" means: the thresholds for the full demo, the right direction for --quick. A bar at
@@ -251,6 +256,9 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     dpo = run_dpo(cfg, db, model, rm_run, heldout, texts, log) if "dpo" in methods_of(cfg) else {}
     if dpo:
         t = lap("DPO (training and evaluation)", t)
+    rloo = run_rloo(cfg, db, model, rm_run, ppo_run, heldout, texts, log) if "rloo" in methods_of(cfg) else {}
+    if rloo:
+        t = lap("RLOO (training and evaluation)", t)
 
     results = {
         "quick": quick,
@@ -268,6 +276,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         **ppo_curve(ppo_run),
         **watch,
         **dpo,
+        **rloo,
         "timings_s": timings,
         "total_s": round(time.time() - t0, 1),
     }
@@ -498,8 +507,12 @@ def headline(r: dict) -> list[str]:
         f"win rate of the actor over the reference (scripted annotator): {r['win_rate']:.1%} "
         f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
     ]
-    if "dpo_vs_reference" in r:
-        lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
+    lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
+    if "rloo_kl" in r:
+        lines.append(
+            f"KL to the reference at the last training step: PPO {_nats(r['kl_per_step'][-1])}, RLOO "
+            f"{_nats(r['rloo_kl'])} nats"
+        )
     if r.get("watch"):
         from app.demo_watch import finding_lines
 

@@ -34,7 +34,10 @@ class DemoConfig:
         },
     )
     best_of: int = field(default=16, metadata={"help": "best-of-N of the reference for N = 1, 2, 4, ... up to this"})
-    methods: str = field(default="ppo,dpo", metadata={"help": "ppo, or ppo,dpo: DPO from the same pairs too"})
+    methods: str = field(
+        default="ppo,dpo",
+        metadata={"help": "ppo, plus dpo (the same pairs) and rloo (the same reward model): ppo,dpo,rloo"},
+    )
     dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
     dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})

@@ -1,5 +1,6 @@
-"""`rlhf demo --methods ppo,dpo`: DPO from the very pairs the reward model learned from (its snapshot), judged by
-the same scripted annotator on the same held-out prompts: each method against the reference, and PPO against DPO,
+"""`rlhf demo --methods ppo,dpo,rloo`: DPO from the very pairs the reward model learned from (its snapshot), and
+RLOO against the very reward model PPO optimised, on the same prompts with the same sequences per step, judged by
+the same scripted annotator on the same held-out prompts: each method against the reference, and PPO against each,
 with bootstrap intervals over prompts."""
 
 from __future__ import annotations
@@ -8,12 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.demo_config import DemoConfig
-from app.training import prepare_pairs_run, run_training
+from app.training import prepare_pairs_run, prepare_run, run_training
 from store.errors import UserError
 from training.dpo.config import DPOConfig
 from training.registry import run_config, trainer
+from training.rloo.config import RLOOConfig
+from training.runs import read_status
 
-METHODS = ("ppo", "dpo")
+METHODS = ("ppo", "dpo", "rloo")
+RLOO_K = 4  # responses per prompt; its steps sample as many sequences as PPO's
 
 
 def methods_of(cfg: DemoConfig) -> list[str]:
@@ -21,8 +25,32 @@ def methods_of(cfg: DemoConfig) -> list[str]:
     names = [m.strip() for m in cfg.methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in METHODS]
     if unknown or "ppo" not in names:
-        raise UserError(f"--methods must name ppo and optionally dpo (ppo,dpo), got {cfg.methods!r}")
+        raise UserError(f"--methods must name ppo and optionally dpo and rloo (ppo,dpo,rloo), got {cfg.methods!r}")
     return names
+
+
+def train_and_sample(
+    kind: str, run: Path, cfg: DemoConfig, heldout: list[str], texts: dict, seed: int, log: Callable[[str], None]
+) -> dict:
+    """Train a prepared run through the launcher (its progress logged), then sample its policy on the held-out
+    prompts into texts[kind]; returns the run's final status."""
+    from app.demo import sample_texts, sampling_config
+    from training.generation import Sampler
+
+    spec = trainer(kind)
+
+    def show(row: dict) -> None:
+        line = spec.progress(row)
+        if line:
+            log(f"{spec.title} {line}")
+
+    status = run_training(kind, run, on_metrics=show)
+    if status.get("state") != "finished":
+        raise UserError(f"the demo's {spec.title} run {run.name} {status.get('state')}: {status.get('error', run)}")
+    sampler = Sampler(sampling_config(cfg, str(run / spec.output)))
+    texts[kind] = sample_texts(sampler, heldout, cfg.k, seed)
+    del sampler
+    return status
 
 
 def run_dpo(
@@ -36,26 +64,14 @@ def run_dpo(
 ) -> dict:
     """Train DPO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
     against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'."""
-    from app.demo import compare, mean_words, sample_texts, sampling_config
-    from training.generation import Sampler
+    from app.demo import compare, mean_words
 
     data = run_config(rm_run)["data"]  # the reward model's snapshot: the same pairs, split the same way
     dpo_cfg = DPOConfig(
         model=model, beta=cfg.dpo_beta, lr=cfg.dpo_lr, epochs=cfg.dpo_epochs, dtype=cfg.dtype, seed=cfg.seed
     )
     run = prepare_pairs_run(db, dpo_cfg, rm_run.parent, data)
-
-    def show(row: dict) -> None:
-        line = trainer("dpo").progress(row)
-        if line:
-            log(f"DPO {line}")
-
-    status = run_training("dpo", run, on_metrics=show)
-    if status.get("state") != "finished":
-        raise UserError(f"the demo's DPO run {run.name} {status.get('state')}: {status.get('error', run)}")
-    sampler = Sampler(sampling_config(cfg, str(run / trainer("dpo").output)))
-    texts["dpo"] = sample_texts(sampler, heldout, cfg.k, cfg.seed + 3 * 10**6)
-    del sampler
+    status = train_and_sample("dpo", run, cfg, heldout, texts, cfg.seed + 3 * 10**6, log)
     return {
         "dpo_run": run.name,
         "dpo_eval_accuracy": status["final"].get("eval/dpo_accuracy"),
@@ -65,12 +81,54 @@ def run_dpo(
     }
 
 
+def run_rloo(
+    cfg: DemoConfig,
+    db: str,
+    model: str,
+    rm_run: Path,
+    ppo_run: Path,
+    heldout: list[str],
+    texts: dict[str, list[list[str]]],
+    log: Callable[[str], None],
+) -> dict:
+    """RLOO with PPO's settings where they mean the same (reward model, prompts, lengths, learning rate, KL
+    coefficient), RLOO_K responses per prompt, and PPO's sequences per step and steps (so as many sequences
+    sampled); its actor sampled on the held-out prompts and judged against the reference and against PPO's actor.
+    KL: its last training step's, as PPO's is read."""
+    from app.demo import compare, mean_words
+
+    ppo = run_config(ppo_run)
+    shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed")
+    rloo_cfg = RLOOConfig(
+        actor=model,
+        reward=str(rm_run),
+        k=RLOO_K,
+        generation_batch_size=max(1, ppo["generation_batch_size"] // RLOO_K),
+        max_steps=read_status(ppo_run)["total_steps"],  # as many steps as PPO took: as many sequences sampled
+        epochs=10**6,  # max_steps decides; RLOO sees fewer distinct prompts, each k times
+        **{key: ppo[key] for key in shared},
+    )
+    run = prepare_run(db, rloo_cfg, ppo_run.parent)
+    status = train_and_sample("rloo", run, cfg, heldout, texts, cfg.seed + 4 * 10**6, log)
+    return {
+        "rloo_run": run.name,
+        "rloo_kl": status["final"].get("reward/kl"),
+        "rloo_score": status["final"].get("reward/score_mean"),
+        "words_rloo": mean_words(texts["rloo"]),
+        "rloo_vs_reference": compare(texts["rloo"], texts["reference"], cfg.seed),
+        "ppo_vs_rloo": compare(texts["ppo"], texts["rloo"], cfg.seed),
+    }
+
+
 def method_rows(r: dict) -> list[tuple[str, float, list[float]]]:
-    """The report's three-way table: (matchup, win rate, 95% interval)."""
+    """The report's methods table: (matchup, win rate, 95% interval)."""
     rows = [("PPO actor vs reference", r["win_rate"], r["win_rate_ci95"])]
     if "dpo_vs_reference" in r:
         rows.append(("DPO policy vs reference", r["dpo_vs_reference"]["win_rate"], r["dpo_vs_reference"]["ci95"]))
         rows.append(("PPO actor vs DPO policy", r["ppo_vs_dpo"]["win_rate"], r["ppo_vs_dpo"]["ci95"]))
+    if "rloo_vs_reference" in r:
+        rows.append(("RLOO actor vs reference", r["rloo_vs_reference"]["win_rate"], r["rloo_vs_reference"]["ci95"]))
+        rows.append(("PPO actor vs RLOO actor", r["ppo_vs_rloo"]["win_rate"], r["ppo_vs_rloo"]["ci95"]))
     return rows
 
 

@@ -78,6 +78,8 @@ def _what_ran(r: dict) -> str:
     """The report's opening: who ranked what, which runs trained on it, and what the numbers are measured on."""
     c = r["config"]
     dpo = f"; DPO (run `{r['dpo_run']}`) tuned it on the same pairs directly" if "dpo_run" in r else ""
+    if "rloo_run" in r:
+        dpo += f"; RLOO (run `{r['rloo_run']}`) against the same reward model, with no critic"
     return f"""\
 The scripted annotator ("{scripted.NAME}", `annotation/scripted.py`) prefers concise answers: fewer words win,
 counted in steps of {scripted.WORDS_PER_STEP} words (answers in the same step tie), and an answer under

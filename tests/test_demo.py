@@ -62,7 +62,8 @@ def test_too_few_prompts_to_hold_some_out_is_one_error():
 def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_path, capsys):
     from app.cli import main
 
-    assert main(["--db", str(tmp_path / "unused.duckdb"), "demo", "--quick", "--runs-dir", str(tmp_path)]) == 0
+    flags = ["demo", "--quick", "--methods", "ppo,dpo,rloo", "--runs-dir", str(tmp_path)]
+    assert main(["--db", str(tmp_path / "unused.duckdb"), *flags]) == 0
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
     out = capsys.readouterr().out
     assert "PASS  the actor's mean reward-model score rose" in out and "FAIL" not in out
@@ -95,6 +96,16 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert r["watch"]["chosen_step"] in steps and "checkpoint chosen by the held-out judge" in out
     for png in ("win_rate_vs_kl.png", "watch.png"):
         assert f"({png})" in report and (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # RLOO on the same reward model and prompts, PPO's sequences per step, judged the same way
+    from training.registry import run_config
+
+    rloo, ppo = run_config(folder / "runs" / r["rloo_run"]), run_config(folder / "runs" / r["ppo_run"])
+    assert rloo["reward"] == ppo["reward"] and Path(rloo["prompts"]).read_text() == Path(ppo["prompts"]).read_text()
+    assert rloo["k"] * rloo["generation_batch_size"] == ppo["generation_batch_size"]
+    assert rloo["max_steps"] == r["ppo_steps"]  # as many sequences sampled as PPO
+    assert 0 <= r["rloo_vs_reference"]["win_rate"] <= 1 and r["rloo_kl"] > 0
+    assert "|RLOO actor vs reference|" in report and "|PPO actor vs RLOO actor|" in report
+    assert all(len(json.loads(line)["rloo"]) == r["config"]["k"] for line in (folder / "samples.jsonl").open())
 
 
 @pytest.mark.parametrize(
@@ -210,7 +221,7 @@ def test_demo_methods_must_name_ppo_and_may_add_dpo(tmp_path, capsys, methods):
     assert not (tmp_path / "runs").exists()
 
 
-def test_the_three_way_table_by_hand():
+def test_the_methods_table_by_hand():
     from app.demo_methods import method_rows, method_table
 
     r = {
@@ -228,6 +239,10 @@ def test_the_three_way_table_by_hand():
     assert table[2] == "|PPO actor vs reference|75.0%|60.0%-90.0%|"
     assert table[4] == "|PPO actor vs DPO policy|50.0%|25.0%-75.0%|"
     assert len(method_rows({"win_rate": 0.7, "win_rate_ci95": [0.5, 0.8]})) == 1  # --methods ppo: one row
+    r["rloo_vs_reference"] = {"win_rate": 0.875, "ci95": [0.75, 1.0]}
+    r["ppo_vs_rloo"] = {"win_rate": 0.25, "ci95": [0.0, 0.5]}
+    table = method_table(r).splitlines()
+    assert table[5:] == ["|RLOO actor vs reference|87.5%|75.0%-100.0%|", "|PPO actor vs RLOO actor|25.0%|0.0%-50.0%|"]
 
 
 def test_a_dpo_at_chance_fails_its_check():
