@@ -26,6 +26,12 @@ class RLOOConfig(PromptsConfig):
         """Sequences per rank per step: generation_batch_size prompts, k responses each."""
         return self.generation_batch_size * self.k
 
+    @property
+    def single_pass(self) -> bool:
+        """One pass over one minibatch holding the whole rollout: the old log-probs are exactly those of the
+        update's own forward, so the scoring forward of the actor is the update's (as single-pass PPO)."""
+        return self.update_epochs == 1 and self.minibatch_size >= self.sequences
+
     def check(self) -> None:
         super().check()
         if self.k < 2:

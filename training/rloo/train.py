@@ -104,9 +104,12 @@ def make_experience(
     m.actor.eval()
     seed_rollout(cfg, step, 0, rank)
     repeated = [p for p in prompts for _ in range(cfg.k)]
+    want = cfg.dtype == "fp32" and not cfg.single_pass
     with m.clock.part("decode"):
-        batch = rollout(m.generator(), repeated, m.tokenizer, cfg, m.synced, want_logprobs=cfg.dtype == "fp32")
-    exp = score(batch, m.actor, m.ref, None, m.judges, stats, cfg, clock=m.clock)
+        batch = rollout(m.generator(), repeated, m.tokenizer, cfg, m.synced, want_logprobs=want)
+    if cfg.single_pass:
+        m.actor.train()
+    exp = score(batch, m.actor, m.ref, None, m.judges, stats, cfg, live=cfg.single_pass, clock=m.clock)
     kl = kl_estimate(exp.logprobs, exp.ref_logprobs, cfg.kl_estimator)
     rewards = sequence_rewards(exp.scores.to(kl.dtype), kl, exp.mask, cfg.kl_ctl, cfg.clip_reward_value)
     exp.advantages = token_advantages(leave_one_out_advantages(rewards, cfg.k), exp.mask)
@@ -116,8 +119,11 @@ def make_experience(
 def update(m: Models, mb: Experience, cfg: RLOOConfig) -> dict:
     """One actor step on a minibatch; returns its statistics."""
     m.actor.train()
-    with m.clock.part("actor_forward"):
-        logprobs = response_logprobs(m.actor, mb.ids, mb.attention_mask, mb.prompt_len, mb.held)
+    if mb.live:  # single pass: the scoring forward was this forward
+        logprobs, mb.live = mb.live[0], None
+    else:
+        with m.clock.part("actor_forward"):
+            logprobs = response_logprobs(m.actor, mb.ids, mb.attention_mask, mb.prompt_len, mb.held)
     if cfg.loss == "reinforce":
         loss = reinforce_loss(logprobs, mb.advantages, mb.mask)
     else:
@@ -142,7 +148,9 @@ def updates_of(m: Models, exp: Experience, cfg: RLOOConfig, step: int) -> list[d
         starts = list(range(0, len(exp), cfg.minibatch_size))
         rng.shuffle(starts)
         for i in starts:
-            out.append(update(m, exp.select(torch.arange(i, min(i + cfg.minibatch_size, len(exp)))), cfg))
+            rows = torch.arange(i, min(i + cfg.minibatch_size, len(exp)))
+            # the rollout itself when one minibatch holds it (a single pass keeps its live forward)
+            out.append(update(m, exp if len(exp) <= cfg.minibatch_size else exp.select(rows), cfg))
     return out
 
 
