@@ -187,7 +187,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.demo import check, headline, new_demo_dir, run_demo
+    from app.demo import check, new_demo_dir, run_demo
+    from app.demo_report import headline
 
     cfg = demo_config(args)
     check(cfg)  # a bad setting is one line, before the demo folder exists
@@ -492,13 +493,13 @@ def _add_training_commands(sub) -> None:
         if spec.data == "pairs":
             s = sub.add_parser(
                 spec.command,
-                help=f"{spec.title} on DeepSpeed, from preference pairs (a snapshot of the store, or --pairs)",
+                help=f"{spec.title} ({spec.summary}) on DeepSpeed, from preference pairs (a snapshot or --pairs)",
             )
             s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
         else:
             s = sub.add_parser(
                 spec.command,
-                help=f"{spec.title} on DeepSpeed, from prompts (the store's or --prompts) and a reward model",
+                help=f"{spec.title} ({spec.summary}) on DeepSpeed, from prompts (the store's or --prompts)",
             )
             s.add_argument(
                 "--prompts", help="prompts .txt/.jsonl/.csv (read as `prompts add` reads them) or a snapshot folder"

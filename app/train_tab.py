@@ -40,6 +40,20 @@ def plot_updates(run: Path | None) -> list:
     return out
 
 
+def button_of(spec) -> tuple[str, str, str]:
+    """A trainer's start button, from its registry entry: (label, elem_id, api name). A trainer on pairs trains
+    ("Train reward model", train-rm), one on prompts runs ("Run PPO", run-ppo); the id follows its command."""
+    name = spec.title if spec.title.isupper() else spec.title.lower()
+    verb, stem = ("Train", "train") if spec.data == "pairs" else ("Run", "run")
+    elem_id = f"{stem}-{spec.command.removeprefix('train-')}"
+    return f"{verb} {name}", elem_id, elem_id.replace("-", "_")
+
+
+def form_title(spec) -> str:
+    """The accordion around a trainer's form: its title and what it is."""
+    return f"{spec.title} settings ({spec.summary})"
+
+
 def build_train_tab(ctx, demo) -> None:
     ui = SimpleNamespace(**_trainer_forms(), **_run_view(ctx))
     _wire(ctx, demo, ui)
@@ -54,14 +68,15 @@ def _trainer_forms() -> dict:
         prompts = gr.Textbox(label="PPO prompts file (empty: the store's prompts, train split)", value="")
     forms, config_files, buttons = {}, {}, {}
     for kind, spec in TRAINERS.items():
-        with gr.Accordion(spec.form_title, open=False):
+        with gr.Accordion(form_title(spec), open=False):
             config_files[kind] = gr.File(
                 label="Load a config.json", file_types=[".json"], height=80, elem_id=f"{spec.form_prefix}config-file"
             )
             forms[kind] = build_form(spec.config, spec.form_skip, prefix=spec.form_prefix)
     with gr.Row():
         for kind, spec in TRAINERS.items():
-            buttons[kind] = gr.Button(spec.button[0], elem_id=spec.button[1])
+            label, elem_id, _ = button_of(spec)
+            buttons[kind] = gr.Button(label, elem_id=elem_id)
         chain_btn = gr.Button("Reward model then PPO", variant="primary", elem_id="rm-then-ppo")
         chain_dpo = gr.Checkbox(label="then DPO from the same snapshot", value=False, elem_id="chain-dpo")
     pickers = {"data": data, "prompts": prompts, "forms": forms, "config_files": config_files}
@@ -143,7 +158,7 @@ def _wire(ctx, demo, ui) -> None:
 
     inputs = [ui.data, ui.prompts, ui.chain_dpo, *(c for comps in ui.forms.values() for c in comps)]
     views = [ui.table, ui.status, ui.samples, ui.log, *ui.plots]
-    clicks = [(ui.buttons[kind], kind, spec.button[2]) for kind, spec in TRAINERS.items()]
+    clicks = [(ui.buttons[kind], kind, button_of(spec)[2]) for kind, spec in TRAINERS.items()]
     clicks.append((ui.chain_btn, "chain", "rm_then_ppo"))
     view = admin_only(ctx, refresh, quiet=len(views))
     for btn, which, name in clicks:

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from tests.conftest import query
-from training.best_of_n import best_index, line, parse_ns, ranks_by_score, summary
+from training.best_of_n import line, parse_ns, ranks_by_score, summary
+from training.watch import best_index
 
 
 def test_picks_ranks_and_ns_by_hand():
@@ -28,6 +29,7 @@ def test_picks_ranks_and_ns_by_hand():
     assert [round(r["kl_bound"], 4) for r in rows] == [0.0, 0.1931, 0.6363]
 
 
+@pytest.mark.integration
 def test_best_of_n_on_tiny_models_keeps_the_top_scored_sample_and_imports(cli, db, tmp_path, tiny_model_dir):
     from tests.test_ppo_training import build_liked_token_rm
     from training.chat import score_reply

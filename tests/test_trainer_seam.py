@@ -38,8 +38,7 @@ TOY = Trainer(
     progress=lambda row: f"toy step {row['step']}" if "loss/toy" in row else None,
     data="prompts",
     command="train-toy",
-    button=("Train the toy", "train-toy", "train_toy"),
-    form_title="Toy settings",
+    summary="a toy on prompts",
 )
 
 
@@ -111,7 +110,22 @@ def test_a_registered_trainer_gets_a_form_and_a_button_in_the_train_tab(toy):
 
     with gr.Blocks():
         ui = _trainer_forms()
-    assert ui["buttons"]["toy"].elem_id == "train-toy" and ui["buttons"]["toy"].value == "Train the toy"
+    assert ui["buttons"]["toy"].elem_id == "run-toy" and ui["buttons"]["toy"].value == "Run toy"
     ids = [c.elem_id for c in ui["forms"]["toy"]]
     assert "toy-toy-baseline" in ids and "toy-max-new-tokens" in ids
     assert "toy-prompts" not in ids and "toy-output-dir" not in ids  # the picker and the launcher set those
+
+
+def test_the_train_tabs_buttons_and_titles_come_from_the_domain_entry():
+    """The registry holds no UI strings: the app derives each button (label, element id, API name) and form title
+    from the entry's title, data kind, command and summary; the ids the app has always had stay."""
+    from app.train_tab import button_of, form_title
+
+    buttons = {kind: button_of(TRAINERS[kind]) for kind in ("reward", "ppo", "dpo", "rloo")}
+    assert buttons == {
+        "reward": ("Train reward model", "train-rm", "train_rm"),
+        "ppo": ("Run PPO", "run-ppo", "run_ppo"),
+        "dpo": ("Train DPO", "train-dpo", "train_dpo"),
+        "rloo": ("Run RLOO", "run-rloo", "run_rloo"),
+    }
+    assert form_title(TOY) == "Toy settings (a toy on prompts)"

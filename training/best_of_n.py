@@ -15,14 +15,7 @@ import json
 from pathlib import Path
 
 from training.config_file import positive_ints
-from training.watch import best_of_n_kl
-
-
-def best_index(scores: list[float]) -> int:
-    """The first highest-scoring sample's index."""
-    if not scores:
-        raise ValueError("no samples to pick from")
-    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+from training.watch import best_index, best_of_n_kl
 
 
 def ranks_by_score(scores: list[float]) -> list[int]:

@@ -175,7 +175,7 @@ def sample_reply(model: tuple, messages: list[dict], params: ChatParams) -> str:
 def best_of_reply(model: tuple, reward: tuple, messages: list[dict], params: ChatParams, n: int) -> tuple:
     """(the pick, every reply, their scores): n replies (seeds seed .. seed + n - 1), the reward model's favourite
     (training/best_of_n.py's rule: the first of the highest)."""
-    from training.best_of_n import best_index
+    from training.watch import best_index
 
     replies = [sample_reply(model, messages, replace(params, seed=params.seed + j)) for j in range(n)]
     scores = [score_reply(reward, messages, r) for r in replies]

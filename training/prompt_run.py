@@ -15,7 +15,10 @@ import torch
 
 from training.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
 from training.engine import ds_config, save_hf
-from training.models import reward_folder
+from training.judges import Judges, held_stats, judge_folders
+from training.linear import onednn_linears
+from training.loaders import load_causal_lm, load_scalar_model
+from training.models import add_lora, reward_folder, training_attention
 from training.prompt_data import encode_prompts, read_prompts
 from training.prompts_config import PromptsConfig
 from training.rollout import Experience
@@ -250,6 +253,31 @@ def judge_last(run: RunFiles, cfg: PromptsConfig, step: int, watch: Watch, last:
     return keep_best(run, cfg, last)
 
 
+def load_policy_models(cfg: PromptsConfig):
+    """The actor (gradient checkpointing and LoRA as `cfg` says), its reference and the reward models, loaded with
+    the trainers' attention and, in fp32 on a CPU, oneDNN's linear layers (training/linear.py). Returns
+    (actor, ref, judges, the judges' folders)."""
+    kernel = training_attention()  # on a CPU training/attention.py's: faster and leaner than SDPA there
+    actor = load_causal_lm(cfg.actor, cfg.dtype, kernel)
+    ref = load_causal_lm(cfg.reference or cfg.actor, cfg.dtype, kernel)
+    folders = judge_folders(cfg.reward)
+    judges = [load_scalar_model(str(f), cfg.dtype, kernel) for f in folders]
+    for model in (actor, ref, *judges):
+        onednn_linears(model)
+    if cfg.gradient_checkpointing:
+        actor.gradient_checkpointing_enable()
+    if cfg.actor_lora_rank:
+        actor = add_lora(actor, cfg.actor_lora_rank, cfg.lora_alpha, causal=True)
+    return actor, ref, judges, folders
+
+
+def frozen_judges(cfg: PromptsConfig, judges: list, folders: list, device) -> Judges:
+    """The reward models frozen beside the actor, with their held-out statistics and the combination rule."""
+    heldout = cfg.heldout_judges if cfg.heldout_judges >= 0 else int(len(judges) > 1)
+    stats = [held_stats(f) for f in folders]
+    return Judges([frozen(j, cfg, cfg.minibatch_size, device) for j in judges], stats, heldout, cfg.reward_combine)
+
+
 def frozen(model, cfg: PromptsConfig, micro_batch: int, device):
     """Eval mode, no gradients; partitioned with an inference-only ZeRO-3 engine when the actor is ZeRO-3."""
     model.requires_grad_(False)
@@ -267,3 +295,36 @@ def eval_prompts(cfg: PromptsConfig, tokenizer) -> list[list[int]]:
     if not cfg.eval_prompts or not (cfg.save_every or cfg.keep_best):
         return []
     return encode_prompts(tokenizer, read_prompts(cfg.eval_prompts)[: cfg.eval_limit], cfg.max_prompt_length)[0]
+
+
+def evaluate_policy(policy: str, cfg: PromptsConfig) -> dict:
+    """A saved policy (any trainer's, e.g. DPO's RUN/policy) judged as a run's checkpoints are (training/
+    checkpoints.py::evaluate): `cfg`'s held-out prompts, reference, reward models and sampling settings, one reply a
+    prompt with the same seeds; its sampled KL from that reference, scores and length. One process, no DeepSpeed."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from training.loaders import load_tokenizer
+    from training.models import resolve_model
+
+    cfg = replace(
+        cfg,
+        actor=policy,
+        reference=cfg.reference or cfg.actor,
+        actor_lora_rank=0,
+        gradient_checkpointing=False,
+        zero_stage=0,
+    )
+    actor, ref, judges, folders = load_policy_models(cfg)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    actor = frozen(actor, cfg, cfg.minibatch_size, device)
+    m = SimpleNamespace(
+        actor=actor,
+        ref=frozen(ref, cfg, cfg.minibatch_size, device),
+        judges=frozen_judges(cfg, judges, folders, device),
+        synced=False,
+        generator=lambda: actor,
+    )
+    tokenizer = load_tokenizer(resolve_model(policy))
+    prompts = encode_prompts(tokenizer, read_prompts(cfg.eval_prompts)[: cfg.eval_limit], cfg.max_prompt_length)[0]
+    return evaluate(m, prompts, tokenizer, cfg, step=0)

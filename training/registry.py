@@ -32,8 +32,7 @@ class Trainer:
     progress: Callable[[dict], str | None]  # a metrics row -> the CLI's progress line (None: nothing to say)
     data: str  # what it trains on: "pairs" (a snapshot of the store, or --pairs) or "prompts" (PPO's rollouts)
     command: str  # its `rlhf` command
-    button: tuple[str, str, str]  # its Train tab button: (label, elem_id, api name)
-    form_title: str  # the Train tab's accordion around its form
+    summary: str  # what it is, in a few words (the app's and the CLI's help say it)
 
     @property
     def form_skip(self) -> tuple[str, ...]:
@@ -130,8 +129,7 @@ TRAINERS: dict[str, Trainer] = {
             progress=_reward_progress,
             data="pairs",
             command="train-rm",
-            button=("Train reward model", "train-rm", "train_rm"),
-            form_title="Reward model settings",
+            summary="a scalar score for a response, from the pairs",
         ),
         Trainer(
             kind="ppo",
@@ -161,8 +159,7 @@ TRAINERS: dict[str, Trainer] = {
             progress=_ppo_progress,
             data="prompts",
             command="train-ppo",
-            button=("Run PPO", "run-ppo", "run_ppo"),
-            form_title="PPO settings (reward: a reward run folder; empty with 'Reward model then PPO')",
+            summary="actor, critic, reference and reward model; reward: a reward run folder",
         ),
         Trainer(
             kind="dpo",
@@ -178,8 +175,7 @@ TRAINERS: dict[str, Trainer] = {
             progress=_dpo_progress,
             data="pairs",
             command="train-dpo",
-            button=("Train DPO", "train-dpo", "train_dpo"),
-            form_title="DPO settings (the policy learns from the same pairs; no reward model)",
+            summary="the policy learns from the same pairs; no reward model",
         ),
         Trainer(
             kind="rloo",
@@ -206,8 +202,7 @@ TRAINERS: dict[str, Trainer] = {
             progress=_ppo_progress,
             data="prompts",
             command="train-rloo",
-            button=("Run RLOO", "run-rloo", "run_rloo"),
-            form_title="RLOO settings (k responses per prompt, each baselined by the others; no critic)",
+            summary="k responses per prompt, each baselined by the others; no critic",
         ),
     )
 }

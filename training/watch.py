@@ -25,6 +25,7 @@ Best-of-N's KL from the reference is the analytic log N - (N - 1) / N (an upper 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -69,6 +70,13 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
     return float((x * y).sum()) / denom if denom > 0 else 0.0
 
 
+def best_index(scores: list[float]) -> int:
+    """The first highest-scoring sample's index."""
+    if not scores:
+        raise ValueError("no samples to pick from")
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
 def best_of_n_kl(n: int) -> float:
     """KL(best-of-n || reference) <= log n - (n - 1) / n nats (0 for n = 1)."""
     if n < 1:
@@ -111,9 +119,10 @@ def t_tail(t: float, df: int) -> float:
     return 0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t))
 
 
+@functools.cache
 def t_quantile(p: float, df: int) -> float:
     """Student's t quantile for p >= 0.5, by bisection on `t_tail` (2.228 for p = 0.975 and 10 degrees of
-    freedom, as the tables)."""
+    freedom, as the tables). Cached: a run asks for the same few (level, prompts) at every evaluation."""
     lo, hi = 0.0, 1.0
     while t_tail(hi, df) > 1 - p:
         hi *= 2

@@ -26,9 +26,8 @@ from training.engine import (
     tensors_mb,
 )
 from training.engine import save_checkpoint as save_engine_checkpoint
-from training.judges import Judges, held_stats, judge_folders
 from training.linear import onednn_linears
-from training.loaders import load_causal_lm, load_scalar_model, load_tokenizer, param_fingerprint
+from training.loaders import load_scalar_model, load_tokenizer, param_fingerprint
 from training.logprobs import response_logprobs
 from training.models import add_lora, training_attention
 from training.policy_losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, masked_mean
@@ -44,7 +43,9 @@ from training.prompt_run import (
     alarm_field,
     eval_prompts,
     frozen,
+    frozen_judges,
     judge_last,
+    load_policy_models,
     mean_across_ranks,
     resume_watch,
     reward_stats,
@@ -62,19 +63,11 @@ class Models:
 
     def __init__(self, cfg: PPOConfig, steps: int, world: int):
         self.cfg = cfg
-        kernel = training_attention()  # on a CPU training/attention.py's: faster and leaner than SDPA there
-        actor = load_causal_lm(cfg.actor, cfg.dtype, kernel)
-        ref = load_causal_lm(cfg.reference or cfg.actor, cfg.dtype, kernel)
-        critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype, kernel))
-        folders = judge_folders(cfg.reward)
-        judges = [load_scalar_model(str(f), cfg.dtype, kernel) for f in folders]
-        for model in (actor, ref, critic, *judges):
-            onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
+        actor, ref, judges, folders = load_policy_models(cfg)
+        critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype, training_attention()))
+        onednn_linears(critic)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
         if cfg.gradient_checkpointing:
-            actor.gradient_checkpointing_enable()
             critic.model.gradient_checkpointing_enable()
-        if cfg.actor_lora_rank:
-            actor = add_lora(actor, cfg.actor_lora_rank, cfg.lora_alpha, causal=True)
         if cfg.critic_lora_rank:
             critic.model = add_lora(critic.model, cfg.critic_lora_rank, cfg.lora_alpha)
         self.actor, self.critic = (
@@ -85,9 +78,7 @@ class Models:
         self.clock = Clock(self.device)  # the step's parts, timed (training/profile.py)
         self.ref_fingerprint = param_fingerprint(ref) if cfg.zero_stage < 3 else None
         self.ref = self._frozen(ref)
-        heldout = cfg.heldout_judges if cfg.heldout_judges >= 0 else int(len(judges) > 1)
-        stats = [held_stats(f) for f in folders]
-        self.judges = Judges([self._frozen(j) for j in judges], stats, heldout, cfg.reward_combine)
+        self.judges = frozen_judges(cfg, judges, folders, self.device)
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.ema = [p.detach().float().clone() for p in self.actor.module.parameters()] if cfg.ema_beta else None
         self.eval_prompts: list[list[int]] = []  # held-out prompts for the checkpoints (training/checkpoints.py)

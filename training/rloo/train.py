@@ -27,11 +27,9 @@ from training.engine import (
     tensors_mb,
 )
 from training.engine import save_checkpoint as save_engine_checkpoint
-from training.judges import Judges, held_stats, judge_folders
-from training.linear import onednn_linears
-from training.loaders import load_causal_lm, load_scalar_model, load_tokenizer
+from training.loaders import load_tokenizer
 from training.logprobs import response_logprobs
-from training.models import add_lora, resolve_model, training_attention
+from training.models import resolve_model
 from training.policy_losses import actor_loss_fn, approx_kl, clip_fraction, kl_estimate
 from training.profile import Clock
 from training.prompt_data import encode_prompts, prompt_batches, read_prompts
@@ -40,7 +38,9 @@ from training.prompt_run import (
     alarm_field,
     eval_prompts,
     frozen,
+    frozen_judges,
     judge_last,
+    load_policy_models,
     mean_across_ranks,
     resume_watch,
     reward_stats,
@@ -60,25 +60,12 @@ class Models:
 
     def __init__(self, cfg: RLOOConfig, steps: int, world: int):
         self.cfg = cfg
-        kernel = training_attention()
-        actor = load_causal_lm(cfg.actor, cfg.dtype, kernel)
-        ref = load_causal_lm(cfg.reference or cfg.actor, cfg.dtype, kernel)
-        folders = judge_folders(cfg.reward)
-        judges = [load_scalar_model(str(f), cfg.dtype, kernel) for f in folders]
-        for model in (actor, ref, *judges):
-            onednn_linears(model)
-        if cfg.gradient_checkpointing:
-            actor.gradient_checkpointing_enable()
-        if cfg.actor_lora_rank:
-            actor = add_lora(actor, cfg.actor_lora_rank, cfg.lora_alpha, causal=True)
+        actor, ref, judges, folders = load_policy_models(cfg)
         self.actor = initialize(cfg, actor, steps, lr=cfg.actor_lr, micro_batch=cfg.minibatch_size, grad_accum=1)[0]
         self.device = self.actor.device
         self.clock = Clock(self.device)
         self.ref = frozen(ref, cfg, cfg.minibatch_size, self.device)
-        heldout = cfg.heldout_judges if cfg.heldout_judges >= 0 else int(len(judges) > 1)
-        stats = [held_stats(f) for f in folders]
-        frozen_judges = [frozen(j, cfg, cfg.minibatch_size, self.device) for j in judges]
-        self.judges = Judges(frozen_judges, stats, heldout, cfg.reward_combine)
+        self.judges = frozen_judges(cfg, judges, folders, self.device)
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.eval_prompts: list[list[int]] = []
         self.tokenizer = None
