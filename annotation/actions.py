@@ -13,6 +13,7 @@ from annotation.prompt_files import read_prompts
 from store.db import connect, transaction, write
 from store.pairs import export_pairs, rankings_for_agreement, stats
 from store.prompts import add_prompts
+from store.responses import rankable_sets
 
 EXAMPLE_PROMPTS = "example_prompts.txt"
 
@@ -43,7 +44,8 @@ def write_pairs_file(
 def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
     """Label Studio Ranker tasks + labeling config in folder OUT: (tasks file, config file, number of tasks)."""
     with connect(db, create=False) as con:
-        return export_ls(con, out, seed=seed)
+        sets = rankable_sets(con)
+    return export_ls(sets, out, seed=seed)
 
 
 def agreement(db: str | os.PathLike) -> list[dict]:

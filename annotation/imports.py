@@ -13,6 +13,7 @@ from annotation.files import read_text
 from annotation.labelstudio import parse_export, server_url
 from annotation.native import parse_native
 from store.db import write
+from store.imports import drop_import, open_import, set_import_summary
 from store.rankings import RankingIn, insert_rankings
 
 
@@ -65,19 +66,14 @@ def store_rankings(
 ) -> ImportSummary:
     """One transaction: the import record and every new ranking, or nothing."""
     with write(db) as con:
-        import_id = con.execute(
-            "INSERT INTO imports (source, origin, content_sha256, summary) VALUES (?, ?, ?, '{}') RETURNING import_id",
-            [source, origin, content_sha256],
-        ).fetchone()[0]
+        import_id = open_import(con, source, origin, content_sha256)
         result = insert_rankings(con, rankings, import_id=import_id)
         summary.added, summary.already, summary.conflicts = result.added, result.already, result.conflicts
         summary.pairs, summary.flagged = result.pairs, result.flagged
         if result.added:
-            con.execute(
-                "UPDATE imports SET summary = ? WHERE import_id = ?", [json.dumps(summary.as_dict()), import_id]
-            )
+            set_import_summary(con, import_id, summary.as_dict())
         else:  # a re-import adds no row at all, not even an import record
-            con.execute("DELETE FROM imports WHERE import_id = ?", [import_id])
+            drop_import(con, import_id)
     return summary
 
 

@@ -11,11 +11,9 @@ import os
 import random
 from pathlib import Path
 
-import duckdb
-
-from store.assignments import RANKABLE
 from store.durable import rename_durably
 from store.errors import UserError
+from store.responses import RankableSet
 
 RANKER_CONFIG = """<View>
   <Header value="Rank the responses: drag the best to the top"/>
@@ -26,29 +24,23 @@ RANKER_CONFIG = """<View>
 """
 
 
-def ranker_tasks(con: duckdb.DuckDBPyConnection, seed: int = 0) -> list[dict]:
-    """One task per prompt with at least two distinct, non-empty responses."""
-    rows = con.execute(
-        f"""SELECT p.prompt_id, p.text, list(r.response_id ORDER BY r.position, r.response_id),
-                  list(r.text ORDER BY r.position, r.response_id)
-           FROM prompts p JOIN responses r USING (prompt_id)
-           WHERE {RANKABLE}
-           GROUP BY p.prompt_id, p.text HAVING count(*) >= 2 ORDER BY p.prompt_id"""
-    ).fetchall()
+def ranker_tasks(sets: list[RankableSet], seed: int = 0) -> list[dict]:
+    """One task per prompt with at least two distinct, non-empty responses (`store.responses.rankable_sets`)."""
     tasks = []
-    for prompt_id, prompt, ids, texts in rows:
-        items = [{"id": f"r{i}", "title": "", "body": t} for i, t in zip(ids, texts, strict=True)]
-        random.Random(f"{seed}:{prompt_id}").shuffle(items)
+    for s in sets:
+        items = [{"id": f"r{i}", "title": "", "body": t} for i, t in zip(s.response_ids, s.texts, strict=True)]
+        random.Random(f"{seed}:{s.prompt_id}").shuffle(items)
         for n, item in enumerate(items, 1):
             item["title"] = f"Response {n}"
-        tasks.append({"data": {"prompt": prompt, "prompt_id": prompt_id, "items": items}})
+        tasks.append({"data": {"prompt": s.prompt, "prompt_id": s.prompt_id, "items": items}})
     return tasks
 
 
-def export_ls(con: duckdb.DuckDBPyConnection, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
-    """Write OUT/tasks.json and OUT/label_config.xml; returns (tasks file, config file, number of tasks)."""
+def export_ls(sets: list[RankableSet], out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
+    """Write OUT/tasks.json and OUT/label_config.xml for these prompts' responses; returns (tasks file, config file,
+    number of tasks)."""
     out = Path(out)
-    tasks = ranker_tasks(con, seed)
+    tasks = ranker_tasks(sets, seed)
     if not tasks:
         raise UserError("no prompt has two or more sampled responses yet: run `rlhf sample` first")
     try:

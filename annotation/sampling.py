@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from store.db import connect, write
 from store.errors import UserError
 from store.prompts import pending_prompts
-from store.responses import add_samples, samples_from
+from store.responses import add_samples, sampled_prompts, samples_from
 
 
 @dataclass
@@ -60,13 +60,7 @@ def sample_pending(
         samples = samples_from([pid for pid, _ in batch], outputs, call_seed, params)
         with write(db) as con:
             # Another process may have sampled some of these meanwhile: keep the first responses only.
-            have = {
-                pid
-                for (pid,) in con.execute(
-                    "SELECT DISTINCT prompt_id FROM responses WHERE prompt_id IN (SELECT unnest(?::BIGINT[]))",
-                    [[pid for pid, _ in batch]],
-                ).fetchall()
-            }
+            have = sampled_prompts(con, [pid for pid, _ in batch])
             samples = [s for s in samples if s.prompt_id not in have]
             report.duplicates += add_samples(con, samples, model_id)
         report.prompts += len({s.prompt_id for s in samples})

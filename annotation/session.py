@@ -25,7 +25,9 @@ from store.assignments import (
 )
 from store.db import connect, write
 from store.errors import UserError
-from store.tasks import count_rankings, pairs_of_ranks
+from store.prompts import prompt_text
+from store.rankings import add_ranking, add_skip, ranks_of
+from store.responses import response_texts
 
 SOURCE = "ui"
 
@@ -54,13 +56,8 @@ class Progress:
 
 
 def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None) -> Task:
-    prompt = con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()[0]
-    texts = dict(
-        con.execute(
-            "SELECT response_id, text FROM responses WHERE response_id IN (SELECT unnest(?::BIGINT[]))", [order]
-        ).fetchall()
-    )
-    return Task(assignment_id, prompt_id, prompt, list(order), [texts[i] for i in order], previous)
+    texts = response_texts(con, order)
+    return Task(assignment_id, prompt_id, prompt_text(con, prompt_id), list(order), [texts[i] for i in order], previous)
 
 
 def next_task(db: str | os.PathLike, annotator: str, overlap: int = 1, seed: int | None = None) -> Task | None:
@@ -131,26 +128,9 @@ def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> tuple[
     if status == "done":
         return ranking_id, False
     check_ranks(ranks, len(order))
-    ranked_as_shown = is_shown_order(ranks)
-    ranking_id = con.execute(
-        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
-           VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
-        [
-            prompt_id,
-            annotator,
-            SOURCE,
-            f"ui:{assignment_id}",
-            lead_time,
-            ["shown_order"] if ranked_as_shown else [],
-        ],
-    ).fetchone()[0]
-    con.execute(  # one statement for the K items, not K: DuckDB's fixed cost per statement is most of a small insert
-        "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) "
-        "SELECT ?, unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
-        [ranking_id, order, ranks, list(range(len(order)))],
-    )
+    flags = ["shown_order"] if is_shown_order(ranks) else []
+    ranking_id = add_ranking(con, prompt_id, annotator, SOURCE, f"ui:{assignment_id}", lead_time, order, ranks, flags)
     close_assignment(con, assignment_id, ranking_id)
-    count_rankings(con, [(annotator, SOURCE, False, pairs_of_ranks(ranks))])
     return ranking_id, True
 
 
@@ -162,13 +142,8 @@ def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str)
         _, prompt_id, _, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
         if status == "done":
             return ranking_id
-        ranking_id = con.execute(
-            """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, skipped, skip_reason)
-               VALUES (?, ?, ?, ?, ?, true, ?) RETURNING ranking_id""",
-            [prompt_id, annotator, SOURCE, f"ui:{assignment_id}", lead_time, reason.strip()],
-        ).fetchone()[0]
+        ranking_id = add_skip(con, prompt_id, annotator, SOURCE, f"ui:{assignment_id}", lead_time, reason.strip())
         close_assignment(con, assignment_id, ranking_id)
-        count_rankings(con, [(annotator, SOURCE, True, 0)])
         return ranking_id
 
 
@@ -187,9 +162,7 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         if last is None:
             raise UserError("nothing to undo yet")
         assignment_id, ranking_id = last
-        ranks = dict(
-            con.execute("SELECT response_id, rank FROM ranking_items WHERE ranking_id = ?", [ranking_id]).fetchall()
-        )
+        ranks = ranks_of(con, ranking_id)
         if current is not None:
             drop_assignment(con, current[0])
         keep_undone(con, ranking_id, assignment_id)

@@ -14,6 +14,7 @@ from annotation.winrate import win_table
 from store.compare import Vote, compare_votes, record_vote
 from store.db import connect, write
 from store.errors import UserError
+from store.runs import runs_of_kinds
 from training.chat import ChatParams, Models, best_of_reply, model_folder, score_reply, stream_pair
 from training.models import DEFAULT_MODEL, model_id
 from training.registry import TRAINERS, policy_folder, run_config
@@ -46,10 +47,7 @@ def tuned_runs(db: str) -> list[tuple[str, str]]:
     """(label, run folder) of the runs that saved a policy (PPO, DPO: training/registry.py), newest first."""
     kinds = [t.kind for t in TRAINERS.values() if t.policy]
     with connect(db, create=False) as con:
-        rows = con.execute(
-            "SELECT run_id, path FROM runs WHERE kind IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at DESC",
-            [kinds],
-        ).fetchall()
+        rows = runs_of_kinds(con, kinds)
     out = []
     for run_id, path in rows:
         if policy_folder(path) is not None:

@@ -20,32 +20,39 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import math
 import secrets
 import time
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
-from annotation import scripted
-from annotation.imports import ImportSummary, store_rankings
-from annotation.winrate import bootstrap_ci
+from annotation.imports import ImportSummary
+from app.demo_common import (
+    CHANCE,
+    bundled_prompts,
+    compare,
+    finite,
+    mean_words,
+    pair_accuracy,
+    ppo_config,
+    ppo_settings,
+    rank_samples,
+    sample_texts,
+    sampling_config,
+    set_up,
+    split_prompts,
+)
 from app.demo_config import DemoConfig
-from app.demo_methods import method_rows, methods_of, run_dpo, run_rloo
+from app.demo_methods import methods_of, run_dpo, run_rloo
 from app.sampling import run_sampling
 from app.training import prepare_run, run_training
-from store.db import connect, write
 from store.errors import UserError
-from store.prompts import add_prompts
-from store.rankings import RankedItem, RankingIn
-from training.generation import Sampler, SamplingConfig
+from training.generation import Sampler
 from training.ppo.config import PPOConfig
 from training.registry import step_rows, trainer
 from training.reward.config import RewardConfig
 from training.runs import read_metrics, read_status
 from training.scoring import score_texts
 
-DEMO_PROMPTS = "demo_prompts.txt"
 SAMPLE_KEYS = (
     ("reference", "reference"),
     ("actor", "ppo"),
@@ -58,22 +65,6 @@ SAMPLE_KEYS = (
 # chance (0.5) must be beaten, not met: a win rate of exactly 0.5 is no evidence that PPO did anything.
 FULL_BARS = {"rm_accuracy": 0.85, "win_rate": 0.65}
 QUICK_BARS = {"rm_accuracy": 0.5, "win_rate": 0.5}
-CHANCE = 0.5
-
-
-def demo_prompts_path() -> Path:
-    return Path(str(resources.files("annotation").joinpath("data", DEMO_PROMPTS)))
-
-
-def split_prompts(texts: list[str], heldout: int) -> tuple[list[str], list[str]]:
-    if heldout < 1 or len(texts) - heldout < 16:
-        raise UserError(f"{len(texts)} prompts cannot give {heldout} held-out ones and 16+ to train on")
-    return texts[:-heldout], texts[-heldout:]
-
-
-def bundled_prompts(n: int) -> list[str]:
-    texts = [line.strip() for line in demo_prompts_path().read_text().splitlines() if line.strip()]
-    return texts[:n] if n else texts
 
 
 def check(cfg: DemoConfig) -> None:
@@ -104,109 +95,6 @@ def check(cfg: DemoConfig) -> None:
             resolve_model(ref)
 
 
-def rank_samples(db: str | Path, round_: int | None = None) -> ImportSummary:
-    """The scripted annotator ranks every prompt's responses (empty and repeated ones left out), in one transaction;
-    with a round, that round's responses only."""
-    with connect(db) as con:
-        rows = con.execute(
-            "SELECT p.text, r.response_id, r.text FROM responses r JOIN prompts p USING (prompt_id) "
-            "JOIN response_round x USING (response_id) WHERE ? IS NULL OR x.round = ? "
-            "ORDER BY r.prompt_id, r.position",
-            [round_, round_],
-        ).fetchall()
-    by_prompt: dict[str, list[tuple[int, str]]] = {}
-    for prompt, rid, text in rows:
-        by_prompt.setdefault(prompt, []).append((rid, text))
-    rankings, summary = [], ImportSummary()
-    for prompt, items in by_prompt.items():
-        summary.tasks += 1
-        keep = [items[i] for i in scripted.rankable([t for _, t in items])]
-        if len(keep) < 2:
-            summary.skipped["fewer than 2 distinct responses"] += 1
-            continue
-        ranks = scripted.rank([t for _, t in keep])
-        rankings.append(
-            RankingIn(
-                prompt=prompt,
-                items=[
-                    RankedItem(text=t, rank=r, shown_position=i, response_id=rid)
-                    for i, ((rid, t), r) in enumerate(zip(keep, ranks, strict=True))
-                ],
-                annotator=scripted.NAME,
-                source="scripted",
-                external_key=f"scripted:{keep[0][0]}",
-            )
-        )
-    summary.annotations = len(rankings)
-    return store_rankings(db, rankings, summary, source="scripted", origin=scripted.NAME, content_sha256=None)
-
-
-def sampling_config(cfg: DemoConfig, model: str) -> SamplingConfig:
-    """One way of sampling for the annotation data, PPO's rollouts and the evaluation: temperature 1, no top-p."""
-    return SamplingConfig(
-        model=model,
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=cfg.max_new_tokens,
-        min_new_tokens=cfg.min_new_tokens,
-        batch_prompts=8,
-        dtype=cfg.dtype,
-        seed=cfg.seed,
-    )
-
-
-def sample_texts(sampler: Sampler, prompts: list[str], k: int, seed: int) -> list[list[str]]:
-    out, step = [], sampler.config.batch_prompts
-    for start in range(0, len(prompts), step):
-        out += [[g.text for g in gens] for gens in sampler(prompts[start : start + step], k, seed + start)]
-    return out
-
-
-def pair_counts(texts: list[list[str]], scores: list[list[float]]) -> list[tuple[int, int]]:
-    """Per prompt: (pairs the reward model orders as the annotator does, the annotator's pairs); ties make no pair,
-    a tied score counts as wrong."""
-    out = []
-    for ts, ss in zip(texts, scores, strict=True):
-        keep = scripted.rankable(ts)
-        ranks = scripted.rank([ts[i] for i in keep])
-        right = total = 0
-        for a in range(len(keep)):
-            for b in range(len(keep)):
-                if ranks[a] < ranks[b]:
-                    total += 1
-                    right += ss[keep[a]] > ss[keep[b]]
-        out.append((right, total))
-    return out
-
-
-def pair_accuracy(texts: list[list[str]], scores: list[list[float]]) -> tuple[float, int]:
-    """Share of the annotator's pairs (within each prompt) that the reward model orders the same way, and how many."""
-    counts = pair_counts(texts, scores)
-    right, total = sum(r for r, _ in counts), sum(t for _, t in counts)
-    return (right / total if total else float("nan")), total
-
-
-def win_rates(actor: list[list[str]], reference: list[list[str]]) -> list[float]:
-    """Per prompt: the annotator's mean verdict over every (actor sample, reference sample) couple."""
-    return [
-        sum(scripted.judge(a, r) for a in acts for r in refs) / (len(acts) * len(refs))
-        for acts, refs in zip(actor, reference, strict=True)
-    ]
-
-
-def compare(a: list[list[str]], b: list[list[str]], seed: int) -> dict:
-    """a's win rate over b by the scripted annotator (per prompt, then the mean), with its bootstrap interval over
-    prompts: every matchup of the report (PPO or DPO against the reference, PPO against DPO) is judged this way."""
-    per_prompt = win_rates(a, b)
-    lo, hi = bootstrap_ci(per_prompt, seed=seed)
-    return {"win_rate": sum(per_prompt) / len(per_prompt), "ci95": [lo, hi]}
-
-
-def mean_words(texts: list[list[str]]) -> float:
-    flat = [len(t.split()) for ts in texts for t in ts]
-    return sum(flat) / len(flat)
-
-
 def _mean(xs: list[list[float]]) -> float:
     flat = [x for row in xs for x in row]
     return sum(flat) / len(flat)
@@ -225,7 +113,7 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
-    from app.demo_watch import run_watch_part
+    from app.demo_watch import at_equal_kl, method_curves, run_watch_part
     from training.precision import with_resolved_dtype
 
     t0 = time.time()
@@ -253,7 +141,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     texts = {"reference": reference, "ppo": actor}
     watch = run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log)
     t = lap("checkpoints and best-of-N", t)
-    dpo = run_dpo(cfg, db, model, rm_run, heldout, texts, log) if "dpo" in methods_of(cfg) else {}
+    dpo = run_dpo(cfg, db, model, rm_run, ppo_run, heldout, texts, log) if "dpo" in methods_of(cfg) else {}
     if dpo:
         t = lap("DPO (training and evaluation)", t)
     rloo = run_rloo(cfg, db, model, rm_run, ppo_run, heldout, texts, log) if "rloo" in methods_of(cfg) else {}
@@ -280,6 +168,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "timings_s": timings,
         "total_s": round(time.time() - t0, 1),
     }
+    results["equal_kl"] = at_equal_kl(method_curves(results))
     results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_samples(folder / "samples.jsonl", heldout, texts)
@@ -335,26 +224,6 @@ def write_samples(path: Path, heldout: list[str], texts: dict) -> None:
     )
 
 
-def set_up(cfg: DemoConfig, folder: Path) -> tuple[str, str, list[str], list[str], str]:
-    """The models (tiny ones built on the spot for --quick), the prompts split, and the demo's store with the
-    training prompts: (model, reward base, training prompts, held-out prompts, store path)."""
-    from training.models import resolve_model
-    from training.tiny import build_plain_model, build_talking_model
-
-    if cfg.model == "tiny":
-        model = str(build_talking_model(folder / "models" / "actor"))
-        reward_base = cfg.reward_base or str(build_plain_model(folder / "models" / "reward-base"))
-    else:
-        resolve_model(cfg.model)
-        model, reward_base = cfg.model, cfg.reward_base or cfg.model
-    train, heldout = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
-    (folder / "heldout_prompts.txt").write_text("\n".join(heldout) + "\n")
-    db = str(folder / "store.duckdb")
-    with write(db) as con:
-        add_prompts(con, train, source="demo")
-    return model, reward_base, train, heldout, db
-
-
 def sample_and_rank(
     cfg: DemoConfig, db: str, model: str, heldout: list[str], log: Callable[[str], None]
 ) -> tuple[list[list[str]], ImportSummary]:
@@ -370,59 +239,6 @@ def sample_and_rank(
     if ranked.pairs == 0:
         raise UserError("the scripted annotator found no pair to rank: every prompt's responses tied")
     return reference, ranked
-
-
-def ppo_settings(text: str) -> dict:
-    """--ppo-settings "key=value,key=value" as PPOConfig fields of their types; one error line for a key PPO does
-    not have, one the demo sets itself, or a value of the wrong type."""
-    import dataclasses as dc
-    import typing
-
-    hints = typing.get_type_hints(PPOConfig)
-    own = set(_ppo_kwargs(DemoConfig(), "", Path(), 0, 0, 0)) | {"output_dir", "prompts"}  # the launcher's two
-    known = {f.name for f in dc.fields(PPOConfig)}
-    out = {}
-    for item in filter(None, (x.strip() for x in text.split(","))):
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in known:
-            raise UserError(f"--ppo-settings: {item!r} is not key=value with a PPO setting as the key")
-        if key in own:
-            raise UserError(f"--ppo-settings: {key} is the demo's own flag (--{key.replace('_', '-')})")
-        kind = hints[key]
-        try:
-            if kind is bool:
-                if value.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(value)
-                out[key] = value.lower() in ("true", "1")
-            else:
-                out[key] = kind(value)
-        except ValueError:
-            raise UserError(f"--ppo-settings: {key} must be {kind.__name__}, got {value!r}") from None
-    return out
-
-
-def ppo_config(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int = 0) -> PPOConfig:
-    """The demo's PPO settings (the rounds study's too) for one run, with --ppo-settings on top."""
-    return PPOConfig(**_ppo_kwargs(cfg, actor, reward, max_steps, seed, save_every), **ppo_settings(cfg.ppo_settings))
-
-
-def _ppo_kwargs(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int) -> dict:
-    """The PPO settings the demo sets itself (--ppo-settings may not name them)."""
-    return dict(
-        actor=actor,
-        reward=str(reward),
-        max_new_tokens=cfg.max_new_tokens,
-        min_new_tokens=cfg.min_new_tokens,
-        epochs=cfg.ppo_epochs,
-        max_steps=max_steps,
-        actor_lr=cfg.actor_lr,
-        critic_lr=cfg.critic_lr,
-        kl_ctl=cfg.kl_ctl,
-        save_every=save_every,
-        dtype=cfg.dtype,
-        seed=seed,
-    )
 
 
 def train_ppo(cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, log: Callable[[str], None]) -> Path:
@@ -462,10 +278,6 @@ def _bar(bar: float) -> str:
     return f"above {bar:.0%} (chance)" if bar == CHANCE else f">= {bar:.0%}"
 
 
-def _finite(x: object) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
-
-
 def checks(r: dict, bars: dict) -> dict[str, bool]:
     """The demo's claims, each true or false (the watch's two only in the full demo: on tiny models they are noise,
     and the report states them either way)."""
@@ -479,7 +291,7 @@ def checks(r: dict, bars: dict) -> dict[str, bool]:
         "the actor's mean reward-model score rose": r["score_actor"] > r["score_reference"],
         "KL to the reference reported at every PPO step": r["ppo_steps"] > 0
         and len(kl) == r["ppo_steps"]
-        and all(_finite(x) for x in kl),
+        and all(finite(x) for x in kl),
         f"win rate over the reference by the scripted annotator {_bar(bars['win_rate'])}": _passes(
             r["win_rate"], bars["win_rate"]
         ),
@@ -490,33 +302,3 @@ def checks(r: dict, bars: dict) -> dict[str, bool]:
         ),
         **(watch_checks(r["watch"]) if r.get("watch") and not r.get("quick") else {}),
     }
-
-
-def _nats(x: object) -> str:
-    return f"{x:.3f}" if _finite(x) else "missing"
-
-
-def headline(r: dict) -> list[str]:
-    lines = [
-        f"reward model: {r['rm_accuracy_heldout_prompts']:.1%} of {r['rm_accuracy_pairs']} annotator pairs on "
-        f"{r['heldout_prompts']} held-out prompts ({r['rm_accuracy_eval_split']:.1%} on its own eval split)",
-        f"mean reward-model score on held-out prompts: reference {r['score_reference']:.3f} -> actor "
-        f"{r['score_actor']:.3f}; mean words {r['words_reference']:.1f} -> {r['words_actor']:.1f}",
-        f"KL to the reference per PPO step: first {_nats((r['kl_per_step'] or [None])[0])}, last "
-        f"{_nats((r['kl_per_step'] or [None])[-1])} nats ({r['ppo_steps']} steps)",
-        f"win rate of the actor over the reference (scripted annotator): {r['win_rate']:.1%} "
-        f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
-    ]
-    lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
-    if "rloo_kl" in r:
-        lines.append(
-            f"KL to the reference at the last training step: PPO {_nats(r['kl_per_step'][-1])}, RLOO "
-            f"{_nats(r['rloo_kl'])} nats"
-        )
-    if r.get("watch"):
-        from app.demo_watch import finding_lines
-
-        lines += finding_lines(r["watch"], r["config"]["best_of"])
-    lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
-    lines.append(f"report: {Path(r['folder']) / 'report.md'} ({r['total_s'] / 60:.1f} min)")
-    return lines

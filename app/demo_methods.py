@@ -5,10 +5,12 @@ with bootstrap intervals over prompts."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
 from app.demo_config import DemoConfig
+from app.demo_watch import checkpoint_points
 from app.training import prepare_pairs_run, prepare_run, run_training
 from store.errors import UserError
 from training.dpo.config import DPOConfig
@@ -17,6 +19,7 @@ from training.rloo.config import RLOOConfig
 from training.runs import read_status
 
 METHODS = ("ppo", "dpo", "rloo")
+CHECKPOINTING = ("save_every", "keep_best", "eval_limit")
 RLOO_K = 4  # responses per prompt; its steps sample as many sequences as PPO's
 
 
@@ -34,7 +37,7 @@ def train_and_sample(
 ) -> dict:
     """Train a prepared run through the launcher (its progress logged), then sample its policy on the held-out
     prompts into texts[kind]; returns the run's final status."""
-    from app.demo import sample_texts, sampling_config
+    from app.demo_common import sample_texts, sampling_config
     from training.generation import Sampler
 
     spec = trainer(kind)
@@ -58,13 +61,15 @@ def run_dpo(
     db: str,
     model: str,
     rm_run: Path,
+    ppo_run: Path,
     heldout: list[str],
     texts: dict[str, list[list[str]]],
     log: Callable[[str], None],
 ) -> dict:
     """Train DPO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
-    against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'."""
-    from app.demo import compare, mean_words
+    against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'. Its KL is
+    measured as PPO's checkpoints' is (training/prompt_run.py::evaluate_policy with PPO's run settings)."""
+    from app.demo_common import compare, mean_words
 
     data = run_config(rm_run)["data"]  # the reward model's snapshot: the same pairs, split the same way
     dpo_cfg = DPOConfig(
@@ -72,7 +77,10 @@ def run_dpo(
     )
     run = prepare_pairs_run(db, dpo_cfg, rm_run.parent, data)
     status = train_and_sample("dpo", run, cfg, heldout, texts, cfg.seed + 3 * 10**6, log)
+    point = policy_point(run / trainer("dpo").output, ppo_run, texts["dpo"], texts["reference"], cfg.seed)
+    log(f"DPO policy: KL {point['kl']:.2f}, win rate {point['win_rate']:.1%}")
     return {
+        "dpo_point": point,
         "dpo_run": run.name,
         "dpo_eval_accuracy": status["final"].get("eval/dpo_accuracy"),
         "words_dpo": mean_words(texts["dpo"]),
@@ -95,7 +103,7 @@ def run_rloo(
     coefficient), RLOO_K responses per prompt, and PPO's sequences per step and steps (so as many sequences
     sampled); its actor sampled on the held-out prompts and judged against the reference and against PPO's actor.
     KL: its last training step's, as PPO's is read."""
-    from app.demo import compare, mean_words
+    from app.demo_common import compare, mean_words
 
     ppo = run_config(ppo_run)
     shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed")
@@ -107,17 +115,32 @@ def run_rloo(
         max_steps=read_status(ppo_run)["total_steps"],  # as many steps as PPO took: as many sequences sampled
         epochs=10**6,  # max_steps decides; RLOO sees fewer distinct prompts, each k times
         **{key: ppo[key] for key in shared},
-    )
+    )  # PPO's checkpoint settings too (save_every, keep_best, eval_limit): its points sit on the same plot
+    rloo_cfg = dataclasses.replace(rloo_cfg, **{key: ppo[key] for key in CHECKPOINTING})
     run = prepare_run(db, rloo_cfg, ppo_run.parent)
     status = train_and_sample("rloo", run, cfg, heldout, texts, cfg.seed + 4 * 10**6, log)
     return {
         "rloo_run": run.name,
+        "rloo_checkpoints": checkpoint_points(cfg, run, heldout, texts, log, method="rloo"),
         "rloo_kl": status["final"].get("reward/kl"),
         "rloo_score": status["final"].get("reward/score_mean"),
         "words_rloo": mean_words(texts["rloo"]),
         "rloo_vs_reference": compare(texts["rloo"], texts["reference"], cfg.seed),
         "ppo_vs_rloo": compare(texts["ppo"], texts["rloo"], cfg.seed),
     }
+
+
+def policy_point(policy: Path, ppo_run: Path, samples: list, reference: list, seed: int) -> dict:
+    """A trained policy as one point of the win-rate-against-KL plot: its KL, scores and length measured as PPO's
+    checkpoints' are (PPO's held-out prompts, reference, reward models and sampling), its win rate over the reference
+    from the demo's held-out samples."""
+    from app.demo_common import compare
+    from training.ppo.config import PPOConfig
+    from training.prompt_run import evaluate_policy
+
+    row = evaluate_policy(str(policy), PPOConfig.load(ppo_run / "config.json"))
+    keep = ("kl", "score_mean", "heldout_score_mean", "length_mean")
+    return {**{k: row[k] for k in keep if k in row}, **compare(samples, reference, seed)}
 
 
 def method_rows(r: dict) -> list[tuple[str, float, list[float]]]:

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 from annotation import scripted
+from app.demo_common import finite
+from app.demo_methods import method_rows, method_table
 from training.registry import step_rows
 from training.runs import read_metrics
 
@@ -91,8 +93,6 @@ Everything below is measured on {r["heldout_prompts"]} held-out prompts that no 
 
 
 def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
-    from app.demo import headline
-    from app.demo_methods import method_table
 
     samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
     ppo_rows = step_rows("ppo", read_metrics(ppo_run))
@@ -148,3 +148,34 @@ Settings: `{json.dumps(c)}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). 
     out = folder / "report.md"
     out.write_text(text)
     return out
+
+
+def headline(r: dict) -> list[str]:
+    lines = [
+        f"reward model: {r['rm_accuracy_heldout_prompts']:.1%} of {r['rm_accuracy_pairs']} annotator pairs on "
+        f"{r['heldout_prompts']} held-out prompts ({r['rm_accuracy_eval_split']:.1%} on its own eval split)",
+        f"mean reward-model score on held-out prompts: reference {r['score_reference']:.3f} -> actor "
+        f"{r['score_actor']:.3f}; mean words {r['words_reference']:.1f} -> {r['words_actor']:.1f}",
+        f"KL to the reference per PPO step: first {_nats((r['kl_per_step'] or [None])[0])}, last "
+        f"{_nats((r['kl_per_step'] or [None])[-1])} nats ({r['ppo_steps']} steps)",
+        f"win rate of the actor over the reference (scripted annotator): {r['win_rate']:.1%} "
+        f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
+    ]
+    lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
+    if "rloo_kl" in r:
+        lines.append(
+            f"KL to the reference at the last training step: PPO {_nats(r['kl_per_step'][-1])}, RLOO "
+            f"{_nats(r['rloo_kl'])} nats"
+        )
+    if r.get("watch"):
+        from app.demo_watch import equal_kl_lines, finding_lines
+
+        lines += finding_lines(r["watch"], r["config"]["best_of"])
+        lines += equal_kl_lines(r.get("equal_kl") or {})
+    lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
+    lines.append(f"report: {Path(r['folder']) / 'report.md'} ({r['total_s'] / 60:.1f} min)")
+    return lines
+
+
+def _nats(x: object) -> str:
+    return f"{x:.3f}" if finite(x) else "missing"

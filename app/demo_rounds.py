@@ -67,7 +67,7 @@ def shares(budget: int, rounds: int) -> list[int]:
 def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, previous: dict | None) -> dict:
     """Round `round_` of an arm in its store: choose and sample, rank by the scripted annotator, reward model,
     PPO; returns {"rm": run, "ppo": run, "point": ...}."""
-    from app.demo import ppo_config, rank_samples
+    from app.demo_common import ppo_config, rank_samples
     from app.round_config import RoundConfig
     from app.rounds import start_round
     from app.training import prepare_run, run_training
@@ -123,7 +123,7 @@ def _finished(run: Path, status: dict) -> None:
 def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
     """The reward model's held-out accuracy and the actor's win rate over the SFT model, on the held-out prompts."""
     from annotation.winrate import ratio_bootstrap_ci
-    from app.demo import compare, pair_counts, sample_texts, sampling_config
+    from app.demo_common import compare, pair_counts, sample_texts, sampling_config
     from training.generation import Sampler
     from training.scoring import score_texts
 
@@ -156,7 +156,7 @@ def ppo_steps(cfg: DemoConfig, train_prompts: int) -> int:
 
 def run_rounds_study(cfg: DemoConfig, folder: Path, quick: bool, log: Callable[[str], None]) -> dict:
     """Every arm; results.json and report.md in `folder`."""
-    from app.demo import sample_texts, sampling_config, set_up
+    from app.demo_common import sample_texts, sampling_config, set_up
     from training.generation import Sampler
     from training.precision import with_resolved_dtype
     from training.reward.config import RewardConfig

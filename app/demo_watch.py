@@ -19,10 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.demo_config import DemoConfig
-from training.best_of_n import best_index
 from training.checkpoints import best_checkpoint, read_checkpoints
 from training.runs import read_metrics
-from training.watch import best_of_n_kl
+from training.watch import best_index, best_of_n_kl
 
 CHECKPOINT_SEED = 2 * 10**6  # the PPO actor's own held-out samples use this seed: every checkpoint samples alike
 BEST_OF_SEED = 5 * 10**6
@@ -38,12 +37,18 @@ def best_of_ns(largest: int) -> list[int]:
 
 
 def checkpoint_points(
-    cfg: DemoConfig, ppo_run: Path, heldout: list[str], texts: dict[str, list[list[str]]], log: Callable
+    cfg: DemoConfig,
+    ppo_run: Path,
+    heldout: list[str],
+    texts: dict[str, list[list[str]]],
+    log: Callable,
+    method: str = "ppo",
 ) -> list[dict]:
-    """Every evaluated checkpoint of the run still on disk: the run's own numbers (KL, the optimised and the held-out
-    judge's score on the store's held-out prompts) and the scripted annotator's win rate over the reference on the
-    demo's held-out prompts. The run's final actor reuses the samples the demo already drew from it."""
-    from app.demo import compare, mean_words, sample_texts, sampling_config
+    """Every evaluated checkpoint of a run on prompts (PPO's, RLOO's) still on disk: the run's own numbers (KL, the
+    optimised and the held-out judge's score on the store's held-out prompts) and the scripted annotator's win rate
+    over the reference on the demo's held-out prompts. The run's final actor reuses the samples the demo already drew
+    from it (texts[method])."""
+    from app.demo_common import compare, mean_words, sample_texts, sampling_config
     from training.generation import Sampler
 
     rows = [r for r in read_checkpoints(ppo_run) if Path(r.get("actor", "")).is_dir()]
@@ -51,13 +56,13 @@ def checkpoint_points(
     points = []
     for r in rows:
         if Path(r["actor"]).resolve() == (ppo_run / "actor").resolve():
-            samples = texts["ppo"]
+            samples = texts[method]
         else:
             sampler = Sampler(sampling_config(cfg, r["actor"]))
             samples = sample_texts(sampler, heldout, cfg.k, cfg.seed + CHECKPOINT_SEED)
             del sampler
         won = compare(samples, texts["reference"], cfg.seed)
-        log(f"checkpoint step {r['step']}: KL {r['kl']:.2f}, win rate {won['win_rate']:.1%}")
+        log(f"{method} checkpoint step {r['step']}: KL {r['kl']:.2f}, win rate {won['win_rate']:.1%}")
         points.append(
             {
                 "step": r["step"],
@@ -77,7 +82,7 @@ def best_of_n_points(
 ) -> list[dict]:
     """Best-of-n of the reference for n = 1, 2, 4, ..., cfg.best_of: one set of cfg.best_of samples per held-out
     prompt, the pick among the first n by the reward model PPO optimised, judged against the reference's samples."""
-    from app.demo import compare, mean_words, sample_texts, sampling_config
+    from app.demo_common import compare, mean_words, sample_texts, sampling_config
     from training.generation import Sampler
     from training.scoring import score_texts
 
@@ -110,6 +115,50 @@ def interpolate(points: list[dict], kl: float) -> float | None:
             t = (x - x0) / (x1 - x0) if x1 > x0 else 0.0
             return points[i]["win_rate"] + t * (points[i + 1]["win_rate"] - points[i]["win_rate"])
     return None
+
+
+def at_equal_kl(curves: dict[str, list[dict]]) -> dict:
+    """Each method's win rate over the reference, and its 95% interval, at one KL every method reached: the smallest
+    of the methods' largest measured KLs. A method's curve is its points in order of KL from the reference itself
+    (KL 0, win rate 0.5 and no spread: a policy equal to the reference ties it), linear in sqrt(KL) between its two
+    nearest points. Returns {"kl", "win_rates": {method: [w, lo, hi]}, "winner", "clear"} (clear: the winner's
+    interval is above every other method's win rate); {} when a method has no point or the common KL is 0."""
+    if not curves or not all(curves.values()):
+        return {}
+    kl = min(max(p["kl"] for p in points) for points in curves.values())
+    if kl <= 0:
+        return {}
+    rates = {}
+    for name, points in curves.items():
+        ordered = [{"kl": 0.0, "win_rate": 0.5, "ci95": [0.5, 0.5]}, *sorted(points, key=lambda p: _sqrt(p["kl"]))]
+        rates[name] = [
+            interpolate([{"kl": p["kl"], "win_rate": value(p)} for p in ordered], kl)
+            for value in (lambda p: p["win_rate"], lambda p: p["ci95"][0], lambda p: p["ci95"][1])
+        ]
+    winner = max(rates, key=lambda name: rates[name][0])
+    clear = all(rates[winner][1] > w for name, (w, _, _) in rates.items() if name != winner)
+    return {"kl": kl, "win_rates": rates, "winner": winner, "clear": clear}
+
+
+def method_curves(r: dict) -> dict[str, list[dict]]:
+    """The demo's methods as points of win rate against KL: PPO's and RLOO's evaluated checkpoints, best-of-N of the
+    reference, DPO's policy (one point)."""
+    curves = {"PPO": r.get("checkpoints") or [], "best-of-N": r.get("best_of_n") or []}
+    if "rloo_checkpoints" in r:
+        curves["RLOO"] = r["rloo_checkpoints"]
+    if "dpo_point" in r:
+        curves["DPO"] = [r["dpo_point"]]
+    return curves
+
+
+def equal_kl_lines(e: dict) -> list[str]:
+    """The comparison at equal KL as report sentences."""
+    if not e:
+        return ["no KL every method reached: no comparison at equal KL"]
+    order = sorted(e["win_rates"], key=lambda name: -e["win_rates"][name][0])
+    rates = ", ".join(f"{n} {w:.1%} ({lo:.1%}-{hi:.1%})" for n in order for w, lo, hi in [e["win_rates"][n]])
+    verdict = "its interval clears every other method" if e["clear"] else "within the others' intervals"
+    return [f"at equal KL ({e['kl']:.2f} nats, the most every method reached): {rates}; {e['winner']} wins ({verdict})"]
 
 
 def alarm_of(ppo_run: Path) -> dict | None:
@@ -206,21 +255,26 @@ def run_watch_part(
 
 
 def plot_watch(folder: Path, r: dict, ppo_rows: list[dict]) -> list[str]:
-    """win_rate_vs_kl.png (best-of-N and PPO's checkpoints) and watch.png (the watch's per-step numbers)."""
+    """win_rate_vs_kl.png (every method: PPO's and RLOO's checkpoints, best-of-N, DPO's policy) and watch.png (the
+    watch's per-step numbers)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    curves = ((r["best_of_n"], "best-of-N of the reference", "n"), (r["checkpoints"], "PPO checkpoints", "step"))
-    for points, label, key in curves:
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    labels = {"PPO": "PPO checkpoints", "best-of-N": "best-of-N of the reference", "RLOO": "RLOO checkpoints"}
+    for name, points in method_curves(r).items():
         xs = [_sqrt(p["kl"]) for p in points]
         ys = [p["win_rate"] for p in points]
         err = [[p["win_rate"] - p["ci95"][0] for p in points], [p["ci95"][1] - p["win_rate"] for p in points]]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=labels.get(name, name))
+        key = "n" if name == "best-of-N" else "step"
         for x, y, p in zip(xs, ys, points, strict=True):
-            ax.annotate(f"{key[0]}={p[key]}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+            if key in p:
+                ax.annotate(f"{key[0]}={p[key]}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    if r.get("equal_kl"):
+        ax.axvline(_sqrt(r["equal_kl"]["kl"]), color="grey", lw=0.8, ls="--", label="equal KL (the table)")
     chosen = [p for p in r["checkpoints"] if p["chosen"]]
     if chosen:
         star = ([_sqrt(chosen[0]["kl"])], [chosen[0]["win_rate"]])
@@ -264,7 +318,8 @@ def watch_section(r: dict) -> str:
         f"{p['ci95'][0]:.1%}-{p['ci95'][1]:.1%}|"
         for p in r["best_of_n"]
     )
-    lines = "\n".join("- " + x for x in finding_lines(r["watch"], r["config"]["best_of"]))
+    found = finding_lines(r["watch"], r["config"]["best_of"]) + equal_kl_lines(r.get("equal_kl") or {})
+    lines = "\n".join("- " + x for x in found)
     return f"""## Is it hacking the reward model?
 
 PPO optimised reward-model member 0; member 1, trained on the other half of the training prompts, judged every
@@ -273,6 +328,10 @@ run's own, on the store's held-out prompts; its win rate is the scripted annotat
 A sampled KL (k1, the mean of log pi - log pi_ref over the actor's own replies) can come out below 0; the plot reads
 it as 0. Best-of-N picks, among N samples of the reference, the one the optimised reward model scores highest; its
 KL is the bound log N - (N - 1)/N.
+
+RLOO's checkpoints are measured as PPO's are; DPO's policy is one point, its KL measured with PPO's settings on the
+same held-out prompts (`training/prompt_run.py::evaluate_policy`). At equal KL, each method's curve runs from the
+reference (KL 0, win rate 50%) through its points, linear in sqrt(KL).
 
 {lines}
 

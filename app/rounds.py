@@ -21,9 +21,11 @@ from annotation import selection
 from app.round_config import RoundConfig
 from store.db import connect, write
 from store.errors import UserError
-from store.prompts import add_prompts
+from store.pairs import round_pairs
+from store.prompts import add_prompts, all_prompts, prompts_by_text
 from store.responses import add_samples, samples_from
 from store.rounds import asked_prompts, latest_round, record_round, round_policies
+from store.runs import reward_run_paths
 
 
 def policy_ref(ref: str) -> str:
@@ -64,13 +66,10 @@ def candidates(db, cfg: RoundConfig) -> list[tuple[int, str]]:
         texts = read_prompts(cfg.prompts)
         with write(db) as con:
             add_prompts(con, texts, source=Path(cfg.prompts).name)
-            rows = con.execute(
-                "SELECT prompt_id, text FROM prompts WHERE text IN (SELECT unnest(?::VARCHAR[])) ORDER BY prompt_id",
-                [texts],
-            ).fetchall()
+            rows = prompts_by_text(con, texts)
     else:
         with connect(db) as con:
-            rows = con.execute("SELECT prompt_id, text FROM prompts ORDER BY prompt_id").fetchall()
+            rows = all_prompts(con)
     if cfg.reask:
         return rows
     with connect(db) as con:
@@ -87,8 +86,8 @@ def latest_reward(db, ref: str) -> Path:
             raise UserError(f"--reward {ref}: not a finished reward-model run (no model/ folder)")
         return path
     with connect(db) as con:
-        rows = con.execute("SELECT path FROM runs WHERE kind = 'reward' ORDER BY created_at DESC").fetchall()
-    found = first_finished([p for (p,) in rows])
+        paths = reward_run_paths(con)
+    found = first_finished(paths)
     if found:
         return found
     raise UserError("uncertain and disagree selections score with a reward model: train one first (rlhf train-rm)")
@@ -217,14 +216,13 @@ def round_accuracy(db, round_: int, model: Path, dtype: str = "fp32") -> tuple[f
     from training.scoring import score_texts
 
     with connect(db) as con:
-        rows = con.execute(
-            "SELECT prompt, chosen, rejected FROM pairs WHERE round = ? ORDER BY ranking_id, chosen_id, rejected_id",
-            [round_],
-        ).fetchall()
-    if not rows:
+        pairs = round_pairs(con, round_)
+    if not pairs:
         return float("nan"), 0
-    scores = score_texts(model, [p for p, _, _ in rows], [[c, r] for _, c, r in rows], dtype, RewardConfig().max_length)
-    return sum(c > r for c, r in scores) / len(rows), len(rows)
+    scores = score_texts(
+        model, [p.prompt for p in pairs], [[p.chosen, p.rejected] for p in pairs], dtype, RewardConfig().max_length
+    )
+    return sum(c > r for c, r in scores) / len(pairs), len(pairs)
 
 
 def fresh_pairs(db, run: Path) -> dict | None:
@@ -235,14 +233,10 @@ def fresh_pairs(db, run: Path) -> dict | None:
 
     with connect(db) as con:
         round_ = latest_round(con)
-        earlier = con.execute(
-            "SELECT path FROM runs WHERE kind = 'reward' AND created_at < "
-            "(SELECT created_at FROM runs WHERE run_id = ?) ORDER BY created_at DESC",
-            [run.name],
-        ).fetchall()
+        earlier = reward_run_paths(con, before=run.name)
     if round_ < 2:
         return None
-    previous = first_finished([p for (p,) in earlier])
+    previous = first_finished(earlier)
     after, n = round_accuracy(db, round_, run / "model")
     if n == 0:
         return None

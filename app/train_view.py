@@ -17,6 +17,7 @@ from app.training import frozen_prompts, launch, prepare_run, recorded_run, run_
 from store.db import connect
 from store.errors import UserError
 from store.runs import list_runs
+from store.snapshot import list_snapshots
 from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
 from training.ppo.config import PPOConfig
@@ -225,7 +226,7 @@ def status_line(run: Path) -> str:
 def snapshot_choices(db: str) -> list[tuple[str, str]]:
     """('current store', '') then the earlier snapshots, newest first: (label, folder)."""
     with connect(db, create=False) as con:
-        rows = con.execute("SELECT snapshot_id, path, created_at FROM snapshots ORDER BY snapshot_id DESC").fetchall()
+        snapshots = list_snapshots(con)
     return [("current store (a new snapshot)", "")] + [
-        (f"snapshot {sid} ({str(created)[:19]})", path) for sid, path, created in rows if Path(path).is_dir()
+        (f"snapshot {s.snapshot_id} ({s.created_at[:19]})", s.path) for s in snapshots if Path(s.path).is_dir()
     ]

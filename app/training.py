@@ -20,6 +20,7 @@ from annotation.prompt_files import read_prompts as read_prompt_file
 from store.db import connect, transaction, write
 from store.durable import rename_durably
 from store.errors import UserError
+from store.prompts import all_prompts
 from store.runs import record_run, run_by_id
 from store.snapshot import freeze_snapshot, record_snapshot, split_of
 from training.config_file import ConfigFile
@@ -150,7 +151,7 @@ def run_kind(run: Path) -> str:
 def split_prompts(db: str, side: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
     """The store's prompts on one side ("train" or "eval") of the snapshot split, in the order they were added."""
     with connect(db, create=False) as con:
-        texts = [t for (t,) in con.execute("SELECT text FROM prompts ORDER BY prompt_id").fetchall()]
+        texts = [t for _, t in all_prompts(con)]
     return [t for t in texts if split_of(t, eval_fraction, seed) == side]
 
 

@@ -40,12 +40,12 @@ from pathlib import Path
 
 import httpx
 
+from bench.app_server import AppServer
 from bench.report import annotation_table
 from store.db import connect, write
 from store.prompts import prompt_ids
-from store.rankings import RankedItem, RankingIn, insert_rankings
+from store.rankings import RankedItem, RankingIn, insert_rankings, source_totals
 from store.responses import Sample, add_samples
-from tests.app_server import AppServer
 
 # (annotators, think time in s, maximal Compare requests one more login keeps sending at once)
 CASES = [(20, 5.0, 0), (100, 5.0, 0), (20, 0.5, 0), (100, 5.0, 8)]
@@ -236,14 +236,9 @@ def _stored(db: str, submits: int, k: int) -> dict:
     """What the app stored in the run. `stored_once`: every acknowledged submit is there exactly once (one ranking
     per task, and per prompt at overlap 1, each with its K items), and nothing else is."""
     with connect(db) as con:
-        n, prompts, tasks, items = con.execute(
-            """WITH ui AS (SELECT * FROM rankings WHERE source = 'ui')
-               SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key),
-                      (SELECT count(*) FROM ranking_items WHERE ranking_id IN (SELECT ranking_id FROM ui))
-               FROM ui"""
-        ).fetchone()
-    once = n == submits == prompts == tasks and items == k * n
-    return {"stored_rankings": n, "distinct_prompts": prompts, "stored_once": once}
+        ui = source_totals(con, "ui")
+    once = ui.rankings == submits == ui.prompts == ui.keys and ui.items == k * ui.rankings
+    return {"stored_rankings": ui.rankings, "distinct_prompts": ui.prompts, "stored_once": once}
 
 
 def run(

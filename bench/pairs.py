@@ -14,27 +14,15 @@ import time
 from pathlib import Path
 
 from store.db import connect
+from store.pairs import count_kept_pair_ids, drop_kept_pair_ids, keep_pair_ids
+from store.rankings import items_by_ranking
+from store.synthetic import fill_cyclic_rankings
 
 
 def build_store(path: str, n: int, k: int) -> None:
     """n rankings of k responses; the ranks of ranking r are a cyclic shift of 1..k (a permutation, no ties)."""
     with connect(path) as con:
-        con.execute("INSERT INTO prompts (prompt_id, text, source) VALUES (0, 'p', 'bench')")
-        con.execute(
-            "INSERT INTO responses (response_id, prompt_id, text, model_id, position) "
-            "SELECT i, 0, 'r', 'bench', 0 FROM range(?) t(i)",
-            [n * k],
-        )
-        con.execute(
-            "INSERT INTO rankings (ranking_id, prompt_id, annotator, source) SELECT r, 0, 'a', 'bench' "
-            "FROM range(?) t(r)",
-            [n],
-        )
-        con.execute(
-            "INSERT INTO ranking_items (ranking_id, response_id, rank) "
-            "SELECT r, r * ? + i, 1 + (i + r) % ? FROM range(?) a(r), range(?) b(i)",
-            [k, k, n, k],
-        )
+        fill_cyclic_rankings(con, n, k)
 
 
 def duckdb_pairs(path: str, repeats: int = 5) -> tuple[int, float]:
@@ -42,19 +30,16 @@ def duckdb_pairs(path: str, repeats: int = 5) -> tuple[int, float]:
     with connect(path) as con:
         times = []
         for _ in range(repeats + 1):
-            con.execute("DROP TABLE IF EXISTS out")
+            drop_kept_pair_ids(con)
             start = time.perf_counter()
-            con.execute("CREATE TEMP TABLE out AS SELECT ranking_id, chosen_id, rejected_id FROM pair_ids")
+            keep_pair_ids(con)
             times.append(time.perf_counter() - start)
-        return con.execute("SELECT count(*) FROM out").fetchone()[0], statistics.median(times[1:])
+        return count_kept_pair_ids(con), statistics.median(times[1:])
 
 
 def loop_pairs(path: str) -> tuple[int, float]:
     with connect(path) as con:
-        rows = con.execute(
-            "SELECT ranking_id, list(response_id ORDER BY response_id), list(rank ORDER BY response_id) "
-            "FROM ranking_items GROUP BY ranking_id"
-        ).fetchall()
+        rows = items_by_ranking(con)
     times = []
     for _ in range(3):
         start = time.perf_counter()

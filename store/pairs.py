@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -130,3 +131,38 @@ def rankings_for_agreement(con: duckdb.DuckDBPyConnection) -> list[tuple[int, st
            GROUP BY r.ranking_id, r.prompt_id, r.annotator ORDER BY r.ranking_id"""
     ).fetchall()
     return [(p, a, dict(m)) for p, a, m in rows]
+
+
+@dataclass(frozen=True)
+class TextPair:
+    """A pair as text: the prompt, the preferred response and the other."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+
+
+def round_pairs(con: duckdb.DuckDBPyConnection, round_: int) -> list[TextPair]:
+    """The pairs of one round (store/rounds.py), ranking by ranking."""
+    rows = con.execute(
+        "SELECT prompt, chosen, rejected FROM pairs WHERE round = ? ORDER BY ranking_id, chosen_id, rejected_id",
+        [round_],
+    ).fetchall()
+    return [TextPair(*row) for row in rows]
+
+
+# bench/pairs.py times the `pair_ids` view against a Python loop, each keeping its rows: the view's go into the
+# temporary table kept_pair_ids (gone when the connection closes).
+
+
+def keep_pair_ids(con: duckdb.DuckDBPyConnection) -> None:
+    """Materialise the `pair_ids` view into kept_pair_ids (drop it first: `drop_kept_pair_ids`)."""
+    con.execute("CREATE TEMP TABLE kept_pair_ids AS SELECT ranking_id, chosen_id, rejected_id FROM pair_ids")
+
+
+def drop_kept_pair_ids(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("DROP TABLE IF EXISTS kept_pair_ids")
+
+
+def count_kept_pair_ids(con: duckdb.DuckDBPyConnection) -> int:
+    return con.execute("SELECT count(*) FROM kept_pair_ids").fetchone()[0]

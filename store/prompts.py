@@ -52,3 +52,19 @@ def pending_prompts(con: duckdb.DuckDBPyConnection, limit: int | None = None) ->
         sql += " LIMIT ?"
         return con.execute(sql, [limit]).fetchall()
     return con.execute(sql).fetchall()
+
+
+def prompt_text(con: duckdb.DuckDBPyConnection, prompt_id: int) -> str:
+    return con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()[0]
+
+
+def all_prompts(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
+    """(prompt id, text) of every prompt, in the order they were added."""
+    return con.execute("SELECT prompt_id, text FROM prompts ORDER BY prompt_id").fetchall()
+
+
+def prompts_by_text(con: duckdb.DuckDBPyConnection, texts: list[str]) -> list[tuple[int, str]]:
+    """(prompt id, text) of the stored prompts among these texts, in the order they were added."""
+    return con.execute(
+        "SELECT prompt_id, text FROM prompts WHERE text IN (SELECT unnest(?::VARCHAR[])) ORDER BY prompt_id", [texts]
+    ).fetchall()

@@ -1,5 +1,6 @@
-"""Rankings and their items. Parsers (native JSONL, Label Studio, the UI) produce `RankingIn`; this module is
-the one place that writes them, always inside the caller's transaction."""
+"""Rankings and their items. Parsers (native JSONL, Label Studio, the UI) produce `RankingIn` (`insert_rankings`),
+the Annotate tab submits and skips one at a time (`add_ranking`, `add_skip`); this module is the one place that
+writes them, always inside the caller's transaction, keeping the counters of store/tasks.py with them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from store.prompts import next_ids, prompt_ids
-from store.tasks import count_rankings, refresh_tasks
+from store.tasks import count_rankings, pairs_of_ranks, refresh_tasks
 
 
 @dataclass
@@ -252,3 +253,88 @@ def _write_rankings(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, impor
         ],
     )
     return ranking_ids
+
+
+def add_ranking(
+    con: duckdb.DuckDBPyConnection,
+    prompt_id: int,
+    annotator: str,
+    source: str,
+    external_key: str,
+    lead_time_s: float | None,
+    response_ids: list[int],
+    ranks: list[int],
+    flags: list[str],
+) -> int:
+    """One ranking of stored responses as they were shown (ranks[i] is the rank of response_ids[i], shown at
+    position i), counted in ranking_counts; returns its id. The Annotate tab's submit: two statements whatever K,
+    as DuckDB's fixed cost per statement is most of a small insert."""
+    ranking_id = con.execute(
+        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
+           VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
+        [prompt_id, annotator, source, external_key, lead_time_s, flags],
+    ).fetchone()[0]
+    con.execute(
+        "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) "
+        "SELECT ?, unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
+        [ranking_id, response_ids, ranks, list(range(len(response_ids)))],
+    )
+    count_rankings(con, [(annotator, source, False, pairs_of_ranks(ranks))])
+    return ranking_id
+
+
+def add_skip(
+    con: duckdb.DuckDBPyConnection,
+    prompt_id: int,
+    annotator: str,
+    source: str,
+    external_key: str,
+    lead_time_s: float | None,
+    reason: str,
+) -> int:
+    """A skipped prompt: a ranking without items that keeps the reason (it gives no pairs); returns its id."""
+    ranking_id = con.execute(
+        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, skipped, skip_reason)
+           VALUES (?, ?, ?, ?, ?, true, ?) RETURNING ranking_id""",
+        [prompt_id, annotator, source, external_key, lead_time_s, reason],
+    ).fetchone()[0]
+    count_rankings(con, [(annotator, source, True, 0)])
+    return ranking_id
+
+
+def ranks_of(con: duckdb.DuckDBPyConnection, ranking_id: int) -> dict[int, int]:
+    """response id -> rank in this ranking (empty for a skip)."""
+    return dict(
+        con.execute("SELECT response_id, rank FROM ranking_items WHERE ranking_id = ?", [ranking_id]).fetchall()
+    )
+
+
+def items_by_ranking(con: duckdb.DuckDBPyConnection) -> list[tuple[int, list[int], list[int]]]:
+    """(ranking id, its response ids, their ranks) of every ranking, items by response id: what a Python loop
+    expanding pairs starts from (bench/pairs.py times one against the `pair_ids` view; tuples, as the loop unpacks
+    them)."""
+    return con.execute(
+        "SELECT ranking_id, list(response_id ORDER BY response_id), list(rank ORDER BY response_id) "
+        "FROM ranking_items GROUP BY ranking_id"
+    ).fetchall()
+
+
+@dataclass(frozen=True)
+class SourceTotals:
+    """What one source's rankings hold."""
+
+    rankings: int
+    prompts: int  # distinct prompts ranked
+    keys: int  # distinct external keys
+    items: int  # ranking items of those rankings
+
+
+def source_totals(con: duckdb.DuckDBPyConnection, source: str) -> SourceTotals:
+    row = con.execute(
+        """WITH these AS (SELECT * FROM rankings WHERE source = ?)
+           SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key),
+                  (SELECT count(*) FROM ranking_items WHERE ranking_id IN (SELECT ranking_id FROM these))
+           FROM these""",
+        [source],
+    ).fetchone()
+    return SourceTotals(*row)

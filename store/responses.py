@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from store.assignments import RANKABLE
 from store.tasks import refresh_tasks
 
 
@@ -75,3 +76,61 @@ def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id:
             duplicates += 1
     refresh_tasks(con, [s.prompt_id for s in samples])
     return duplicates
+
+
+def sampled_prompts(con: duckdb.DuckDBPyConnection, prompt_ids: list[int]) -> set[int]:
+    """Those of these prompts that have a response already."""
+    rows = con.execute(
+        "SELECT DISTINCT prompt_id FROM responses WHERE prompt_id IN (SELECT unnest(?::BIGINT[]))", [prompt_ids]
+    ).fetchall()
+    return {p for (p,) in rows}
+
+
+def response_texts(con: duckdb.DuckDBPyConnection, response_ids: list[int]) -> dict[int, str]:
+    """response id -> text, for these responses."""
+    rows = con.execute(
+        "SELECT response_id, text FROM responses WHERE response_id IN (SELECT unnest(?::BIGINT[]))", [response_ids]
+    ).fetchall()
+    return dict(rows)
+
+
+@dataclass(frozen=True)
+class PromptResponse:
+    """One response with its prompt's text."""
+
+    prompt: str
+    response_id: int
+    text: str
+
+
+def responses_by_prompt(con: duckdb.DuckDBPyConnection, round_: int | None = None) -> list[PromptResponse]:
+    """Every response (with a round, that round's only), prompt by prompt, each prompt's in sampling order."""
+    rows = con.execute(
+        "SELECT p.text, r.response_id, r.text FROM responses r JOIN prompts p USING (prompt_id) "
+        "JOIN response_round x USING (response_id) WHERE ? IS NULL OR x.round = ? "
+        "ORDER BY r.prompt_id, r.position",
+        [round_, round_],
+    ).fetchall()
+    return [PromptResponse(*row) for row in rows]
+
+
+@dataclass(frozen=True)
+class RankableSet:
+    """A prompt with two or more responses an annotator can rank (`RANKABLE`), in sampling order."""
+
+    prompt_id: int
+    prompt: str
+    response_ids: list[int]
+    texts: list[str]
+
+
+def rankable_sets(con: duckdb.DuckDBPyConnection) -> list[RankableSet]:
+    """Every prompt with at least two distinct, non-empty responses, by prompt id."""
+    rows = con.execute(
+        f"""SELECT p.prompt_id, p.text, list(r.response_id ORDER BY r.position, r.response_id),
+                  list(r.text ORDER BY r.position, r.response_id)
+           FROM prompts p JOIN responses r USING (prompt_id)
+           WHERE {RANKABLE}
+           GROUP BY p.prompt_id, p.text HAVING count(*) >= 2 ORDER BY p.prompt_id"""
+    ).fetchall()
+    return [RankableSet(*row) for row in rows]

@@ -38,3 +38,23 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str, str]]
 def run_by_id(con: duckdb.DuckDBPyConnection, run_id: str) -> RecordedRun | None:
     row = con.execute("SELECT run_id, kind, path, created_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return None if row is None else RecordedRun(row[0], row[1], row[2], str(row[3]))
+
+
+def runs_of_kinds(con: duckdb.DuckDBPyConnection, kinds: list[str]) -> list[tuple[str, str]]:
+    """(run id, path) of the runs of these kinds, newest first."""
+    return con.execute(
+        "SELECT run_id, path FROM runs WHERE kind IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at DESC", [kinds]
+    ).fetchall()
+
+
+def reward_run_paths(con: duckdb.DuckDBPyConnection, before: str | None = None) -> list[str]:
+    """The folders of the reward runs, newest first; with `before` (a run id), only those recorded before it."""
+    if before is None:
+        rows = con.execute("SELECT path FROM runs WHERE kind = 'reward' ORDER BY created_at DESC").fetchall()
+    else:
+        rows = con.execute(
+            "SELECT path FROM runs WHERE kind = 'reward' AND created_at < "
+            "(SELECT created_at FROM runs WHERE run_id = ?) ORDER BY created_at DESC",
+            [before],
+        ).fetchall()
+    return [p for (p,) in rows]

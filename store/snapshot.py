@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -104,6 +105,19 @@ def record_snapshot(con: duckdb.DuckDBPyConnection, folder: Path, manifest: dict
         "INSERT INTO snapshots (path, content_sha256, manifest) VALUES (?, ?, ?) RETURNING snapshot_id",
         [str(Path(folder).resolve()), manifest["content_sha256"], json.dumps(manifest)],
     ).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class RecordedSnapshot:
+    snapshot_id: int
+    path: str  # absolute, as recorded
+    created_at: str
+
+
+def list_snapshots(con: duckdb.DuckDBPyConnection) -> list[RecordedSnapshot]:
+    """Every recorded snapshot, newest first."""
+    rows = con.execute("SELECT snapshot_id, path, created_at FROM snapshots ORDER BY snapshot_id DESC").fetchall()
+    return [RecordedSnapshot(sid, path, str(created)) for sid, path, created in rows]
 
 
 def freeze_snapshot(

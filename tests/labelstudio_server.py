@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -11,15 +10,11 @@ from pathlib import Path
 
 import requests
 
+from bench.app_server import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 LS_BIN = Path(os.environ.get("RLHF_LABEL_STUDIO_BIN", ROOT / ".venv-ls" / "bin" / "label-studio"))
 EMAIL, PASSWORD = "admin@example.org", "round-trip-pw-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LabelStudioServer:

@@ -6,8 +6,8 @@ from gradio_client import Client
 from app.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, empty_store_line, on_load, on_submit, on_undo
 from app.cli import main
 from app.ui import AppContext, first_tab
+from bench.app_server import AppServer
 from store.errors import StoreError
-from tests.app_server import AppServer
 from tests.conftest import query, store_rows
 from tests.test_session import seed_store
 

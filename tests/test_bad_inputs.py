@@ -13,7 +13,7 @@ import pytest
 from gradio_client import handle_file
 
 from app.cli import main
-from tests.app_server import AppServer
+from bench.app_server import AppServer
 from tests.conftest import DATA, store_rows, write_jsonl
 
 BAD = DATA / "bad"

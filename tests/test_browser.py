@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_server import ROOT, AppServer
+from bench.app_server import ROOT, AppServer
 from tests.conftest import query
 from tests.test_session import seed_store
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.app_server import AppServer
+from bench.app_server import AppServer
 from tests.conftest import query, write_jsonl
 from tests.test_browser import ARTIFACTS, browser  # noqa: F401 (the module's browser fixture)
 from tests.test_ppo_watch import HACK_SETTINGS, held_prompts, talker, words_ensemble  # noqa: F401 (fixtures)

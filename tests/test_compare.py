@@ -85,6 +85,7 @@ def test_identical_replies_are_a_tie_and_both_bad_gives_no_pair(db):
     assert query(db, "SELECT choice FROM votes ORDER BY vote_id") == [("tie",), ("both_bad",)]
 
 
+@pytest.mark.integration
 def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
     """Both panes stream in lockstep from two real (tiny) models with the same seed; the vote lands in the store
     under the right model ids, and the win table counts it."""
@@ -247,6 +248,7 @@ def test_the_compare_list_offers_a_ppo_runs_checkpoints_with_the_best_marked(db,
     assert run_defaults(str(run / "checkpoints/actor-step4")) == ("/models/sft", "/runs/rm-1")
 
 
+@pytest.mark.integration
 def test_best_of_n_of_the_reference_is_a_contestant(db, tiny_model_dir, tmp_path):
     """N = 3: the reference side shows the reward model's pick among the reference's replies with seeds seed ..
     seed + 2 (checked by sampling and scoring each directly), the actor streams beside it, and the vote is stored
@@ -282,7 +284,7 @@ def test_a_vote_through_the_app_reaches_no_queue_no_prompt_and_training_only_whe
     no one a task, and no pair leaves the store unless asked for with --with-votes."""
 
     from app.cli import main
-    from tests.app_server import AppServer
+    from bench.app_server import AppServer
     from tests.test_session import seed_store
     from training.tiny import build_plain_model
 

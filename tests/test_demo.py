@@ -3,12 +3,13 @@ end on tiny models (sampling, ranking, reward model and PPO through DeepSpeed, h
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from annotation import scripted
-from app.demo import pair_accuracy, pair_counts, split_prompts, win_rates
+from app.demo_common import pair_accuracy, pair_counts, split_prompts, win_rates
 from store.errors import StoreError
 from tests.conftest import query
 
@@ -105,6 +106,12 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert rloo["max_steps"] == r["ppo_steps"]  # as many sequences sampled as PPO
     assert 0 <= r["rloo_vs_reference"]["win_rate"] <= 1 and r["rloo_kl"] > 0
     assert "|RLOO actor vs reference|" in report and "|PPO actor vs RLOO actor|" in report
+    # every method on one win-rate-against-KL plot: RLOO's checkpoints as PPO's, DPO's policy measured the same way
+    assert [p["step"] for p in r["rloo_checkpoints"]][-1] == r["rloo_checkpoints"][-1]["step"] >= 1
+    assert len(r["rloo_checkpoints"]) >= 2 and all(0 <= p["win_rate"] <= 1 for p in r["rloo_checkpoints"])
+    assert r["dpo_point"]["win_rate"] == r["dpo_vs_reference"]["win_rate"] and math.isfinite(r["dpo_point"]["kl"])
+    assert set(r["equal_kl"]["win_rates"]) == {"PPO", "best-of-N", "RLOO", "DPO"} and r["equal_kl"]["kl"] > 0
+    assert "at equal KL (" in report and "at equal KL (" in out
     assert all(len(json.loads(line)["rloo"]) == r["config"]["k"] for line in (folder / "samples.jsonl").open())
 
 
@@ -133,7 +140,7 @@ def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsy
 
 
 def test_ppo_settings_reach_the_demos_ppo_config():
-    from app.demo import ppo_config
+    from app.demo_common import ppo_config
     from app.demo_config import DemoConfig
 
     cfg = DemoConfig(ppo_settings="whiten_advantages=true, generation_batch_size=16,ema-beta=0.9")
@@ -188,7 +195,8 @@ KL = "KL to the reference reported at every PPO step"
     ],
 )
 def test_the_kl_check_fails_on_a_run_where_kl_is_missing(tmp_path, status_step, rows, kl_ok):
-    from app.demo import QUICK_BARS, checks, headline, ppo_curve
+    from app.demo import QUICK_BARS, checks, ppo_curve
+    from app.demo_report import headline
 
     curve = ppo_curve(_fake_ppo_run(tmp_path / "ppo", status_step, rows))
     assert curve["ppo_steps"] == status_step and len(curve["kl_per_step"]) == status_step
@@ -289,6 +297,30 @@ def test_best_of_n_points_and_the_findings_by_hand():
     # the demo's first default-model run: the alarm fired at step 7, the win rate rose to the last checkpoint
     f = findings([ckpt(16, 0.3, 0.47, chosen=True), ckpt(94, 1.77, 0.77)], bon, {"step": 7, "reason": "noise"})
     assert not watch_checks(f)["the watch's alarm fires only after PPO's win rate peaked, if at all"]
+
+
+def test_methods_at_equal_kl_by_hand():
+    from app.demo_watch import at_equal_kl, equal_kl_lines
+
+    def point(kl, win, lo, hi):
+        return {"kl": kl, "win_rate": win, "ci95": [lo, hi]}
+
+    ppo = [point(1.0, 0.7, 0.6, 0.8), point(4.0, 0.8, 0.7, 0.9)]  # sqrt(KL) 1 and 2
+    bon = [point(0.0, 0.5, 0.4, 0.6), point(1.0, 0.6, 0.5, 0.7), point(2.25, 0.65, 0.55, 0.75)]
+    dpo = [point(9.0, 0.9, 0.85, 0.95)]  # one point at sqrt(KL) 3
+    e = at_equal_kl({"PPO": ppo, "best-of-N": bon, "DPO": dpo})
+    assert e["kl"] == 2.25  # best-of-N reached the least: sqrt 1.5 is where all are compared
+    assert e["win_rates"]["PPO"] == pytest.approx([0.75, 0.65, 0.85])  # halfway from sqrt 1 to sqrt 4
+    assert e["win_rates"]["best-of-N"] == pytest.approx([0.65, 0.55, 0.75])  # its last point
+    assert e["win_rates"]["DPO"] == pytest.approx([0.7, 0.675, 0.725])  # halfway from the reference (0.5) to 0.9
+    assert e["winner"] == "PPO" and not e["clear"]  # PPO's 0.65 low end does not clear best-of-N's 0.65
+    (line,) = equal_kl_lines(e)
+    assert line.startswith("at equal KL (2.25 nats") and "PPO 75.0% (65.0%-85.0%), DPO 70.0%" in line
+    tight = [point(1.0, 0.7, 0.68, 0.72), point(4.0, 0.8, 0.78, 0.82)]
+    assert at_equal_kl({"PPO": tight, "best-of-N": bon})["clear"]  # 0.73 at sqrt 1.5 clears best-of-N's 0.65
+    assert at_equal_kl({"PPO": ppo, "RLOO": []}) == {}  # a method with no point: no comparison
+    assert at_equal_kl({"PPO": [point(-0.1, 0.5, 0.4, 0.6)], "best-of-N": bon}) == {}  # no KL spent
+    assert equal_kl_lines({}) == ["no KL every method reached: no comparison at equal KL"]
 
 
 def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_hand():

@@ -17,7 +17,7 @@ import pytest
 from gradio_client import handle_file
 
 from app.cli import main
-from tests.app_server import ROOT, AppServer
+from bench.app_server import ROOT, AppServer
 from tests.conftest import query, store_rows, write_jsonl
 from tests.test_reward_training import separable_pairs
 from tests.test_session import seed_store

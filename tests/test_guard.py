@@ -10,7 +10,7 @@ import pytest
 from gradio_client import Client
 
 from app.guard import Boundary, allowed_hosts, host_name, refusal
-from tests.app_server import AppServer
+from bench.app_server import AppServer
 
 LOCAL = Boundary(allowed_hosts("127.0.0.1"), "t0k", 7860)
 

@@ -17,15 +17,17 @@ ALLOWED = {
 }
 
 
+def _imports_of(node: ast.AST) -> set[str]:
+    """The top-level packages one import statement names (none for any other node)."""
+    if isinstance(node, ast.Import):
+        return {a.name.split(".")[0] for a in node.names}
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        return {node.module.split(".")[0]}
+    return set()
+
+
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found
+    return set().union(*map(_imports_of, ast.walk(ast.parse(path.read_text()))))
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -95,3 +97,108 @@ def test_no_function_in_training_is_over_60_lines():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
                 long.append(f"{path.relative_to(ROOT)}::{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not long, long
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Our modules (app, annotation, store, training, bench) -> the ones each imports, at the top or inside a
+    function (a deferred import still ties the two modules together)."""
+    modules = {}
+    for package in ("app", "annotation", "store", "training", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps |= {m for m in (node.module, *(f"{node.module}.{a.name}" for a in node.names)) if m in modules}
+        graph[name] = deps - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_by_hand():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    """No two of our modules import each other, directly or around a loop, even inside functions: a family of
+    modules shares what it needs through a common module it all imports (e.g. app/demo_common.py)."""
+    assert _cycles(_module_graph()) == []
+
+
+SQL_CALLS = {"execute", "executemany", "sql", "fetchall", "fetchone", "fetchdf"}
+
+
+def test_no_sql_outside_the_store():
+    """Every SQL statement lives in store/ (issue 28): the other packages call its named functions, and rows come
+    back as values or dataclasses. A call of a connection's SQL methods, or an import of duckdb, elsewhere fails."""
+    found = []
+    for package in ("app", "annotation", "training", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            where = path.relative_to(ROOT)
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SQL_CALLS:
+                    found.append((str(where), node.lineno, f"calls .{node.func.attr}()"))
+                elif "duckdb" in _imports_of(node):
+                    found.append((str(where), node.lineno, "imports duckdb"))
+    assert not found, "SQL outside store/:\n" + "\n".join(f"{f}:{n} {what}" for f, n, what in sorted(set(found)))
+
+
+FACES = ("app.cli", "app.ui", "app.handlers", "app.config_form", "app.config_args", "app.ranker_widget")
+
+
+def _is_face(module: str) -> bool:
+    """The app's faces: the CLI, the Gradio app and its tabs and widgets (not what a command or button does)."""
+    return module in FACES or module.endswith(("_tab", "_ui", "_widget"))
+
+
+def test_bench_imports_no_face_and_no_test():
+    """bench/ measures what the app's commands and buttons do (app.training, app.sampling, ...), never the CLI, the
+    tabs or tests/: a benchmark that needs a helper of the tests has it moved to bench/ (bench/app_server.py)."""
+    graph = _module_graph()
+    for path in (ROOT / "bench").rglob("*.py"):
+        imported = {m for node in ast.walk(ast.parse(path.read_text())) for m in _full_imports_of(node)}
+        bad = sorted(m for m in imported if m.split(".")[0] == "tests" or _is_face(m))
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+    assert _is_face("app.train_tab") and not _is_face("app.training") and "bench.app_server" in graph
+
+
+def _full_imports_of(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        return {node.module}
+    return set()

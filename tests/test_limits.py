@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 from app.limits import ServeLimits
+from bench.app_server import AppServer
 from store.errors import UserError
-from tests.app_server import AppServer
 from tests.conftest import query
 from training.chat import Models
 
@@ -106,6 +106,7 @@ def test_a_login_has_one_chat_request_waiting_and_chat_takes_half_the_queue_at_m
     assert chat_refusal(anonymous, None, "s1", 64) and chat_refusal(anonymous, None, "s2", 64) is None
 
 
+@pytest.mark.integration
 def test_every_event_but_the_chats_marks_the_app_busy_while_it_runs():
     """The chat's child yields to the app's other events (app/chat_worker.py): share_the_queue marks each of them
     on the AppActivity while it runs, and leaves the chat's own events out."""
@@ -117,7 +118,7 @@ def test_every_event_but_the_chats_marks_the_app_busy_while_it_runs():
 
     from app.chat_queue import CHAT, share_the_queue
     from app.chat_worker import AppActivity
-    from tests.app_server import free_port
+    from bench.app_server import free_port
 
     activity = AppActivity(SimpleNamespace(value=-math.inf), clock=lambda: 42.0)
     with gr.Blocks() as demo:

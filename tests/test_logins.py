@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 from app.logins import ExpiringSessions, LoginGate, Users, read_users
+from bench.app_server import AppServer
 from store.errors import UserError
-from tests.app_server import AppServer
 
 
 def test_user_add_writes_a_hash_at_mode_600_and_replaces_an_entry(cli, tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ or shown, whether through the app's endpoints or the CLI."""
 import pytest
 
 from app.training import prepare_pairs_run
-from tests.app_server import AppServer
+from bench.app_server import AppServer
 from tests.conftest import write_jsonl
 from tests.test_reward_training import separable_pairs
 from training.reward.config import RewardConfig

@@ -14,9 +14,9 @@ from gradio_client import Client, handle_file
 
 from app.logins import read_users
 from app.ui import AppContext, build_app, is_loopback
+from bench.app_server import free_port
 from store.errors import StoreError
 from tests.conftest import DATA, query, store_rows
-from tests.labelstudio_server import free_port
 from training.generation import SamplingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +35,7 @@ def app(db, tiny_model_dir, tmp_path, monkeypatch):
         demo.close()
 
 
+@pytest.mark.integration
 def test_data_tab_end_to_end(app, db, tmp_path):
     assert "The store is empty" in app.predict(api_name="/counts")[0]
     assert app.predict(api_name="/load_examples") == "prompts: 40 added, 0 already in the store"
@@ -60,6 +61,7 @@ def test_data_tab_end_to_end(app, db, tmp_path):
     assert "prompts 43 (5 with responses, 38 pending)" in counts and "pairs 2" in counts
 
 
+@pytest.mark.integration
 def test_rounds_table_and_project_id_on_a_store_with_prompts_but_no_round(app):
     """The Data tab's rounds table on a store with prompts and nothing sampled yet was a red "Error" (one round start
     too many for no round); a negative project id is one line now that the box no longer carries the bound."""
@@ -150,19 +152,20 @@ def _printed_url(proc, deadline: float) -> str:
     pytest.fail("the app did not print its URL")
 
 
+@pytest.mark.integration
 def test_sampling_in_the_app_does_not_block_annotators(app, db):
     """While the app samples the 40 example prompts, an annotator still submits and gets the next prompt."""
     from tests.test_session import seed_store
 
     seed_store(db, 3)
     app.predict(api_name="/load_examples")
-    job = app.submit(8, 0, api_name="/sample")  # K = 8 for every pending prompt, in the background
+    job = app.submit(4, 0, api_name="/sample")  # K = 4 for every pending prompt, in the background
     prompt, value, _, _ = app.predict("ann", api_name="/annotate_next")
     ranked = {"items": [{**it, "rank": len(value["items"]) - it["pos"]} for it in value["items"]]}
     _, _, progress, status = app.predict("ann", ranked, api_name="/annotate_submit")
     assert status == "Saved. Next prompt." and progress.startswith("you: 1 ranked")
     assert not job.done()  # the annotator did not wait for the sampling run
-    assert job.result().startswith("sampled 320 responses for 40 prompts")
+    assert job.result().startswith("sampled 160 responses for 40 prompts")
 
 
 def test_admins_need_logins_and_must_be_among_them(tmp_path, capsys):
@@ -193,6 +196,7 @@ def test_who_is_an_admin():
         team.check_admin(Req("bob"))
 
 
+@pytest.mark.integration
 def test_blind_compare_shows_the_scores_with_the_names_after_the_vote(app, db, tiny_model_dir, tmp_path):
     """Through the app's endpoints (one client, one session): blind, the scores endpoint answers the line saying
     when the scores come, not the scores; the vote answers the names with the scores."""

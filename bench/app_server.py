@@ -1,9 +1,11 @@
-"""Start `rlhf ui` as a real process on 127.0.0.1 for client and browser tests."""
+"""Start `rlhf ui` as a real process on 127.0.0.1: for the annotation load benchmark, and the client and browser
+tests."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import socket
 import ssl
 import subprocess
 import sys
@@ -12,9 +14,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.labelstudio_server import free_port
-
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class AppServer:
