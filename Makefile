@@ -44,11 +44,14 @@ run: $(STAMP)
 test: $(STAMP) $(LS_STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q --durations=25
+	# the fast lane first, on both cores (it fails in a minute where it fails), then the runs, servers and browser
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q --durations=25 -m "integration or browser"
 
-# The fast lane: the tests that start no process (marks enforced by tests/conftest.py).
+# The fast lane: the tests that start no process and run in under a few seconds each (tests/conftest.py enforces
+# the first), on two workers (pytest-xdist).
 test-fast: $(STAMP)
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -m "not integration and not browser"
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
 
 # The whole loop with a scripted annotator on the default model (about 30 minutes on 2 CPU cores); report in
 # runs/demo-*/report.md. `make demo DEMO_FLAGS=--quick` runs it on tiny models in a few minutes.

@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -24,14 +25,27 @@ class _MarkedPopen(subprocess.Popen):
     """subprocess.Popen that refuses to start a process for a test without a PROCESS_MARKS mark (fixtures too)."""
 
     def __init__(self, args, *rest, **kwargs):
-        item = _running["item"]
-        if item is not None and not any(item.get_closest_marker(m) for m in PROCESS_MARKS):
-            raise AssertionError(f"{item.nodeid} starts a process ({str(args)[:80]}): mark it integration")
+        _check_marked(str(args)[:80])
         super().__init__(args, *rest, **kwargs)
 
 
+def _check_marked(what: str) -> None:
+    item = _running["item"]
+    if item is not None and not any(item.get_closest_marker(m) for m in PROCESS_MARKS):
+        raise AssertionError(f"{item.nodeid} starts a process ({what}): mark it integration")
+
+
 def pytest_configure(config):
+    import multiprocessing.process
+
     subprocess.Popen = _MarkedPopen
+    start = multiprocessing.process.BaseProcess.start
+
+    def marked_start(self):  # the chat's worker: a child from multiprocessing is a process too
+        _check_marked(f"multiprocessing: {self.name}")
+        start(self)
+
+    multiprocessing.process.BaseProcess.start = marked_start
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -59,12 +73,20 @@ TABLES = (
 )
 
 
-@pytest.fixture
-def db(tmp_path) -> str:
-    path = str(tmp_path / "store.duckdb")
-    with connect(path):
+@pytest.fixture(scope="session")
+def _empty_store(tmp_path_factory) -> Path:
+    """A new store, made once: a copy of it is a test's fresh store (a third of the time of making one)."""
+    path = tmp_path_factory.mktemp("template") / "store.duckdb"
+    with connect(str(path)):
         pass
     return path
+
+
+@pytest.fixture
+def db(tmp_path, _empty_store) -> str:
+    path = tmp_path / "store.duckdb"
+    shutil.copyfile(_empty_store, path)
+    return str(path)
 
 
 def store_rows(path: str) -> dict:

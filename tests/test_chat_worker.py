@@ -43,6 +43,7 @@ def test_the_worker_samples_and_scores_as_this_process_does(worker, tiny_model_d
         assert os.sched_getscheduler(worker.pid()) == os.SCHED_IDLE
 
 
+@pytest.mark.integration
 def test_an_error_is_its_line_and_an_abandoned_stream_does_not_hold_up_the_next(worker, tiny_model_dir, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -58,6 +59,7 @@ def test_an_error_is_its_line_and_an_abandoned_stream_does_not_hold_up_the_next(
     assert last == list(LocalChat(Models()).pair([str(tiny_model_dir)] * 2, histories, params))[-1]
 
 
+@pytest.mark.integration
 def test_release_ends_the_child_and_the_next_request_starts_another(tiny_model_dir):
     w = ChatWorker(max_loaded=1)
     histories = [[{"role": "user", "content": "hi"}]] * 2
@@ -89,6 +91,7 @@ def test_the_yield_to_a_busy_app_by_hand():
     assert activity.last_busy == 7.0
 
 
+@pytest.mark.integration
 def test_the_child_waits_after_each_step_while_the_app_is_busy_and_not_when_it_is_quiet(worker, tiny_model_dir):
     sides, histories = [str(tiny_model_dir)] * 2, [[{"role": "user", "content": "hi"}]] * 2
     params = ChatParams(max_new_tokens=3, min_new_tokens=3, seed=1)

@@ -4,6 +4,7 @@ at ZeRO 0 takes training/mixed_step.py's lean step and gets DeepSpeed's own numb
 
 import json
 
+import pytest
 import torch
 
 
@@ -101,6 +102,7 @@ def _bf16_steps() -> dict:
     return results
 
 
+@pytest.mark.integration
 def test_a_lone_rank_skips_the_allreduce_and_trains_as_plain_torch(tmp_path):
     import torch.multiprocessing as mp
 

@@ -58,6 +58,7 @@ def prompts(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_the_length_rm_scores_longer_replies_higher(talker, length_ensemble):
     from training.judges import reward_scores
     from training.loaders import load_scalar_model

@@ -150,6 +150,7 @@ def _agree_on_rank(rank: int, init: str, have: list[bool], out: str) -> None:
         json.dump(got, f)
 
 
+@pytest.mark.integration
 def test_ranks_agree_on_one_pass_or_two(tmp_path):
     # ZeRO-3 gathers weights in every forward: if one rank's batch shares nothing, no rank shares
     import json

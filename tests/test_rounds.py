@@ -102,6 +102,7 @@ def second_policy(tmp_path_factory, default_model_dir):
     return build_plain_model(tmp_path_factory.mktemp("policy-2"), hidden=32, seed=1)
 
 
+@pytest.mark.integration
 def test_two_rounds_record_the_policy_of_every_response_and_the_queue_asks_the_new_round_first(
     cli, db, tmp_path, tiny_model_dir, second_policy
 ):
