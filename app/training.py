@@ -22,11 +22,11 @@ from store.durable import rename_durably
 from store.errors import UserError
 from store.prompts import all_prompts
 from store.runs import record_run, run_by_id
-from store.snapshot import freeze_snapshot, record_snapshot, split_of
+from store.snapshot import freeze_pairs_file, freeze_snapshot, record_snapshot, split_of
 from training.config_file import ConfigFile
 from training.launcher import launch
 from training.models import DataError, resolve_model
-from training.pairs import load_pairs
+from training.pairs import load_pairs, read_pairs_file
 from training.pairs_config import round_numbers
 from training.prompt_data import read_prompts
 from training.prompts_config import PromptsConfig
@@ -41,13 +41,23 @@ def new_run_dir(runs_dir: Path, kind: str) -> Path:
     return folder
 
 
-def _check_pairs(data: str, cfg: ConfigFile) -> None:
+def _check_pairs(data: str) -> None:
     try:
-        train, _ = load_pairs(data, cfg.eval_fraction, cfg.seed)
+        train, _ = load_pairs(data)
     except DataError as e:
         raise UserError(str(e)) from None
     if not train:
         raise UserError("no training pairs: every prompt landed in the eval split; add more prompts")
+
+
+def _frozen_pairs_file(path: Path, cfg: ConfigFile, snapshots: Path) -> tuple[Path, dict]:
+    """A pairs file (--pairs) read, checked and frozen as a snapshot under `snapshots`, as prompts files are."""
+    try:
+        rows = read_pairs_file(path)
+    except DataError as e:
+        raise UserError(str(e)) from None
+    origin = {"file": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return freeze_pairs_file(snapshots, rows, origin, eval_fraction=cfg.eval_fraction, seed=cfg.seed)
 
 
 def _local(ref: str) -> str:
@@ -64,16 +74,16 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
     for ref in (cfg.model, getattr(cfg, "reference", "")):
         if ref:
             resolve_model(ref)  # a bad --model fails here, in one line, before anything starts
-    snapshot_id = None
-    data = str(Path(pairs).resolve()) if pairs else None
-    if data and cfg.rounds:
+    snapshot_id, data, frozen = None, None, None
+    if pairs and cfg.rounds:
         raise UserError("--rounds picks pairs from the store by round; a pairs file has no rounds")
-    if data and cfg.with_votes:
+    if pairs and cfg.with_votes:
         raise UserError("--with-votes takes the votes from the store; a pairs file has none")
-    if data:  # a pairs file is read before the store is opened, so the store is held only for the record
-        _check_pairs(data, cfg)
-    frozen = None
-    if not data:  # frozen on a read connection: annotators keep submitting while the files are written
+    if pairs and Path(pairs).is_dir():  # a snapshot folder is taken as it is
+        data = str(Path(pairs).resolve())
+    elif pairs:  # a pairs file is frozen before the store is opened: the store is held only for the record
+        frozen = _frozen_pairs_file(Path(pairs), cfg, runs_dir.parent / "snapshots")
+    else:  # frozen on a read connection: annotators keep submitting while the files are written
         with connect(db) as con, transaction(con):
             frozen = freeze_snapshot(
                 con,
@@ -83,8 +93,9 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
                 rounds=round_numbers(cfg.rounds),
                 with_votes=cfg.with_votes,
             )
+    if frozen:
         data = str(frozen[0].resolve())  # the ranks run in the run folder
-        _check_pairs(data, cfg)
+    _check_pairs(data)
     with write(db) as con:
         if frozen:
             snapshot_id = record_snapshot(con, *frozen)

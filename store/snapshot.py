@@ -76,7 +76,9 @@ def _pair_filter(con: duckdb.DuckDBPyConnection, drop_flagged: bool, rounds: lis
     return where
 
 
-def _write_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, where: str, source: str = "pairs") -> dict:
+def _write_split(
+    con: duckdb.DuckDBPyConnection, folder: Path, split: str, where: str, source: str = "pairs", votes: bool = False
+) -> dict:
     """One split's pairs as folder/<split>.parquet; returns its manifest entry (counts and sha256)."""
     path = folder / f"{split}.parquet"
     query = f"""SELECT {", ".join("p." + c.strip() for c in PAIR_COLUMNS.split(","))}
@@ -84,12 +86,12 @@ def _write_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, where
                 WHERE s.split = '{split}' {where}
                 ORDER BY p.prompt_id NULLS LAST, p.prompt, p.ranking_id, p.chosen_id, p.rejected_id, p.chosen"""
     con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
-    pairs, prompts, rankings, votes = con.execute(
+    pairs, prompts, rankings, n_votes = con.execute(
         f"""SELECT count(*), count(DISTINCT prompt), count(DISTINCT ranking_id), count(*) FILTER (ranking_id IS NULL)
             FROM ({query})"""
     ).fetchone()
     entry = {"file": path.name, "pairs": pairs, "prompts": prompts, "rankings": rankings}
-    return {**entry, **({"votes": votes} if source != "pairs" else {}), "sha256": _sha256(path)}
+    return {**entry, **({"votes": n_votes} if votes else {}), "sha256": _sha256(path)}
 
 
 def write_snapshot(con: duckdb.DuckDBPyConnection, root: str | os.PathLike, **options) -> Path:
@@ -137,14 +139,48 @@ def freeze_snapshot(
     see the same pairs), and annotators keep submitting while the files are written; then record the result with
     `record_snapshot` in a short write. The folder
     appears whole (written aside, fsynced, then renamed) and its files are read-only."""
+    options = {"drop_flagged": drop_flagged, **({"rounds": sorted(rounds)} if rounds is not None else {})}
+    options |= {"with_votes": True} if with_votes else {}
+    return _freeze(con, root, eval_fraction, seed, pairs_source(with_votes), options)
+
+
+def freeze_pairs_file(
+    root: str | os.PathLike, rows: list[dict], origin: dict, eval_fraction: float = 0.1, seed: int = 0
+) -> tuple[Path, dict]:
+    """A pairs file's rows (prompt, chosen and rejected text, optional margin and ranking_id; checked by the
+    caller) frozen as a snapshot exactly as the store's pairs are: the same split rule, files and manifest, which
+    names the file it came from (`origin`: its name and sha256). Editing the file later changes no run."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(
+            """CREATE TEMP TABLE file_pairs (prompt VARCHAR, chosen VARCHAR, rejected VARCHAR, margin DOUBLE,
+               annotator VARCHAR, source VARCHAR, prompt_id BIGINT, ranking_id BIGINT, chosen_id BIGINT,
+               rejected_id BIGINT, flagged BOOLEAN)"""  # PAIR_COLUMNS, typed
+        )
+        con.execute(
+            """INSERT INTO file_pairs (prompt, chosen, rejected, margin, ranking_id, source, flagged)
+               SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::DOUBLE[]),
+                      unnest(?::BIGINT[]), 'file', false""",
+            [[r[k] for r in rows] for k in ("prompt", "chosen", "rejected")]
+            + [[r.get("margin") for r in rows], [r.get("ranking_id") for r in rows]],
+        )
+        return _freeze(con, root, eval_fraction, seed, "file_pairs", {"drop_flagged": False, "from": origin})
+    finally:
+        con.close()
+
+
+def _freeze(
+    con: duckdb.DuckDBPyConnection, root: str | os.PathLike, eval_fraction: float, seed: int, source: str, options
+) -> tuple[Path, dict]:
+    """The pairs of `source` into a snapshot folder under root (see freeze_snapshot); options go into the manifest
+    (drop_flagged, rounds, with_votes, from)."""
     if not 0 <= eval_fraction < 1:
         raise UserError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    source = pairs_source(with_votes)
     tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=root))
     try:
-        splits = _frozen_splits(con, tmp, eval_fraction, seed, drop_flagged, rounds, source)
+        splits = _frozen_splits(con, tmp, eval_fraction, seed, options, source)
         content = hashlib.sha256("".join(splits[s]["sha256"] for s in SPLITS).encode()).hexdigest()
         created = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         manifest = {
@@ -153,9 +189,7 @@ def freeze_snapshot(
             "created_at": created,
             "eval_fraction": eval_fraction,
             "seed": seed,
-            "drop_flagged": drop_flagged,
-            **({"rounds": sorted(rounds)} if rounds is not None else {}),
-            **({"with_votes": True} if with_votes else {}),
+            **options,
             "columns": [c.strip() for c in PAIR_COLUMNS.split(",")],
             "splits": splits,
             "content_sha256": content,
@@ -177,10 +211,11 @@ def freeze_snapshot(
     return final, manifest
 
 
-def _frozen_splits(con, folder: Path, eval_fraction, seed, drop_flagged, rounds, source) -> dict[str, dict]:
+def _frozen_splits(con, folder: Path, eval_fraction, seed, options: dict, source: str) -> dict[str, dict]:
     _assign_splits(con, eval_fraction, seed, source)
-    where = _pair_filter(con, drop_flagged, rounds)
-    return {split: _write_split(con, folder, split, where, source) for split in SPLITS}
+    where = _pair_filter(con, options["drop_flagged"], options.get("rounds"))
+    votes = options.get("with_votes", False)
+    return {split: _write_split(con, folder, split, where, source, votes) for split in SPLITS}
 
 
 def verify_snapshot(folder: str | os.PathLike) -> dict:

@@ -272,3 +272,55 @@ def test_a_store_object_is_its_path_and_owns_its_locks(db):
     finally:
         other.release()
     assert other._held is None
+
+
+def test_a_pairs_file_is_frozen_into_a_snapshot_by_the_stores_split_rule(db, tmp_path, models):
+    """`--pairs FILE` trains on a snapshot of the file, made as the store's are: split by prompt with split_of,
+    read-only, recorded; margin and ranking_id kept where given; editing the file later changes no run."""
+    from app.training import prepare_pairs_run
+    from training.pairs import load_pairs
+    from training.reward.config import RewardConfig
+
+    rows = [
+        {"prompt": f"p{i}", "chosen": f"good {i}", "rejected": f"bad {i}{j}", "margin": j + 1, "ranking_id": i}
+        for i in range(30)
+        for j in range(2)
+    ]
+    rows[0] = {"prompt": "p0", "chosen": "good 0", "rejected": "bad 00"}  # no margin, no ranking id
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    cfg = RewardConfig(model=models["reward"], eval_fraction=0.2, seed=5)
+    run = prepare_pairs_run(db, cfg, tmp_path / "runs", str(pairs))
+    data = Path(json.loads((run / "config.json").read_text())["data"])
+    assert (
+        data.parent == (tmp_path / "snapshots").resolve() and oct((data / "train.parquet").stat().st_mode)[-3:] == "444"
+    )
+    manifest = verify_snapshot(data)
+    assert manifest["from"]["file"] == str(pairs.resolve()) and len(manifest["from"]["sha256"]) == 64
+    train, evals = load_pairs(str(data))
+    assert {r["prompt"] for r in evals} == {f"p{i}" for i in range(30) if split_of(f"p{i}", 0.2, 5) == "eval"}
+    assert len(train) + len(evals) == 60 and all(r["source"] == "file" for r in train + evals)
+    by_pair = {(r["prompt"], r["rejected"]): r for r in train + evals}
+    assert by_pair[("p3", "bad 31")]["margin"] == 2.0 and by_pair[("p3", "bad 31")]["ranking_id"] == 3
+    assert by_pair[("p0", "bad 00")]["margin"] is None and by_pair[("p0", "bad 00")]["ranking_id"] is None
+    assert query(db, "SELECT path FROM snapshots") == [(str(data),)]
+    pairs.write_text("")  # the run's data is the snapshot, not the file
+    assert load_pairs(str(data)) == (train, evals)
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"prompt": "p", "chosen": "a", "rejected": "b", "margin": "big"}, "row 1: margin must be a number"),
+        ({"prompt": "p", "chosen": "a", "rejected": "b", "ranking_id": 1.5}, "ranking_id an integer, where given"),
+        ({"prompt": "p", "chosen": 3, "rejected": "b"}, "row 1: prompt, chosen and rejected must be text"),
+    ],
+)
+def test_a_bad_pairs_file_is_one_error_and_no_snapshot(db, tmp_path, models, row, message):
+    from app.training import prepare_pairs_run
+    from training.reward.config import RewardConfig
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [row])
+    before = store_rows(db)
+    with pytest.raises(StoreError, match=message):
+        prepare_pairs_run(db, RewardConfig(model=models["reward"]), tmp_path / "runs", str(pairs))
+    assert store_rows(db) == before and not (tmp_path / "snapshots").exists()

@@ -50,10 +50,10 @@ def test_a_submit_lands_while_a_training_snapshot_is_written(db, tmp_path, tiny_
         before = _pairs(held)
         seen, write_split = [], store.snapshot._write_split
 
-        def slow_split(con, folder, split, where, source="pairs"):
+        def slow_split(con, folder, split, where, source="pairs", votes=False):
             if not seen:  # an annotator submits while the first split is being copied out
                 _submit_meanwhile(held, _rankings(tmp_path, 100, 1, "during.jsonl"), seen)
-            return write_split(con, folder, split, where, source)
+            return write_split(con, folder, split, where, source, votes)
 
         monkeypatch.setattr(store.snapshot, "_write_split", slow_split)
         cfg = RewardConfig(model=str(tiny_model_dir), max_steps=1, eval_fraction=0.2)

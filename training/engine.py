@@ -194,6 +194,7 @@ def deepspeed_engine(model, opt, sched, config: dict):
     5.9 s reward-model backward (SmolLM2-135M, fp32, 24 sequences of 128 tokens), for an identity (the average over
     one rank). ZeRO 1-3 keep it: their optimizers move the gradients into their partitions there. A bf16 model at
     ZeRO 0 steps through training/mixed_step.py's lean step (DeepSpeed's math, fewer fp32 copies)."""
+    use_local_extensions_dir()  # a process that set up its own process group (a test) loads the op built at install
     import deepspeed
 
     from training.mixed_step import lean_bf16_step

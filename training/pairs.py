@@ -1,5 +1,5 @@
-"""Preference pairs as every pairwise trainer reads them (the reward model, DPO), from a store snapshot or a pairs
-file, never the database; tokenised the way the PPO rollout presents a sequence:
+"""Preference pairs as every pairwise trainer reads them (the reward model, DPO), from a snapshot folder (of the store,
+or of a pairs file), never the database; tokenised the way the PPO rollout presents a sequence:
 
     chat_template(prompt, add_generation_prompt) + response + EOS
 
@@ -7,7 +7,6 @@ and put in a deterministic batch order that can keep the pairs of one ranking to
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from dataclasses import dataclass
@@ -44,35 +43,35 @@ def _check(rows: list[dict], where: str) -> list[dict]:
     for n, r in enumerate(rows, 1):
         if not all(isinstance(r.get(c), str) for c in REQUIRED):
             raise DataError(f"{where} row {n}: prompt, chosen and rejected must be text")
+        if not _number_or_none(r.get("margin"), float) or not _number_or_none(r.get("ranking_id"), int):
+            raise DataError(f"{where} row {n}: margin must be a number and ranking_id an integer, where given")
     return rows
 
 
-def _split_by_prompt(rows: list[dict], eval_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
-    """Same rule as store.snapshot.split_of: a prompt's pairs all land on one side."""
-
-    def is_eval(prompt: str) -> bool:
-        return int.from_bytes(hashlib.sha256(f"{seed}:{prompt}".encode()).digest()[:8], "big") / 2**64 < eval_fraction
-
-    train = [r for r in rows if not is_eval(r["prompt"])]
-    evals = [r for r in rows if is_eval(r["prompt"])]
-    return train, evals
+def _number_or_none(x: object, kind: type) -> bool:
+    return x is None or (isinstance(x, int | float) and not isinstance(x, bool) and (kind is float or x == int(x)))
 
 
-def load_pairs(data: str, eval_fraction: float = 0.1, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """(train rows, eval rows): from a snapshot folder's two files, or split by prompt from one pairs file."""
-    path = Path(data)
-    if path.is_dir():
-        manifest = path / "manifest.json"
-        if not manifest.is_file():
-            raise DataError(f"{path} is not a snapshot: no manifest.json")
-        info = json.loads(manifest.read_text())
-        train = _check(_read_table(path / info["splits"]["train"]["file"]), f"{path.name} train")
-        evals = _read_table(path / info["splits"]["eval"]["file"])
-        return train, (_check(evals, f"{path.name} eval") if evals else [])
+def read_pairs_file(path: str | Path) -> list[dict]:
+    """A pairs file's rows (.jsonl or .parquet: prompt, chosen and rejected text; margin and ranking_id where
+    given), checked; `rlhf train-*` freezes them into a snapshot (store/snapshot.py::freeze_pairs_file)."""
+    path = Path(path)
     if not path.is_file():
-        raise DataError(f"{data}: no such snapshot or pairs file")
-    rows = _check(_read_table(path), path.name)
-    return _split_by_prompt(rows, eval_fraction, seed)
+        raise DataError(f"{path}: no such snapshot or pairs file")
+    return _check(_read_table(path), path.name)
+
+
+def load_pairs(data: str) -> tuple[list[dict], list[dict]]:
+    """(train rows, eval rows) of a snapshot folder: the store's pairs, or a pairs file's, frozen and split by
+    prompt by store/snapshot.py (the one split rule)."""
+    path = Path(data)
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        raise DataError(f"{data} is not a snapshot: no manifest.json (`rlhf train-*` freezes a pairs file into one)")
+    info = json.loads(manifest.read_text())
+    train = _check(_read_table(path / info["splits"]["train"]["file"]), f"{path.name} train")
+    evals = _read_table(path / info["splits"]["eval"]["file"])
+    return train, (_check(evals, f"{path.name} eval") if evals else [])
 
 
 @dataclass
@@ -115,7 +114,8 @@ class PairEncoder:
         c, cs, tc = self.encode_response(row["prompt"], row["chosen"])
         r, rs, tr = self.encode_response(row["prompt"], row["rejected"])
         margin = margin_scale * float(row.get("margin") or 1)
-        return Tokenised(c, r, margin, row.get("ranking_id", id(row)), tc or tr, cs, rs)
+        group = row.get("ranking_id")  # a vote's or a file's pair without one is a unit of its own
+        return Tokenised(c, r, margin, id(row) if group is None else group, tc or tr, cs, rs)
 
 
 def batches(pairs: list, batch_pairs: int, seed: int, epoch: int, group: bool) -> list[list]:

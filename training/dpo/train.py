@@ -184,7 +184,7 @@ def train(cfg: DPOConfig) -> None:
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.model), **SAFE_LOAD)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id  # masks are explicit
-    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)
+    train_rows, eval_rows = load_pairs(cfg.data)
     enc = PairEncoder(tokenizer, cfg.max_length)
     train_pairs, eval_pairs = [enc.pair(r, 0.0) for r in train_rows], [enc.pair(r, 0.0) for r in eval_rows]
     eval_batches = batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)

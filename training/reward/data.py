@@ -3,9 +3,9 @@ pairs, shared with DPO)."""
 
 from __future__ import annotations
 
-from training.pairs import PairEncoder, Tokenised, batches, load_pairs
+from training.pairs import PairEncoder, Tokenised, batches
 
-__all__ = ["PairEncoder", "Tokenised", "batches", "collate", "load_pairs"]
+__all__ = ["PairEncoder", "Tokenised", "batches", "collate"]
 
 
 def collate(batch: list[Tokenised], pad_id: int):

@@ -18,9 +18,9 @@ import torch
 from training import prefix
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
 from training.models import add_lora, resolve_model
-from training.pairs import rank_batches, step_plan
+from training.pairs import load_pairs, rank_batches, step_plan
 from training.reward.config import RewardConfig
-from training.reward.data import PairEncoder, batches, collate, load_pairs, shared_rows
+from training.reward.data import PairEncoder, batches, collate, shared_rows
 from training.reward.ensemble import half_of, train_ensemble
 from training.reward.losses import pair_accuracy, pairwise_loss
 from training.reward.model import load_reward_model, scores
@@ -107,7 +107,7 @@ def train_one(cfg: RewardConfig) -> None:
     random.seed(cfg.seed + cfg.member)
     model, tokenizer = load_model(cfg)
     enc = PairEncoder(tokenizer, cfg.max_length)
-    train_rows, eval_rows = load_pairs(cfg.data, cfg.eval_fraction, cfg.seed)  # one held-out split for all members
+    train_rows, eval_rows = load_pairs(cfg.data)  # one held-out split for all members
     if cfg.ensemble > 1:
         train_rows = half_of(train_rows, cfg.member % 2)
     train_pairs = [enc.pair(r, cfg.margin_scale) for r in train_rows]
