@@ -9,6 +9,7 @@ import pytest
 
 from app.cli import main
 from store.db import connect
+from tests.builders import build_liked_token_rm, build_share_rm, hand_ensemble
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -141,3 +142,71 @@ def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
     from training.tiny import build_plain_model
 
     return build_plain_model(tmp_path_factory.mktemp("tiny-model"), hidden=32, seed=0)
+
+
+# fixtures more than one test file uses (issue 28: no test file imports another); they start nothing until asked for
+
+
+@pytest.fixture(scope="module")
+def liked_rm(tmp_path_factory, tiny_model_dir) -> Path:
+    return build_liked_token_rm(tiny_model_dir, tmp_path_factory.mktemp("liked-rm"))
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(f"Tell me something about topic number {i}." for i in range(48)) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def talker(tmp_path_factory) -> Path:
+    from training.tiny import build_talking_model
+
+    return build_talking_model(tmp_path_factory.mktemp("talker"), n_words=48, eos_rate=0.15)
+
+
+@pytest.fixture(scope="module")
+def words_ensemble(tmp_path_factory, talker) -> Path:
+    """A hackable pair that feels length more: member 0 pays for the share of the talker's words in the sequence
+    (it grows as the reply does), member 1 (the held-out judge) is its negative, paying for brevity."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from training.tiny import word_tokens
+
+    tok = AutoTokenizer.from_pretrained(talker)
+    feature = torch.zeros(len(tok))
+    feature[word_tokens(tok, 48)] = 1.0
+    tmp = tmp_path_factory.mktemp("word-rms")
+    longer = build_share_rm(talker, tmp / "longer", feature, 0.5)
+    shorter = build_share_rm(talker, tmp / "shorter", feature, -0.5)
+    return hand_ensemble(tmp / "ensemble", [longer, shorter])
+
+
+@pytest.fixture(scope="module")
+def held_prompts(tmp_path_factory) -> Path:
+    """32 held-out prompts (the default --eval-limit) like the training ones, never trained on."""
+    path = tmp_path_factory.mktemp("watch-held") / "held.txt"
+    path.write_text("".join(f"Tell me something about topic number {i}.\n" for i in range(100, 132)))
+    return path
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through Playwright, launched when a (browser-marked) test first asks for it."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: `make test` installs Debian's chromium")
+        pytest.skip("no chromium (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
+        yield b
+        b.close()

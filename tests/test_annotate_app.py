@@ -8,8 +8,8 @@ from app.cli import main
 from app.ui import AppContext, first_tab
 from bench.app_server import AppServer
 from store.errors import StoreError
+from tests.builders import seed_store
 from tests.conftest import query, store_rows
-from tests.test_session import seed_store
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def test_picks_ranks_and_ns_by_hand():
 
 @pytest.mark.integration
 def test_best_of_n_on_tiny_models_keeps_the_top_scored_sample_and_imports(cli, db, tmp_path, tiny_model_dir):
-    from tests.test_ppo_training import build_liked_token_rm
+    from tests.builders import build_liked_token_rm
     from training.chat import score_reply
     from training.loaders import load_scalar_model, load_tokenizer
     from training.tiny import build_talking_model

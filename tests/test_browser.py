@@ -1,33 +1,10 @@
 """A real browser (Debian's chromium, driven by Playwright): log in, rank by drag and by keyboard, submit."""
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 
-from bench.app_server import ROOT, AppServer
+from bench.app_server import AppServer
+from tests.builders import ARTIFACTS, seed_store
 from tests.conftest import query
-from tests.test_session import seed_store
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = ROOT / "test-artifacts"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: `make test` installs Debian's chromium")
-        pytest.skip("no chromium (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-        )
-        yield b
-        b.close()
 
 
 def _cards(page):
@@ -196,7 +173,7 @@ def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_mo
     """Markdown in the ranker and the Compare chat, the response's own HTML shown as text and never run; and, on
     the way, blind Compare keeps the reward model's scores for after the vote."""
     from app.compare import BLIND_LINE
-    from tests.test_ppo_training import build_liked_token_rm
+    from tests.builders import build_liked_token_rm
 
     _seed_hostile(db)
     rm = build_liked_token_rm(tiny_model_dir, tmp_path / "rm")

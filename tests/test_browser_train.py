@@ -8,10 +8,8 @@ import re
 import pytest
 
 from bench.app_server import AppServer
+from tests.builders import ARTIFACTS, HACK_SETTINGS, numbered_prompts_file, separable_pairs
 from tests.conftest import query, write_jsonl
-from tests.test_browser import ARTIFACTS, browser  # noqa: F401 (the module's browser fixture)
-from tests.test_ppo_watch import HACK_SETTINGS, held_prompts, talker, words_ensemble  # noqa: F401 (fixtures)
-from tests.test_reward_training import separable_pairs
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
 
@@ -34,7 +32,7 @@ def runs_table(page) -> list[list[str]]:
 
 
 @pytest.mark.browser
-def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path, tiny_model_dir):  # noqa: F811
+def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path, tiny_model_dir):
     assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", native_rankings(64))))[0] == 0
     rm_cfg, ppo_cfg = tmp_path / "rm.json", tmp_path / "ppo.json"
     RewardConfig(model=str(tiny_model_dir), max_steps=4, lr=1e-3).save(rm_cfg)
@@ -112,7 +110,7 @@ def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path,
 
 
 @pytest.mark.browser
-def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, tmp_path, tiny_model_dir):  # noqa: F811
+def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, tmp_path, tiny_model_dir):
     """'Reward model then PPO' with 'then DPO from the same snapshot': three runs from one click, the DPO run on the
     reward model's own snapshot; then the Compare tab puts the DPO policy against the PPO actor, blind, and the vote
     lands in the store with both models named."""
@@ -182,13 +180,13 @@ def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, t
 
 @pytest.mark.browser
 def test_the_watch_plots_fill_live_and_the_alarm_shows(
-    browser,  # noqa: F811
+    browser,
     cli,
     db,
     tmp_path,
-    talker,  # noqa: F811
-    words_ensemble,  # noqa: F811
-    held_prompts,  # noqa: F811
+    talker,
+    words_ensemble,
+    held_prompts,
 ):
     """A PPO run started from the Train tab on the hackable setup of tests/test_ppo_watch.py (the optimised reward
     model pays for length, the held-out judge for brevity): the watch's plots draw while it runs, and the alarm
@@ -249,7 +247,7 @@ def test_the_watch_plots_fill_live_and_the_alarm_shows(
 
 @pytest.mark.browser
 def test_the_next_round_starts_from_the_train_tab_and_is_ranked_in_the_annotate_tab(
-    browser,  # noqa: F811
+    browser,
     cli,
     db,
     tmp_path,
@@ -258,10 +256,9 @@ def test_the_next_round_starts_from_the_train_tab_and_is_ranked_in_the_annotate_
     """Round 1 (SFT samples, ranked, a reward model and PPO on it) through the CLI; then in the browser: select the
     PPO run, start round 2 from its actor with the SFT model's samples mixed in, and rank one of its prompts."""
     from annotation.session import next_task, submit
-    from tests.test_rounds import _prompts_file
 
     runs, sample = tmp_path / "runs", ["--max-new-tokens", "6", "--dtype", "fp32"]
-    assert cli("prompts", "add", str(_prompts_file(tmp_path, 14)))[0] == 0
+    assert cli("prompts", "add", str(numbered_prompts_file(tmp_path, 14)))[0] == 0
     assert cli("round", "start", "--policy", str(tiny_model_dir), "--k", "3", "--n", "4", *sample)[0] == 0
     while (task := next_task(db, "ann")) is not None:
         submit(db, "ann", task.assignment_id, list(range(1, len(task.response_ids) + 1)))

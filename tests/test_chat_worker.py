@@ -11,7 +11,7 @@ import pytest
 
 from app.chat_worker import NICE, AppActivity, ChatWorker, keep_waiting, wait_budget_s
 from app.compare import LocalChat
-from tests.test_ppo_training import build_liked_token_rm
+from tests.builders import build_liked_token_rm
 from training.chat import ChatParams, Models
 from training.models import ModelError
 

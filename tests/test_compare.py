@@ -116,7 +116,7 @@ def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
 
 def test_reply_scores_come_from_the_reward_model(tiny_model_dir, tmp_path):
     from app.compare import scores_of
-    from tests.test_ppo_training import build_liked_token_rm
+    from tests.builders import build_liked_token_rm
     from training.chat import Models
 
     rm = build_liked_token_rm(tiny_model_dir, tmp_path / "rm")
@@ -254,7 +254,7 @@ def test_best_of_n_of_the_reference_is_a_contestant(db, tiny_model_dir, tmp_path
     seed + 2 (checked by sampling and scoring each directly), the actor streams beside it, and the vote is stored
     under 'best-of-3:' and the reference's id."""
     from app.compare import best_of_ref, model_name, new_conversation, respond, split_best_of, vote
-    from tests.test_ppo_training import build_liked_token_rm
+    from tests.builders import build_liked_token_rm
     from training.chat import ChatParams, Models, sample_reply, score_reply
 
     rm = str(build_liked_token_rm(tiny_model_dir, tmp_path / "rm"))
@@ -285,7 +285,7 @@ def test_a_vote_through_the_app_reaches_no_queue_no_prompt_and_training_only_whe
 
     from app.cli import main
     from bench.app_server import AppServer
-    from tests.test_session import seed_store
+    from tests.builders import seed_store
     from training.tiny import build_plain_model
 
     db = str(tmp_path / "s.duckdb")

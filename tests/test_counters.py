@@ -9,8 +9,8 @@ from annotation.session import next_task, progress, skip, submit, submit_and_nex
 from store.db import connect, migrate, write
 from store.rounds import record_round, tag_responses
 from store.tasks import drift, pairs_of_ranks
+from tests.builders import seed_store
 from tests.conftest import write_jsonl
-from tests.test_session import seed_store
 
 
 def _no_drift(db) -> None:

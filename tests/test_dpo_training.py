@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from tests.builders import separable_pairs
 from tests.conftest import query, write_jsonl
-from tests.test_reward_training import separable_pairs
 
 
 def train_dpo(tmp, model, n_pairs: int, *flags: str, db: str | None = None):

@@ -18,9 +18,8 @@ from gradio_client import handle_file
 
 from app.cli import main
 from bench.app_server import ROOT, AppServer
+from tests.builders import seed_store, separable_pairs
 from tests.conftest import query, store_rows, write_jsonl
-from tests.test_reward_training import separable_pairs
-from tests.test_session import seed_store
 
 
 def ls_export(path: Path, n: int, first: int = 0) -> Path:

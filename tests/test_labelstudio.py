@@ -7,13 +7,11 @@ import copy
 import json
 
 import pytest
-from label_studio_sdk.converter import Converter
 from label_studio_sdk.converter.converter import Format
 
-from tests.conftest import DATA, query, store_rows
+from tests.builders import LS, RANKER, convert
+from tests.conftest import query, store_rows
 
-LS = DATA / "ls"
-RANKER = json.loads((LS / "ranker_rank.json").read_text())
 PAIRWISE = json.loads((LS / "pairwise.json").read_text())
 
 # Hand-derived from ranker_rank.json. Task 17, annotation 101 (user 2): r2 > r0 > r3 > r1 -> 6 pairs;
@@ -49,21 +47,6 @@ PAIRWISE_PAIRS = {
 
 def pairs(db):
     return set(query(db, "SELECT annotator, chosen, rejected FROM pairs"))
-
-
-def convert(tmp_path, tasks, config_file, fmt):
-    """Write an export in `fmt` the way Label Studio does."""
-    src = tmp_path / "export.json"
-    src.write_text(json.dumps(tasks))
-    out = tmp_path / fmt.name
-    out.mkdir()
-    Converter(str(config_file), project_dir=str(tmp_path), download_resources=False).convert(
-        str(src), str(out), fmt, is_dir=False
-    )
-    (produced,) = list(out.iterdir())
-    target = tmp_path / {"JSON_MIN": "min.json", "CSV": "export.csv", "TSV": "export.tsv"}[fmt.name]
-    produced.rename(target)
-    return target
 
 
 def test_ranker_json(cli, db):

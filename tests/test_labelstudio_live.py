@@ -10,9 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from annotation import files
+from tests.builders import FIRST_IMPORT, LS, RANKER
 from tests.conftest import query, store_rows
-from tests.test_labelstudio import LS, RANKER
-from tests.test_labelstudio_origin import FIRST_IMPORT
 
 CONFIG = (LS / "ranker_config.xml").read_text()
 

@@ -13,13 +13,10 @@ from annotation.imports import import_labelstudio_tasks
 from annotation.labelstudio import server_url
 from store.db import write
 from store.errors import UserError
+from tests.builders import FIRST_IMPORT, LS, RANKER, convert
 from tests.conftest import query, store_rows
-from tests.test_labelstudio import LS, RANKER, convert
 
 # ranker_rank.json: project 5; task 17 annotations 101 and 103 (102 is cancelled), task 18 annotation 104.
-FIRST_IMPORT = (
-    "tasks 2, annotations 4, rankings added 3, pairs added 15, already imported 0, skipped 1 (cancelled 1), flagged 1"
-)
 REIMPORT = (
     "tasks 2, annotations 4, rankings added 0, pairs added 0, already imported 3, skipped 1 (cancelled 1), flagged 0"
 )

@@ -202,3 +202,20 @@ def _full_imports_of(node: ast.AST) -> set[str]:
     if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
         return {node.module}
     return set()
+
+
+def test_no_test_file_imports_another():
+    """A builder, a data maker or a fixture that more than one test file uses lives in tests/builders.py or
+    tests/conftest.py (issue 28): no tests/test_*.py imports another, so each test file reads on its own and moving a
+    test never breaks a second file."""
+    tests = ROOT / "tests"
+    found = []
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            for module in _full_imports_of(node):
+                parts = module.split(".")
+                if parts[0] == "tests" and len(parts) > 1 and parts[1].startswith("test_"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {module}")
+            if isinstance(node, ast.ImportFrom) and node.module == "tests" and node.level == 0:
+                found += [f"{path.relative_to(ROOT)}:{node.lineno} imports tests.{a.name}" for a in node.names]
+    assert not found, "\n".join(found)

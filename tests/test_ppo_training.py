@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests.builders import ppo, rows_of, steps_of
 from tests.conftest import query
 
 METRICS = (
@@ -32,60 +33,6 @@ PARTS = ("decode", "actor_forward", "critic_forward", "reference_forward", "rewa
 PARTS += ("actor_backward", "actor_step", "critic_backward", "critic_step")
 
 
-def build_share_rm(actor_dir: Path, out: Path, feature: torch.Tensor, weight: float) -> Path:
-    """A reward model whose score is a known function of the text: weight x an increasing function of the mean of
-    `feature` (one value per token id) over the sequence.
-
-    Hand-set weights: token t embeds as [f_t, 1, 0, ...]; layer 0 attends uniformly (q = k = 0) and copies f into
-    dimension 2, so at the last token dimension 2 holds 4 * mean(f) over the sequence; everything else is zero.
-    After the final RMSNorm the score is weight * 4m * sqrt(32) / sqrt(1 + 16 m^2), increasing in m = mean(f)."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
-
-    tok = AutoTokenizer.from_pretrained(actor_dir)
-    config = LlamaConfig.from_pretrained(actor_dir, num_labels=1)
-    config.pad_token_id = tok.convert_tokens_to_ids("<|endoftext|>")
-    model = LlamaForSequenceClassification(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-        emb = model.model.embed_tokens.weight
-        emb[:, 0] = feature
-        emb[:, 1] = 1.0
-        for layer in model.model.layers:
-            layer.input_layernorm.weight.fill_(1.0)
-            layer.post_attention_layernorm.weight.fill_(1.0)
-        model.model.layers[0].self_attn.v_proj.weight[0, 0] = 1.0
-        model.model.layers[0].self_attn.o_proj.weight[2, 0] = 1.0
-        model.model.norm.weight.fill_(1.0)
-        model.score.weight[0, 2] = weight
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
-def build_liked_token_rm(actor_dir: Path, out: Path) -> Path:
-    """A reward model that rises with the share of even token ids: f_t = +1 for even ids, -1 for odd ones, 0 for
-    EOS, weight 0.5 (see build_share_rm)."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(actor_dir)
-    feature = torch.where(torch.arange(len(tok)) % 2 == 0, 1.0, -1.0)
-    feature[tok.eos_token_id] = 0.0
-    return build_share_rm(actor_dir, out, feature, 0.5)
-
-
-@pytest.fixture(scope="module")
-def liked_rm(tmp_path_factory, tiny_model_dir) -> Path:
-    return build_liked_token_rm(tiny_model_dir, tmp_path_factory.mktemp("liked-rm"))
-
-
-@pytest.fixture(scope="module")
-def prompts_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
-    path.write_text("\n".join(f"Tell me something about topic number {i}." for i in range(48)) + "\n")
-    return path
-
-
 def test_the_hand_built_reward_model_scores_the_share_of_liked_tokens(liked_rm):
     from training.judges import reward_scores
     from training.loaders import load_scalar_model
@@ -101,28 +48,6 @@ def test_the_hand_built_reward_model_scores_the_share_of_liked_tokens(liked_rm):
     # m = 1/4: 0.5 * 1 * sqrt(32) / sqrt(2) = 2.0
     assert score([4, 5, 8, 2]) == pytest.approx(2.0, abs=1e-3)
     assert score([5, 7, 9, 2]) == pytest.approx(-2.6833, abs=1e-3)
-
-
-def ppo(tmp, actor, reward, prompts, *flags: str, db: str | None = None) -> Path:
-    """`rlhf train-ppo` on the tiny models; returns the run folder."""
-    from app.cli import main
-
-    runs = tmp / "runs"
-    before = set(runs.iterdir()) if runs.exists() else set()
-    args = ["--db", db or str(tmp / "s.duckdb"), "train-ppo", "--actor", str(actor), "--reward", str(reward)]
-    args += ["--prompts", str(prompts), "--runs-dir", str(runs), "--max-new-tokens", "16", *flags]
-    assert main(args) == 0
-    (run,) = set(runs.iterdir()) - before
-    return run
-
-
-def rows_of(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def steps_of(run: Path) -> dict[int, dict]:
-    """The last row logged for each step (a resumed run logs the steps after its checkpoint again)."""
-    return {r["step"]: r for r in rows_of(run) if "loss/actor" in r}
 
 
 def assert_trained_and_reference_frozen(run: Path, actor: Path):

@@ -7,30 +7,12 @@ token, so lengths vary); the reward model PPO optimises pays for length, and the
 construction paying for brevity. PPO learns to hold EOS back; the optimised score rises, the judge's falls."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.test_ppo_training import build_share_rm, ppo, rows_of, steps_of
-
-
-@pytest.fixture(scope="module")
-def talker(tmp_path_factory) -> Path:
-    from training.tiny import build_talking_model
-
-    return build_talking_model(tmp_path_factory.mktemp("talker"), n_words=48, eos_rate=0.15)
-
-
-def hand_ensemble(folder: Path, members: list[Path]) -> Path:
-    """A reward run folder holding an ensemble, as `rlhf train-rm --ensemble` leaves it."""
-    for i, m in enumerate(members):
-        shutil.copytree(m, folder / "members" / str(i) / "model")
-    shutil.copytree(members[0], folder / "model")
-    entries = [{"model": f"members/{i}/model"} for i in range(len(members))]
-    (folder / "ensemble.json").write_text(json.dumps({"members": entries}))
-    return folder
+from tests.builders import HACK_SETTINGS, build_share_rm, hand_ensemble, ppo, rows_of, steps_of
 
 
 @pytest.fixture(scope="module")
@@ -82,32 +64,6 @@ def test_the_length_rm_scores_longer_replies_higher(talker, length_ensemble):
     assert [score(judge, n) for n in (1, 4, 12)] == pytest.approx([-v for v in lengths], abs=1e-5)
 
 
-@pytest.fixture(scope="module")
-def words_ensemble(tmp_path_factory, talker) -> Path:
-    """A hackable pair that feels length more: member 0 pays for the share of the talker's words in the sequence
-    (it grows as the reply does), member 1 (the held-out judge) is its negative, paying for brevity."""
-    from transformers import AutoTokenizer
-
-    from training.tiny import word_tokens
-
-    tok = AutoTokenizer.from_pretrained(talker)
-    feature = torch.zeros(len(tok))
-    feature[word_tokens(tok, 48)] = 1.0
-    tmp = tmp_path_factory.mktemp("word-rms")
-    longer = build_share_rm(talker, tmp / "longer", feature, 0.5)
-    shorter = build_share_rm(talker, tmp / "shorter", feature, -0.5)
-    return hand_ensemble(tmp / "ensemble", [longer, shorter])
-
-
-@pytest.fixture(scope="module")
-def held_prompts(tmp_path_factory) -> Path:
-    """32 held-out prompts (the default --eval-limit) like the training ones, never trained on."""
-    path = tmp_path_factory.mktemp("watch-held") / "held.txt"
-    path.write_text("".join(f"Tell me something about topic number {i}.\n" for i in range(100, 132)))
-    return path
-
-
-HACK_SETTINGS = {"max_steps": 24, "epochs": 10, "actor_lr": 1e-3, "critic_lr": 1e-3, "save_every": 2}
 HACK = [x for key, value in HACK_SETTINGS.items() for x in (f"--{key.replace('_', '-')}", str(value))]
 MARGIN = 0.6  # the alarm must fire before the judge's best evaluation has been lost by more than this
 

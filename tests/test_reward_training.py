@@ -8,27 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.builders import WORDS, separable_pairs
 from tests.conftest import query, store_rows, write_jsonl
-
-WORDS = "apple river stone cloud green quick music paper light window garden simple".split()
-
-
-def separable_pairs(n: int, seed: int = 0) -> list[dict]:
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        base = " ".join(rng.choice(WORDS) for _ in range(6))
-        other = " ".join(rng.choice(WORDS) for _ in range(6))
-        rows.append(
-            {
-                "prompt": f"Question {i}: tell me about {rng.choice(WORDS)}",
-                "chosen": base + " please and thank you",
-                "rejected": other,
-                "margin": 1,
-                "ranking_id": i,
-            }
-        )
-    return rows
 
 
 def train_rm(tmp, model, n_pairs: int, *flags: str, db: str | None = None):
@@ -103,10 +84,11 @@ def test_saved_model_reloads_with_plain_transformers_and_scores_the_same(trained
     hist = scores["histogram"]
     assert len(hist["edges"]) == 21 and sum(hist["chosen"]) == sum(hist["rejected"]) == len(scores["chosen"])
     # re-score the held-out pairs exactly as the trainer did and compare with what it saved
-    from training.reward.data import PairEncoder, load_pairs
+    from training.pairs import load_pairs
+    from training.reward.data import PairEncoder
 
     config = json.loads((run / "config.json").read_text())
-    _, evals = load_pairs(config["data"], config["eval_fraction"], config["seed"])
+    _, evals = load_pairs(config["data"])
     enc = PairEncoder(tok, config["max_length"])
     got = {}
     with torch.no_grad():

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from tests.builders import rows_of, steps_of
 from tests.conftest import query
-from tests.test_ppo_training import liked_rm, prompts_file, rows_of, steps_of  # noqa: F401 (fixtures)
 
 
 @pytest.mark.integration
@@ -17,8 +17,8 @@ def test_rloo_learns_a_known_reward_with_no_critic_and_stops_and_resumes(
     db,
     cli,
     tiny_model_dir,
-    liked_rm,  # noqa: F811 (the imported fixtures)
-    prompts_file,  # noqa: F811
+    liked_rm,
+    prompts_file,
 ):
     from app.training import follow, prepare_run
     from training.launcher import launch

@@ -12,6 +12,7 @@ from store.backup import MANIFEST, _counts, restore
 from store.db import connect, latest_version, migrate
 from store.errors import StoreError
 from store.rounds import list_rounds
+from tests.builders import numbered_prompts_file
 from tests.conftest import query, store_rows
 
 
@@ -78,12 +79,6 @@ def test_a_store_from_before_rounds_reads_as_round_one_and_its_backup_restores(t
         assert [r["pairs"] for r in list_rounds(con)] == [3]
 
 
-def _prompts_file(tmp_path, n: int):
-    path = tmp_path / "prompts.txt"
-    path.write_text("".join(f"Question number {i}: what is {i} plus {i}?\n" for i in range(n)))
-    return path
-
-
 def _rank_everything(db, annotator: str, ranks_of=None) -> list:
     """Rank every task the queue hands out (first shown response best, unless ranks_of(task) says otherwise)."""
     tasks = []
@@ -107,7 +102,7 @@ def test_two_rounds_record_the_policy_of_every_response_and_the_queue_asks_the_n
     cli, db, tmp_path, tiny_model_dir, second_policy
 ):
     flags = ["--max-new-tokens", "6", "--dtype", "fp32"]
-    assert cli("prompts", "add", str(_prompts_file(tmp_path, 6)))[0] == 0
+    assert cli("prompts", "add", str(numbered_prompts_file(tmp_path, 6)))[0] == 0
     code, out, err = cli("round", "start", "--policy", str(tiny_model_dir), "--k", "3", "--n", "4", *flags)
     assert code == 0, err
     assert out.splitlines()[-1].startswith("round 1 started: 4 of 6 candidate prompts, 12 responses")
@@ -183,7 +178,7 @@ def list_rounds_of(db):
     ],
 )
 def test_a_bad_round_is_one_error_line_and_changes_nothing(cli, db, tmp_path, tiny_model_dir, flags, message):
-    cli("prompts", "add", str(_prompts_file(tmp_path, 3)))
+    cli("prompts", "add", str(numbered_prompts_file(tmp_path, 3)))
     before = store_rows(db)
     code, out, err = cli("round", "start", "--policy", str(tiny_model_dir), "--max-new-tokens", "4", *flags)
     assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
@@ -208,7 +203,7 @@ def test_two_rounds_end_to_end_rm_ppo_then_the_round_one_actor_samples_round_two
     runs = tmp_path / "runs"
     sample = ["--max-new-tokens", "6", "--dtype", "fp32"]
     train = ["--runs-dir", str(runs), "--dtype", "fp32"]
-    assert cli("prompts", "add", str(_prompts_file(tmp_path, 14)))[0] == 0
+    assert cli("prompts", "add", str(numbered_prompts_file(tmp_path, 14)))[0] == 0
     code, _, err = cli("round", "start", "--policy", str(tiny_model_dir), "--k", "3", "--n", "8", *sample)
     assert code == 0, err
     _rank_everything(db, "ann")

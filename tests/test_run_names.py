@@ -6,8 +6,8 @@ import pytest
 
 from app.training import prepare_pairs_run
 from bench.app_server import AppServer
+from tests.builders import separable_pairs
 from tests.conftest import write_jsonl
-from tests.test_reward_training import separable_pairs
 from training.reward.config import RewardConfig
 
 

@@ -10,27 +10,8 @@ from store.db import Store, write
 from store.errors import StoreError
 from store.prompts import prompt_ids
 from store.responses import Sample, add_samples
+from tests.builders import seed_store
 from tests.conftest import query, store_rows
-
-
-def seed_store(db, n_prompts: int, k: int = 4, duplicate_last: bool = False):
-    with write(db) as con:
-        ids = prompt_ids(con, [f"prompt {i}" for i in range(n_prompts)], "test")
-        samples = [
-            Sample(
-                prompt_id=ids[f"prompt {i}"],
-                text=f"p{i} answer {j}",
-                position=j,
-                n_tokens=3,
-                finish_reason="eos",
-                seed=0,
-            )
-            for i in range(n_prompts)
-            for j in range(k)
-        ]
-        if duplicate_last:  # a repeated sample is never shown
-            samples.append(Sample(ids["prompt 0"], "p0 answer 0", k, 3, "eos", 0))
-        add_samples(con, samples, model_id="test")
 
 
 def test_task_shows_each_response_once_in_a_stored_shuffled_order(db):

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from store.errors import StoreError
+from tests.builders import build_liked_token_rm, separable_pairs
 from tests.conftest import write_jsonl
-from tests.test_ppo_training import build_liked_token_rm
-from tests.test_reward_training import separable_pairs
 
 
 def wait_for(predicate, timeout: float = 300, what: str = ""):

@@ -155,7 +155,7 @@ def _printed_url(proc, deadline: float) -> str:
 @pytest.mark.integration
 def test_sampling_in_the_app_does_not_block_annotators(app, db):
     """While the app samples the 40 example prompts, an annotator still submits and gets the next prompt."""
-    from tests.test_session import seed_store
+    from tests.builders import seed_store
 
     seed_store(db, 3)
     app.predict(api_name="/load_examples")
@@ -202,7 +202,7 @@ def test_blind_compare_shows_the_scores_with_the_names_after_the_vote(app, db, t
     when the scores come, not the scores; the vote answers the names with the scores."""
     import shutil
 
-    from tests.test_ppo_training import build_liked_token_rm
+    from tests.builders import build_liked_token_rm
 
     reference = shutil.copytree(tiny_model_dir, tmp_path / "reference")
     rm = build_liked_token_rm(tiny_model_dir, tmp_path / "rm")
