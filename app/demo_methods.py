@@ -5,7 +5,6 @@ with bootstrap intervals over prompts."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from training.rloo.config import RLOOConfig
 from training.runs import read_status
 
 METHODS = ("ppo", "dpo", "rloo")
-CHECKPOINTING = ("save_every", "keep_best", "eval_limit")
+CHECKPOINTING = ("save_every", "keep_best", "eval_limit")  # PPO's, so RLOO's points sit on the same plot
 RLOO_K = 4  # responses per prompt; its steps sample as many sequences as PPO's
 
 
@@ -106,7 +105,7 @@ def run_rloo(
     from app.demo_common import compare, mean_words
 
     ppo = run_config(ppo_run)
-    shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed")
+    shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed", *CHECKPOINTING)
     rloo_cfg = RLOOConfig(
         actor=model,
         reward=str(rm_run),
@@ -115,8 +114,7 @@ def run_rloo(
         max_steps=read_status(ppo_run)["total_steps"],  # as many steps as PPO took: as many sequences sampled
         epochs=10**6,  # max_steps decides; RLOO sees fewer distinct prompts, each k times
         **{key: ppo[key] for key in shared},
-    )  # PPO's checkpoint settings too (save_every, keep_best, eval_limit): its points sit on the same plot
-    rloo_cfg = dataclasses.replace(rloo_cfg, **{key: ppo[key] for key in CHECKPOINTING})
+    )
     run = prepare_run(db, rloo_cfg, ppo_run.parent)
     status = train_and_sample("rloo", run, cfg, heldout, texts, cfg.seed + 4 * 10**6, log)
     return {

@@ -326,5 +326,7 @@ def evaluate_policy(policy: str, cfg: PromptsConfig) -> dict:
         generator=lambda: actor,
     )
     tokenizer = load_tokenizer(resolve_model(policy))
-    prompts = encode_prompts(tokenizer, read_prompts(cfg.eval_prompts)[: cfg.eval_limit], cfg.max_prompt_length)[0]
+    prompts = eval_prompts(cfg, tokenizer)
+    if not prompts:
+        raise ValueError("no held-out prompts to judge the policy on: the run evaluates no checkpoints")
     return evaluate(m, prompts, tokenizer, cfg, step=0)
