@@ -1,4 +1,4 @@
-"""The ranking widget's value <-> ranks, as pure functions (the widget itself is app/ranker_widget.py).
+"""The ranking widget's value <-> ranks, as pure functions (the widget itself is app/faces/ranker_widget.py).
 
 The widget's value is {"items": [{"id": response id, "text": str, "html": str, "pos": shown position, "rank": int},
 ...]}: `html` is the text as Markdown rendered on the server (annotation/response_html.py), what the card shows.

@@ -5,7 +5,7 @@ Each simulated annotator logs in, takes a prompt, then submits `rounds` rankings
 before each (real annotators take 10 s or more per ranking of K = 4). The cases (CASES): 20 annotators at 5 s,
 100 at 5 s (a labeling team: about 20 submits a second), 20 at 0.5 s (a stress load, about 40 a second), and 100
 at 5 s beside one more login that hammers Compare (Hammer: 8 maximal requests at once, again as soon as each is
-answered or refused): the caps and the chat's share of the queue (app/chat_queue.py) are what keep the others'
+answered or refused): the caps and the chat's share of the queue (app/faces/chat_queue.py) are what keep the others'
 submits fast.
 
 Keeping the load generator's own CPU out of the measurement:

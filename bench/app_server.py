@@ -29,8 +29,8 @@ class AppServer:
         self.port = free_port()
         scheme = "https" if "--ssl-certfile" in args else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}/"
-        # without --auth the app wants its token on every request (app/guard.py): the browser opens page_url, which
-        # sets its cookie; a client sends `headers`
+        # without --auth the app wants its token on every request (app/faces/guard.py): the browser opens page_url,
+        # which sets its cookie; a client sends `headers`
         self.token = None if "--auth" in args else secrets.token_urlsafe(16)
         self.page_url = self.url + (f"?token={self.token}" if self.token else "")
         self.headers = {"Authorization": f"token {self.token}"} if self.token else {}
@@ -40,7 +40,7 @@ class AppServer:
         # the app's output goes to a file: a pipe nobody reads would block the app once 64 KB of it piled up
         self.log = tempfile.NamedTemporaryFile(prefix="rlhf-app-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "--db", db, "ui", "--port", str(self.port), *args],
+            [sys.executable, "-m", "app.faces.cli", "--db", db, "ui", "--port", str(self.port), *args],
             cwd=ROOT,
             env=env,
             stdout=self.log,

@@ -77,7 +77,7 @@ def steady_pairs_per_s(step_ends: list[float]) -> float:
 
 
 def _ours(tmp: Path, model: str, name: str, pairs_file: Path, dtype: str, zero_stage: int = 0) -> dict:
-    from app.training import follow, prepare_pairs_run
+    from app.jobs.training import follow, prepare_pairs_run
     from training.dpo.config import DPOConfig
     from training.launcher import launch
     from training.registry import step_rows

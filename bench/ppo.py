@@ -135,7 +135,7 @@ def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed"):
 
 def train_ours(cfg, prompts: str, tmp: Path, name: str) -> tuple[Path, list[dict]]:
     """One rlhf-studio PPO run through the launcher, as the app starts it: (run folder, its step rows)."""
-    from app.training import follow, prepare_run
+    from app.jobs.training import follow, prepare_run
     from training.launcher import launch
     from training.registry import step_rows
     from training.runs import read_metrics

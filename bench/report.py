@@ -97,7 +97,8 @@ def _annotation(rows: list[dict]) -> list[str]:
         "rankings, skips and pairs per annotator), but picking the next task still reads one row per prompt.",
         "",
         "The hammering row: its clock starts once a reply streams (the chat's model loaded). The Compare chat samples "
-        "in a child process under SCHED_IDLE on the app's one core, and yields to a busy app (app/chat_worker.py): "
+        "in a child process under SCHED_IDLE on the app's one core, and yields to a busy app "
+        "(app/jobs/chat_worker.py): "
         "after each step it waits until its CPU is 10% of the time while the app has handled another event in the "
         "last 0.3 s. SCHED_IDLE alone gives the app the CPU but not its caches: with the child stopped the app spent "
         "25.4 ms of CPU per submit (p95 80 ms), with it sampling 35.9 ms (p95 332 ms). Runs of this case vary a lot "

@@ -32,7 +32,7 @@ def make_pairs(tokenizer, n_rankings: int, shape: str = "ranking") -> list[dict]
 
 
 def _ours(tmp: Path, pairs_file: Path, dtype: str, model: str = "default", zero_stage: int = 0) -> dict:
-    from app.training import follow, prepare_run
+    from app.jobs.training import follow, prepare_run
     from training.launcher import launch
     from training.registry import step_rows
     from training.reward.config import RewardConfig

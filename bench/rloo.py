@@ -42,7 +42,7 @@ def configs(w: dict, dtype: str) -> dict:
 
 def run_one(kind: str, cfg, prompts: str, tmp: Path) -> dict:
     """One run through the launcher: median s/step over steps 3..8, its profile, peak RSS and per-model MB."""
-    from app.training import follow, prepare_run
+    from app.jobs.training import follow, prepare_run
     from training.launcher import launch
     from training.registry import step_rows
     from training.runs import read_metrics

@@ -79,7 +79,7 @@ def hand_ensemble(folder: Path, members: list[Path]) -> Path:
 
 def ppo(tmp, actor, reward, prompts, *flags: str, db: str | None = None) -> Path:
     """`rlhf train-ppo` on the tiny models; returns the run folder."""
-    from app.cli import main
+    from app.faces.cli import main
 
     runs = tmp / "runs"
     before = set(runs.iterdir()) if runs.exists() else set()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.faces.cli import main
 from store.db import connect
 from tests.builders import build_liked_token_rm, build_share_rm, hand_ensemble
 

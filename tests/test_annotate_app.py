@@ -3,9 +3,9 @@
 import pytest
 from gradio_client import Client
 
-from app.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, empty_store_line, on_load, on_submit, on_undo
-from app.cli import main
-from app.ui import AppContext, first_tab
+from app.faces.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, empty_store_line, on_load, on_submit, on_undo
+from app.faces.cli import main
+from app.faces.ui import AppContext, first_tab
 from bench.app_server import AppServer
 from store.errors import StoreError
 from tests.builders import seed_store

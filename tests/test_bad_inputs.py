@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from gradio_client import handle_file
 
-from app.cli import main
+from app.faces.cli import main
 from bench.app_server import AppServer
 from tests.conftest import DATA, store_rows, write_jsonl
 
@@ -118,7 +118,7 @@ MEASURED = """
 import resource, runpy, sys
 out, sys.argv = sys.argv[1], ["rlhf", *sys.argv[2:]]
 try:
-    runpy.run_module("app.cli", run_name="__main__")
+    runpy.run_module("app.faces.cli", run_name="__main__")
 finally:
     open(out, "w").write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
 """

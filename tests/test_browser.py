@@ -172,7 +172,7 @@ def _check_rendered(page, where: str) -> None:
 def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_model_dir, tmp_path):
     """Markdown in the ranker and the Compare chat, the response's own HTML shown as text and never run; and, on
     the way, blind Compare keeps the reward model's scores for after the vote."""
-    from app.compare import BLIND_LINE
+    from app.jobs.compare import BLIND_LINE
     from tests.builders import build_liked_token_rm
 
     _seed_hostile(db)

@@ -1,5 +1,5 @@
-"""The Compare tab's chat worker (app/chat_worker.py): the same replies and scores as in-process sampling, errors as
-their one line, a stream abandoned half-way does not hold up the next, release ends the child, and the child runs
+"""The Compare tab's chat worker (app/jobs/chat_worker.py): the same replies and scores as in-process sampling, errors
+as their one line, a stream abandoned half-way does not hold up the next, release ends the child, and the child runs
 at a lower CPU priority than the app, and waits after its steps while the app is busy."""
 
 import math
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.chat_worker import NICE, AppActivity, ChatWorker, keep_waiting, wait_budget_s
-from app.compare import LocalChat
+from app.jobs.chat_worker import NICE, AppActivity, ChatWorker, keep_waiting, wait_budget_s
+from app.jobs.compare import LocalChat
 from tests.builders import build_liked_token_rm
 from training.chat import ChatParams, Models
 from training.models import ModelError

@@ -44,7 +44,7 @@ CASES = [
 @pytest.mark.parametrize("command, name, content, message", CASES, ids=[c[1] for c in CASES])
 def test_malformed_input_through_the_cli(db, tmp_path, command, name, content, message):
     subprocess.run(
-        [sys.executable, "-m", "app.cli", "--db", db, "import", str(DATA / "native_example.jsonl")],
+        [sys.executable, "-m", "app.faces.cli", "--db", db, "import", str(DATA / "native_example.jsonl")],
         check=True,
         capture_output=True,
     )
@@ -52,7 +52,7 @@ def test_malformed_input_through_the_cli(db, tmp_path, command, name, content, m
     (tmp_path / name).write_text(content)
     args = ["prompts", "add"] if command == "prompts" else [command]
     r = subprocess.run(
-        [sys.executable, "-m", "app.cli", "--db", db, *args, str(tmp_path / name)],
+        [sys.executable, "-m", "app.faces.cli", "--db", db, *args, str(tmp_path / name)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -102,7 +102,7 @@ DB_AFTER = {
 
 @pytest.mark.parametrize("command", sorted(DB_AFTER))
 def test_db_is_accepted_after_every_command(command, tmp_path):
-    from app.cli import build_parser, parse
+    from app.faces.cli import build_parser, parse
 
     commands = next(a for a in build_parser()._actions if a.dest == "command").choices
     assert set(commands) == set(DB_AFTER)  # a new command gets a case here
@@ -112,7 +112,7 @@ def test_db_is_accepted_after_every_command(command, tmp_path):
 
 
 def test_db_after_the_command_runs_on_that_store(db, tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     assert main(["import", str(DATA / "native_example.jsonl"), "--db", db]) == 0
     capsys.readouterr()

@@ -89,7 +89,7 @@ def test_identical_replies_are_a_tie_and_both_bad_gives_no_pair(db):
 def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
     """Both panes stream in lockstep from two real (tiny) models with the same seed; the vote lands in the store
     under the right model ids, and the win table counts it."""
-    from app.compare import new_conversation, respond, vote, win_rows
+    from app.jobs.compare import new_conversation, respond, vote, win_rows
     from training.chat import ChatParams, Models
 
     models = Models()
@@ -115,7 +115,7 @@ def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
 
 
 def test_reply_scores_come_from_the_reward_model(tiny_model_dir, tmp_path):
-    from app.compare import scores_of
+    from app.jobs.compare import scores_of
     from tests.builders import build_liked_token_rm
     from training.chat import Models
 
@@ -135,7 +135,7 @@ def test_reply_scores_come_from_the_reward_model(tiny_model_dir, tmp_path):
 
 
 def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_dir):
-    from app.compare import new_conversation, respond, vote
+    from app.jobs.compare import new_conversation, respond, vote
     from training.chat import ChatParams, Models
 
     models = Models()
@@ -160,7 +160,7 @@ def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_d
 def test_the_chat_shows_markdown_and_never_a_messages_own_html():
     """The panes get HTML rendered on the server with every tag of the text escaped; the conversation the models
     see keeps the raw text."""
-    from app.compare import chat_html
+    from app.jobs.compare import chat_html
 
     history = [
         {"role": "user", "content": "hi <img src=x onerror=alert(1)>"},
@@ -175,7 +175,7 @@ def test_the_chat_shows_markdown_and_never_a_messages_own_html():
 
 def _replied(actor: str, blind: bool) -> dict:
     """A conversation with both replies in and the reward model's scores kept: what after_send leaves."""
-    from app.compare import new_conversation
+    from app.jobs.compare import new_conversation
 
     state = new_conversation(actor, "default", blind=blind, seed=0)
     history = [{"role": "user", "content": "hi"}]
@@ -193,7 +193,7 @@ def _replied(actor: str, blind: bool) -> dict:
 def test_blind_scores_wait_for_the_vote_and_come_with_the_names(db, tiny_model_dir, blind):
     """Blind, a reviewer who saw 6.4 against -4.5 would vote on the reward model, and the vote goes back into the
     store as a preference: the scores show with the names, after the vote. Not blind, they show at once."""
-    from app.compare import BLIND_LINE, blind_line, score_lines, vote
+    from app.jobs.compare import BLIND_LINE, blind_line, score_lines, vote
 
     state = _replied(str(tiny_model_dir), blind)
     shown = ("reward model score: **6.400**", "reward model score: **-4.500**")
@@ -208,7 +208,7 @@ def test_blind_scores_wait_for_the_vote_and_come_with_the_names(db, tiny_model_d
 
 
 def test_a_new_message_hides_the_last_scores_again(tiny_model_dir):
-    from app.compare import respond, score_lines
+    from app.jobs.compare import respond, score_lines
     from training.chat import ChatParams, Models
 
     state = {**_replied(str(tiny_model_dir), True), "voted": True}
@@ -222,7 +222,7 @@ def test_a_new_message_hides_the_last_scores_again(tiny_model_dir):
 def test_the_compare_list_offers_a_ppo_runs_checkpoints_with_the_best_marked(db, tmp_path):
     """A PPO run with evaluated checkpoints (training/checkpoints.py) lists each saved one beside its actor; a
     checkpoint's reference and reward model are its run's."""
-    from app.compare import run_defaults, tuned_runs
+    from app.jobs.compare import run_defaults, tuned_runs
     from store.db import write
     from store.runs import record_run
 
@@ -253,7 +253,7 @@ def test_best_of_n_of_the_reference_is_a_contestant(db, tiny_model_dir, tmp_path
     """N = 3: the reference side shows the reward model's pick among the reference's replies with seeds seed ..
     seed + 2 (checked by sampling and scoring each directly), the actor streams beside it, and the vote is stored
     under 'best-of-3:' and the reference's id."""
-    from app.compare import best_of_ref, model_name, new_conversation, respond, split_best_of, vote
+    from app.jobs.compare import best_of_ref, model_name, new_conversation, respond, split_best_of, vote
     from tests.builders import build_liked_token_rm
     from training.chat import ChatParams, Models, sample_reply, score_reply
 
@@ -283,7 +283,7 @@ def test_a_vote_through_the_app_reaches_no_queue_no_prompt_and_training_only_whe
     """An annotator's chat message is the text of a stored prompt: voting on it adds nothing to that prompt, hands
     no one a task, and no pair leaves the store unless asked for with --with-votes."""
 
-    from app.cli import main
+    from app.faces.cli import main
     from bench.app_server import AppServer
     from tests.builders import seed_store
     from training.tiny import build_plain_model
@@ -391,8 +391,8 @@ def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):
 
 
 def test_an_annotator_reads_no_path_or_reason_when_a_model_fails_to_load(tmp_path, capsys):
-    from app.compare import LocalChat
-    from app.compare_tab import QuietChat
+    from app.faces.compare_tab import QuietChat
+    from app.jobs.compare import LocalChat
     from training.chat import ChatParams, Models
     from training.models import ModelError
 

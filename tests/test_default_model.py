@@ -11,7 +11,7 @@ from tests.conftest import query
 
 def rlhf(db, *args):
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "--db", db, *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "app.faces.cli", "--db", db, *args], capture_output=True, text=True, timeout=600
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from annotation import scripted
-from app.demo_common import pair_accuracy, pair_counts, split_prompts, win_rates
+from app.studies.demo_common import pair_accuracy, pair_counts, split_prompts, win_rates
 from store.errors import StoreError
 from tests.conftest import query
 
@@ -61,7 +61,7 @@ def test_too_few_prompts_to_hold_some_out_is_one_error():
 
 @pytest.mark.integration
 def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     flags = ["demo", "--quick", "--methods", "ppo,dpo,rloo", "--runs-dir", str(tmp_path)]
     assert main(["--db", str(tmp_path / "unused.duckdb"), *flags]) == 0
@@ -131,7 +131,7 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     ],
 )
 def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsys, flags, message):
-    from app.cli import main
+    from app.faces.cli import main
 
     assert main(["--db", str(tmp_path / "unused.duckdb"), "demo", "--runs-dir", str(tmp_path / "runs"), *flags]) == 1
     err = capsys.readouterr().err.strip()
@@ -140,8 +140,8 @@ def test_bad_demo_settings_are_one_error_line_and_no_demo_folder(tmp_path, capsy
 
 
 def test_ppo_settings_reach_the_demos_ppo_config():
-    from app.demo_common import ppo_config
-    from app.demo_config import DemoConfig
+    from app.studies.demo_common import ppo_config
+    from app.studies.demo_config import DemoConfig
 
     cfg = DemoConfig(ppo_settings="whiten_advantages=true, generation_batch_size=16,ema-beta=0.9")
     ppo = ppo_config(cfg, "tiny", Path("rm"), 10, 3, save_every=5)
@@ -167,7 +167,7 @@ PLAIN = {"whiten_advantages": False, "generation_batch_size": 8, "ema_beta": 0.0
     ],
 )
 def test_flags_on_the_command_line_win_over_the_quick_preset(flags, expected):
-    from app.cli import demo_config, parse
+    from app.faces.cli import demo_config, parse
 
     cfg = demo_config(parse(["demo", *flags]))
     assert {k: getattr(cfg, k) for k in expected} == expected
@@ -195,8 +195,8 @@ KL = "KL to the reference reported at every PPO step"
     ],
 )
 def test_the_kl_check_fails_on_a_run_where_kl_is_missing(tmp_path, status_step, rows, kl_ok):
-    from app.demo import QUICK_BARS, checks, ppo_curve
-    from app.demo_report import headline
+    from app.studies.demo import QUICK_BARS, checks, ppo_curve
+    from app.studies.demo_report import headline
 
     curve = ppo_curve(_fake_ppo_run(tmp_path / "ppo", status_step, rows))
     assert curve["ppo_steps"] == status_step and len(curve["kl_per_step"]) == status_step
@@ -211,7 +211,7 @@ def test_the_kl_check_fails_on_a_run_where_kl_is_missing(tmp_path, status_step, 
     "win_rate, quick_ok, full_ok", [(0.5, False, False), (0.51, True, False), (0.65, True, True), (0.4, False, False)]
 )
 def test_the_win_rate_check_fails_at_chance(win_rate, quick_ok, full_ok):
-    from app.demo import FULL_BARS, QUICK_BARS, checks
+    from app.studies.demo import FULL_BARS, QUICK_BARS, checks
 
     r = {**GOOD, "win_rate": win_rate, "ppo_steps": 1, "kl_per_step": [0.1]}
     (quick,) = [ok for name, ok in checks(r, QUICK_BARS).items() if name.startswith("win rate")]
@@ -221,7 +221,7 @@ def test_the_win_rate_check_fails_at_chance(win_rate, quick_ok, full_ok):
 
 @pytest.mark.parametrize("methods", ["dpo", "ppo,kto", ""])
 def test_demo_methods_must_name_ppo_and_may_add_dpo(tmp_path, capsys, methods):
-    from app.cli import main
+    from app.faces.cli import main
 
     assert main(["demo", "--runs-dir", str(tmp_path / "runs"), "--methods", methods]) == 1
     err = capsys.readouterr().err.strip()
@@ -230,7 +230,7 @@ def test_demo_methods_must_name_ppo_and_may_add_dpo(tmp_path, capsys, methods):
 
 
 def test_the_methods_table_by_hand():
-    from app.demo_methods import method_rows, method_table
+    from app.studies.demo_methods import method_rows, method_table
 
     r = {
         "win_rate": 0.75,
@@ -254,7 +254,7 @@ def test_the_methods_table_by_hand():
 
 
 def test_a_dpo_at_chance_fails_its_check():
-    from app.demo import QUICK_BARS, checks
+    from app.studies.demo import QUICK_BARS, checks
 
     r = {**GOOD, "ppo_steps": 1, "kl_per_step": [0.1], "dpo_vs_reference": {"win_rate": 0.5, "ci95": [0.4, 0.6]}}
     (dpo,) = [ok for name, ok in checks(r, QUICK_BARS).items() if name.startswith("DPO")]
@@ -264,7 +264,7 @@ def test_a_dpo_at_chance_fails_its_check():
 
 
 def test_best_of_n_points_and_the_findings_by_hand():
-    from app.demo_watch import best_of_ns, findings, interpolate, watch_checks
+    from app.studies.demo_watch import best_of_ns, findings, interpolate, watch_checks
 
     assert best_of_ns(16) == [1, 2, 4, 8, 16] and best_of_ns(6) == [1, 2, 4, 6] and best_of_ns(1) == [1]
     # best-of-N at sqrt(KL) 0, 1 and 2 with win rates 0.5, 0.7 and 0.8
@@ -300,7 +300,7 @@ def test_best_of_n_points_and_the_findings_by_hand():
 
 
 def test_methods_at_equal_kl_by_hand():
-    from app.demo_watch import at_equal_kl, equal_kl_lines
+    from app.studies.demo_watch import at_equal_kl, equal_kl_lines
 
     def point(kl, win, lo, hi):
         return {"kl": kl, "win_rate": win, "ci95": [lo, hi]}
@@ -324,7 +324,7 @@ def test_methods_at_equal_kl_by_hand():
 
 
 def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_hand():
-    from app.demo_rounds import Arm, answer_lines, answers, shares
+    from app.studies.demo_rounds import Arm, answer_lines, answers, shares
 
     assert shares(10, 3) == [3, 3, 4] and shares(40, 2) == [20, 20] and sum(shares(97, 4)) == 97
 
@@ -362,7 +362,7 @@ def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_han
 
 @pytest.mark.integration
 def test_quick_rounds_study_spends_one_budget_in_one_round_or_two(tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     flags = ["demo", "--quick", "--rounds", "2", "--label-budget", "24", "--n-prompts", "80", "--heldout", "16"]
     flags += ["--ppo-epochs", "2", "--select", "random", "--runs-dir", str(tmp_path)]  # one rule: 6 runs, not 8

@@ -1,10 +1,10 @@
-"""The demo over seeds (app/demo_seeds.py): headlines combined by hand, the report, and the commands."""
+"""The demo over seeds (app/studies/demo_seeds.py): headlines combined by hand, the report, and the commands."""
 
 import json
 
 import pytest
 
-from app.demo_seeds import headlines, interval, over_seeds, report
+from app.studies.demo_seeds import headlines, interval, over_seeds, report
 
 
 def results(seed: int, ppo: float, dpo: float, ppo_dpo: float, bon: float, kl: float, alarm=None) -> dict:
@@ -77,7 +77,7 @@ def test_one_seed_twice_or_none_is_one_error():
 
 
 def test_demo_seeds_combines_demo_folders_run_apart(tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     for seed, ppo in ((4, 0.6), (5, 0.8)):
         (tmp_path / f"d{seed}").mkdir()
@@ -93,7 +93,7 @@ def test_demo_seeds_combines_demo_folders_run_apart(tmp_path, capsys):
 
 
 def test_demo_refuses_a_bad_seed_count_in_one_line(tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     assert main(["demo", "--quick", "--seeds", "0", "--runs-dir", str(tmp_path)]) == 1
     assert "--seeds takes 1 to 20 seeds" in capsys.readouterr().err

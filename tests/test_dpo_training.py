@@ -11,7 +11,7 @@ from tests.conftest import query, write_jsonl
 
 def train_dpo(tmp, model, n_pairs: int, *flags: str, db: str | None = None):
     """`rlhf train-dpo` on `n_pairs` separable pairs; returns the run folder."""
-    from app.cli import main
+    from app.faces.cli import main
 
     pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(n_pairs))
     args = ["--db", db or str(tmp / "s.duckdb"), "train-dpo", "--pairs", str(pairs), "--runs-dir", str(tmp / "runs")]
@@ -51,7 +51,7 @@ def test_dpo_raises_the_implicit_reward_accuracy_on_held_out_prompts(trained, ca
     assert len(evals) >= 3 and evals[-1] >= 0.95
     assert query(db, "SELECT kind FROM runs") == [("dpo",)]
     assert json.loads((run / "config.json").read_text())["kind"] == "dpo"
-    from app.cli import main
+    from app.faces.cli import main
 
     capsys.readouterr()
     assert main(["--db", db, "runs"]) == 0
@@ -82,7 +82,7 @@ def test_a_killed_dpo_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, t
     import signal
     import time
 
-    from app.training import follow, prepare_pairs_run, resume_run
+    from app.jobs.training import follow, prepare_pairs_run, resume_run
     from training.dpo.config import DPOConfig
     from training.launcher import launch
     from training.runs import read_metrics, read_status

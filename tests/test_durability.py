@@ -90,7 +90,7 @@ def test_pair_exports_label_studio_exports_and_frozen_prompts_are_fsynced_before
     cli, db, tmp_path, disk_calls
 ):
     from annotation.actions import write_ls_export, write_pairs_file
-    from app.training import frozen_prompts
+    from app.jobs.training import frozen_prompts
 
     seed(cli, tmp_path)
     for name in ("pairs.jsonl", "pairs.csv"):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gradio_client import handle_file
 
-from app.cli import main
+from app.faces.cli import main
 from bench.app_server import ROOT, AppServer
 from tests.builders import seed_store, separable_pairs
 from tests.conftest import query, store_rows, write_jsonl
@@ -134,7 +134,7 @@ def test_a_second_app_on_the_same_store_is_refused_and_the_first_keeps_working(d
         client = first.client()
         env = {**os.environ, "RLHF_LOCK_TIMEOUT": "3"}
         second = subprocess.run(
-            [sys.executable, "-m", "app.cli", "--db", db, "ui", "--port", "1"],
+            [sys.executable, "-m", "app.faces.cli", "--db", db, "ui", "--port", "1"],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -197,7 +197,7 @@ def test_a_full_disk_under_a_snapshot_is_one_line_and_changes_nothing(cli, db, t
 
 
 def _train(tmp: Path, model: Path, runs: Path, max_steps: int = 16) -> tuple[Path, subprocess.Popen]:
-    from app.training import prepare_run
+    from app.jobs.training import prepare_run
     from training.launcher import launch
     from training.reward.config import RewardConfig
 
@@ -220,7 +220,7 @@ def _wait_for(cond, proc, timeout: float = 300):
 def test_a_full_disk_under_a_checkpoint_fails_honestly_and_resumes(tmp_path, tiny_model_dir):
     """The disk fills up after the first checkpoint: the next save fails, the run says why, the first checkpoint
     is intact, and with space freed the run resumes from it and finishes."""
-    from app.training import resume_run
+    from app.jobs.training import resume_run
     from training.runs import effective_status, read_metrics
 
     with small_disk(tmp_path / "disk", "600m") as disk:
@@ -269,7 +269,7 @@ def test_killed_between_two_checkpoint_files_resumes_from_the_last_whole_one(tmp
     """ZeRO-2 writes a checkpoint as two files (model states, optimizer states) and then `latest`. The process is
     killed after the first file of step 8: `latest` still names step 4, which is whole, and the resume starts there
     and finishes."""
-    from app.training import resume_run
+    from app.jobs.training import resume_run
     from training.runs import effective_status, read_metrics
 
     saved = tmp_path / "saved.txt"

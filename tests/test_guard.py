@@ -1,4 +1,4 @@
-"""The server's boundary (app/guard.py): the Host check, the Origin check on requests that change something, and
+"""The server's boundary (app/faces/guard.py): the Host check, the Origin check on requests that change something, and
 the token without --auth; first the pure checks, then a real `rlhf ui` probed as an attacker would."""
 
 import json
@@ -9,7 +9,7 @@ import uuid
 import pytest
 from gradio_client import Client
 
-from app.guard import Boundary, allowed_hosts, host_name, refusal
+from app.faces.guard import Boundary, allowed_hosts, host_name, refusal
 from bench.app_server import AppServer
 
 LOCAL = Boundary(allowed_hosts("127.0.0.1"), "t0k", 7860)

@@ -155,7 +155,7 @@ def test_the_cycle_finder_by_hand():
 
 def test_no_import_circle():
     """No two of our modules import each other, directly or around a loop, even inside functions: a family of
-    modules shares what it needs through a common module it all imports (e.g. app/demo_common.py)."""
+    modules shares what it needs through a common module it all imports (e.g. app/studies/demo_common.py)."""
     assert _cycles(_module_graph()) == []
 
 
@@ -177,23 +177,43 @@ def test_no_sql_outside_the_store():
     assert not found, "SQL outside store/:\n" + "\n".join(f"{f}:{n} {what}" for f, n, what in sorted(set(found)))
 
 
-FACES = ("app.cli", "app.ui", "app.handlers", "app.config_form", "app.config_args", "app.ranker_widget")
+# app/ by what it is (issue 28): the faces a user meets (the CLI, the Gradio app, its tabs, widgets and server
+# checks), the jobs a command or a button runs (runs, rounds, sampling, the Compare session), and the studies that
+# run the product on itself (the demo family). Faces use jobs and studies, studies use jobs, jobs use neither.
+APP_ROOMS = {"faces": {"faces", "jobs", "studies"}, "studies": {"studies", "jobs"}, "jobs": {"jobs"}}
 
 
-def _is_face(module: str) -> bool:
-    """The app's faces: the CLI, the Gradio app and its tabs and widgets (not what a command or button does)."""
-    return module in FACES or module.endswith(("_tab", "_ui", "_widget"))
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "app" and len(parts) > 2 else None
 
 
-def test_bench_imports_no_face_and_no_test():
-    """bench/ measures what the app's commands and buttons do (app.training, app.sampling, ...), never the CLI, the
-    tabs or tests/: a benchmark that needs a helper of the tests has it moved to bench/ (bench/app_server.py)."""
+def test_app_is_faces_jobs_and_studies_and_imports_point_one_way():
+    graph = _module_graph()
+    rooms = {_room(m) for m in graph if m.startswith("app.")} - {None}
+    assert rooms == set(APP_ROOMS)
+    assert {p.name for p in (ROOT / "app").glob("*.py")} == {"__init__.py"}, "every app module is in a room"
+    bad = [
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        if _room(m)
+        for d in deps
+        if _room(d) and _room(d) not in APP_ROOMS[_room(m)]
+    ]
+    assert not bad, "app's rooms import the wrong way:\n" + "\n".join(sorted(bad))
+
+
+def test_bench_imports_only_jobs_of_the_app_and_no_test():
+    """bench/ measures what the app's commands and buttons do (app.jobs: training, sampling, ...), never the CLI,
+    the tabs, the demo or tests/: a benchmark that needs a helper of the tests has it moved to bench/
+    (bench/app_server.py)."""
     graph = _module_graph()
     for path in (ROOT / "bench").rglob("*.py"):
         imported = {m for node in ast.walk(ast.parse(path.read_text())) for m in _full_imports_of(node)}
-        bad = sorted(m for m in imported if m.split(".")[0] == "tests" or _is_face(m))
+        bad = sorted(m for m in imported if m.split(".")[0] == "tests" or _room(m) not in (None, "jobs"))
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
-    assert _is_face("app.train_tab") and not _is_face("app.training") and "bench.app_server" in graph
+    assert _room("app.faces.train_tab") == "faces" and _room("app.jobs.training") == "jobs"
+    assert "bench.app_server" in graph and any(d.startswith("app.jobs.") for d in graph["bench.ppo"])
 
 
 def _full_imports_of(node: ast.AST) -> set[str]:

@@ -1,11 +1,11 @@
-"""Every size a user controls has a cap the server enforces (app/limits.py), driven through a real `rlhf ui` with
+"""Every size a user controls has a cap the server enforces (app/faces/limits.py), driven through a real `rlhf ui` with
 gradio_client as an annotator's script would; and the Compare tab's model cache keeps only the last few."""
 
 import shutil
 
 import pytest
 
-from app.limits import ServeLimits
+from app.faces.limits import ServeLimits
 from bench.app_server import AppServer
 from store.errors import UserError
 from tests.conftest import query
@@ -95,7 +95,7 @@ def test_the_chat_cache_keeps_the_least_recently_used_out(tiny_model_dir, tmp_pa
 def test_a_login_has_one_chat_request_waiting_and_chat_takes_half_the_queue_at_most():
     from types import SimpleNamespace as Event
 
-    from app.chat_queue import chat_refusal
+    from app.faces.chat_queue import chat_refusal
 
     waiting = [Event(username="ann", session_hash="s1"), Event(username="bob", session_hash="s2")]
     assert chat_refusal(waiting, "ann", "s9", 64).startswith("your Compare request is still waiting")
@@ -108,7 +108,7 @@ def test_a_login_has_one_chat_request_waiting_and_chat_takes_half_the_queue_at_m
 
 @pytest.mark.integration
 def test_every_event_but_the_chats_marks_the_app_busy_while_it_runs():
-    """The chat's child yields to the app's other events (app/chat_worker.py): share_the_queue marks each of them
+    """The chat's child yields to the app's other events (app/jobs/chat_worker.py): share_the_queue marks each of them
     on the AppActivity while it runs, and leaves the chat's own events out."""
     import math
     from types import SimpleNamespace
@@ -116,8 +116,8 @@ def test_every_event_but_the_chats_marks_the_app_busy_while_it_runs():
     import gradio as gr
     from gradio_client import Client
 
-    from app.chat_queue import CHAT, share_the_queue
-    from app.chat_worker import AppActivity
+    from app.faces.chat_queue import CHAT, share_the_queue
+    from app.jobs.chat_worker import AppActivity
     from bench.app_server import free_port
 
     activity = AppActivity(SimpleNamespace(value=-math.inf), clock=lambda: 42.0)

@@ -1,4 +1,4 @@
-"""Logins (app/logins.py): hashed entries written by `rlhf user add`, a users file others can read refused, failed
+"""Logins (app/faces/logins.py): hashed entries written by `rlhf user add`, a users file others can read refused, failed
 logins throttled, sessions that end, TLS passed through; driven through the CLI and a real `rlhf ui` over HTTP."""
 
 import io
@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from app.logins import ExpiringSessions, LoginGate, Users, read_users
+from app.faces.logins import ExpiringSessions, LoginGate, Users, read_users
 from bench.app_server import AppServer
 from store.errors import UserError
 

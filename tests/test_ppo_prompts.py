@@ -12,12 +12,12 @@ from tests.conftest import DATA, store_rows
 @pytest.fixture
 def no_launch(monkeypatch):
     """`rlhf train-ppo` must fail before training starts; if it ever got that far, the test fails instead."""
-    import app.training
+    import app.jobs.training
 
     def refuse(*args, **kwargs):
         raise AssertionError("training was launched")
 
-    monkeypatch.setattr(app.training, "run_training", refuse)
+    monkeypatch.setattr(app.jobs.training, "run_training", refuse)
 
 
 def _frozen_prompts(run: Path) -> list[str]:
@@ -40,7 +40,7 @@ GOOD = [
 @pytest.mark.parametrize("name, content", GOOD, ids=[g[0] for g in GOOD])
 def test_train_ppo_trains_on_the_prompts_that_prompts_add_reads(db, tmp_path, models, name, content):
     from annotation.prompt_files import read_prompts
-    from app.training import prepare_run
+    from app.jobs.training import prepare_run
     from training.ppo.config import PPOConfig
 
     f = tmp_path / name
@@ -57,7 +57,7 @@ def test_train_ppo_trains_on_the_prompts_that_prompts_add_reads(db, tmp_path, mo
 
 
 def test_a_snapshot_folder_is_still_taken_as_it_is(cli, db, tmp_path, models):
-    from app.training import prepare_run
+    from app.jobs.training import prepare_run
     from store.db import write
     from store.snapshot import write_snapshot
     from training.ppo.config import PPOConfig

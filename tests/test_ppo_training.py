@@ -134,7 +134,7 @@ def test_two_ranks_train_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_f
 
 @pytest.mark.integration
 def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, tiny_model_dir, liked_rm, prompts_file):
-    from app.training import prepare_run, resume_run, run_training
+    from app.jobs.training import prepare_run, resume_run, run_training
     from training.launcher import launch
     from training.ppo.config import PPOConfig
     from training.runs import effective_status, read_metrics
@@ -282,7 +282,7 @@ def test_a_moving_reference_follows_the_actor_and_is_checkpointed(tmp_path, tiny
 
 
 def test_train_ppo_takes_the_stores_training_prompts(tmp_path, db, tiny_model_dir, liked_rm):
-    from app.training import prepare_run
+    from app.jobs.training import prepare_run
     from store.db import write
     from store.prompts import add_prompts
     from store.snapshot import split_of
@@ -318,7 +318,7 @@ def test_bad_ppo_input_is_one_error_line_and_no_run(cli, db, tmp_path, liked_rm,
 
 @pytest.mark.integration
 def test_stop_checkpoints_and_resume_finishes(tmp_path, db, tiny_model_dir, liked_rm, prompts_file, cli):
-    from app.training import follow, prepare_run
+    from app.jobs.training import follow, prepare_run
     from training.launcher import launch
     from training.ppo.config import PPOConfig
     from training.runs import read_metrics, read_status

@@ -99,7 +99,7 @@ def test_a_hackable_reward_sets_off_the_alarm_and_the_run_stops_resumably(
         return
     # resumable: the run continues from the checkpoint to the end (the watch replays its evaluations: the alarm
     # does not fire twice)
-    from app.cli import main
+    from app.faces.cli import main
 
     resume = ["train-ppo", "--resume", run.name, "--runs-dir", str(tmp_path / "runs")]  # by its id, as `rlhf runs`
     assert main(["--db", str(tmp_path / "s.duckdb"), *resume]) == 0

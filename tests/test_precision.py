@@ -43,7 +43,7 @@ def test_auto_resolves_to_this_machine_unless_pinned(monkeypatch):
 
 
 def test_every_dtype_defaults_to_auto_and_auto_is_checked():
-    from app.demo_config import DemoConfig
+    from app.studies.demo_config import DemoConfig
     from training.generation import SamplingConfig
     from training.ppo.config import PPOConfig
     from training.reward.config import RewardConfig
@@ -59,7 +59,7 @@ def test_every_dtype_defaults_to_auto_and_auto_is_checked():
 
 
 def test_the_sampler_says_which_dtype_it_picked_and_stores_it(db, tiny_model_dir, monkeypatch):
-    from app.sampling import run_sampling
+    from app.jobs.sampling import run_sampling
     from store.db import write
     from store.prompts import add_prompts
     from tests.conftest import query

@@ -14,7 +14,7 @@ from tests.conftest import query, store_rows, write_jsonl
 
 def train_rm(tmp, model, n_pairs: int, *flags: str, db: str | None = None):
     """`rlhf train-rm` on `n_pairs` separable pairs; returns the run folder."""
-    from app.cli import main
+    from app.faces.cli import main
 
     pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(n_pairs))
     args = [
@@ -66,7 +66,7 @@ def test_reaches_high_accuracy_on_held_out_prompts(trained):
     assert start["train_pairs"] + start["eval_pairs"] == 160 and start["truncated_pairs"] == 0
     config = json.loads((run / "config.json").read_text())
     assert query(db, "SELECT run_id, kind FROM runs") == [(run.name, "reward")]
-    from app.cli import main
+    from app.faces.cli import main
 
     assert main(["--db", db, "runs"]) == 0
     assert json.loads(query(db, "SELECT config FROM runs")[0][0]) == config
@@ -140,7 +140,7 @@ def test_no_pairs_in_the_store_and_a_model_that_is_not_a_model(cli, tmp_path, ti
 def test_relative_store_and_runs_dir_train_from_the_store(tmp_path, tiny_model_dir, monkeypatch):
     """`rlhf train-rm` as a user types it: ./rlhf.duckdb and ./runs, relative to where they stand (the ranks run
     inside the run folder, so every path in its config must be absolute)."""
-    from app.cli import main
+    from app.faces.cli import main
 
     monkeypatch.chdir(tmp_path)
     rows = [
@@ -186,7 +186,7 @@ def test_a_killed_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, tiny_
     import signal
     import time
 
-    from app.training import follow, prepare_run, resume_run
+    from app.jobs.training import follow, prepare_run, resume_run
     from training.launcher import launch
     from training.reward.config import RewardConfig
     from training.runs import effective_status, read_metrics, read_status

@@ -20,7 +20,7 @@ def test_rloo_learns_a_known_reward_with_no_critic_and_stops_and_resumes(
     liked_rm,
     prompts_file,
 ):
-    from app.training import follow, prepare_run
+    from app.jobs.training import follow, prepare_run
     from training.launcher import launch
     from training.rloo.config import RLOOConfig
     from training.runs import read_metrics, read_status

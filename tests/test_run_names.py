@@ -1,10 +1,10 @@
-"""A run is named by its id, and only runs the store recorded under --runs-dir are accepted (app/training.py::
+"""A run is named by its id, and only runs the store recorded under --runs-dir are accepted (app/jobs/training.py::
 recorded_run): a folder planted on the disk is never resumed (DeepSpeed would unpickle its checkpoint files), stopped
 or shown, whether through the app's endpoints or the CLI."""
 
 import pytest
 
-from app.training import prepare_pairs_run
+from app.jobs.training import prepare_pairs_run
 from bench.app_server import AppServer
 from tests.builders import separable_pairs
 from tests.conftest import write_jsonl

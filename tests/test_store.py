@@ -19,7 +19,7 @@ from tests.conftest import query, store_rows, write_jsonl
 
 
 def test_init_creates_then_reports_up_to_date(tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     db = str(tmp_path / "s.duckdb")
     assert main(["--db", db, "init"]) == 0
@@ -114,7 +114,7 @@ def test_a_store_held_by_another_process_is_one_clear_error(db, tmp_path):
                 pass
         env = {**os.environ, "RLHF_LOCK_TIMEOUT": "0.5"}
         r = subprocess.run(
-            [sys.executable, "-m", "app.cli", "--db", db, "pairs", "--stats"],
+            [sys.executable, "-m", "app.faces.cli", "--db", db, "pairs", "--stats"],
             env=env,
             capture_output=True,
             text=True,
@@ -138,7 +138,7 @@ def test_lock_is_released_between_commands(cli, db, tmp_path):
 
 
 def test_read_commands_refuse_a_missing_store(tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     missing = tmp_path / "none.duckdb"
     assert main(["--db", str(missing), "pairs", "--stats"]) == 1
@@ -277,7 +277,7 @@ def test_a_store_object_is_its_path_and_owns_its_locks(db):
 def test_a_pairs_file_is_frozen_into_a_snapshot_by_the_stores_split_rule(db, tmp_path, models):
     """`--pairs FILE` trains on a snapshot of the file, made as the store's are: split by prompt with split_of,
     read-only, recorded; margin and ranking_id kept where given; editing the file later changes no run."""
-    from app.training import prepare_pairs_run
+    from app.jobs.training import prepare_pairs_run
     from training.pairs import load_pairs
     from training.reward.config import RewardConfig
 
@@ -316,7 +316,7 @@ def test_a_pairs_file_is_frozen_into_a_snapshot_by_the_stores_split_rule(db, tmp
     ],
 )
 def test_a_bad_pairs_file_is_one_error_and_no_snapshot(db, tmp_path, models, row, message):
-    from app.training import prepare_pairs_run
+    from app.jobs.training import prepare_pairs_run
     from training.reward.config import RewardConfig
 
     pairs = write_jsonl(tmp_path / "pairs.jsonl", [row])

@@ -9,7 +9,7 @@ from pathlib import Path
 import store.snapshot
 from annotation.actions import write_pairs_file
 from annotation.imports import import_native
-from app.training import prepare_pairs_run
+from app.jobs.training import prepare_pairs_run
 from store.db import Store, connect, write
 from store.prompts import add_prompts
 from tests.conftest import write_jsonl

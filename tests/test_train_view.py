@@ -24,7 +24,7 @@ def wait_for(predicate, timeout: float = 300, what: str = ""):
 
 @pytest.mark.integration
 def test_reward_model_then_ppo_and_what_the_tab_shows(db, tmp_path, tiny_model_dir):
-    from app.train_view import PPO_PLOTS, RM_PLOTS, Runs, log_tail, plot_frames, runs_rows, samples_rows
+    from app.jobs.train_view import PPO_PLOTS, RM_PLOTS, Runs, log_tail, plot_frames, runs_rows, samples_rows
     from training.ppo.config import PPOConfig
     from training.reward.config import RewardConfig
 
@@ -62,7 +62,7 @@ def test_reward_model_then_ppo_and_what_the_tab_shows(db, tmp_path, tiny_model_d
 
 @pytest.mark.integration
 def test_a_run_killed_with_kill_9_shows_as_failed_and_resumes(db, tmp_path, tiny_model_dir):
-    from app.train_view import Runs, runs_rows
+    from app.jobs.train_view import Runs, runs_rows
     from training.reward.config import RewardConfig
     from training.runs import read_metrics
 
@@ -84,9 +84,9 @@ def test_a_run_killed_with_kill_9_shows_as_failed_and_resumes(db, tmp_path, tiny
 
 @pytest.mark.integration
 def test_one_config_file_launches_identically_from_the_cli_and_the_app(cli, db, tmp_path, tiny_model_dir):
-    from app.config_form import config_from_form, form_values_from_file
-    from app.train_tab import PPO_SKIP
-    from app.train_view import Runs, runs_rows
+    from app.faces.config_form import config_from_form, form_values_from_file
+    from app.faces.train_tab import PPO_SKIP
+    from app.jobs.train_view import Runs, runs_rows
     from training.ppo.config import PPOConfig
 
     rm = build_liked_token_rm(tiny_model_dir, tmp_path / "rm")
@@ -109,8 +109,8 @@ def test_one_config_file_launches_identically_from_the_cli_and_the_app(cli, db, 
     assert a.pop("output_dir") != b.pop("output_dir")
     assert a == b and a["kl_ctl"] == 0.05 and a["top_k"] == 7
     # a flag given on the command line still wins over the file
-    from app.cli import parse
-    from app.config_args import dataclass_from_args
+    from app.faces.cli import parse
+    from app.faces.config_args import dataclass_from_args
 
     args = parse(["--db", db, "train-ppo", "--config", str(config), "--top-k", "3"])
     assert dataclass_from_args(PPOConfig, args).top_k == 3 and dataclass_from_args(PPOConfig, args).kl_ctl == 0.05
@@ -119,7 +119,7 @@ def test_one_config_file_launches_identically_from_the_cli_and_the_app(cli, db, 
 def test_the_chain_refuses_a_bad_prompts_file_before_the_reward_model_trains(db, tmp_path, tiny_model_dir):
     import pytest
 
-    from app.train_view import Runs
+    from app.jobs.train_view import Runs
     from store.errors import StoreError
     from training.ppo.config import PPOConfig
     from training.reward.config import RewardConfig

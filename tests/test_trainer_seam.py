@@ -50,7 +50,7 @@ def toy(monkeypatch):
 
 def _finish_without_launching(monkeypatch, rows: list[dict]):
     """In place of the launch: the run's ranks would write these metrics rows and a finished status."""
-    import app.training
+    import app.jobs.training
 
     def finished(kind, run, *args, on_metrics=None, **kwargs):
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -60,12 +60,12 @@ def _finish_without_launching(monkeypatch, rows: list[dict]):
             on_metrics(row)
         return status
 
-    monkeypatch.setattr(app.training, "run_training", finished)
+    monkeypatch.setattr(app.jobs.training, "run_training", finished)
 
 
 def test_a_registered_trainer_gets_its_command_run_row_and_plots(toy, cli, db, tmp_path, models, monkeypatch):
-    from app.train_tab import plot_updates
-    from app.train_view import runs_rows
+    from app.faces.train_tab import plot_updates
+    from app.jobs.train_view import runs_rows
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Name a fruit.\nSay hello.\n")
@@ -106,7 +106,7 @@ def test_a_registered_trainers_own_check_is_one_error_line_and_no_run(toy, cli, 
 def test_a_registered_trainer_gets_a_form_and_a_button_in_the_train_tab(toy):
     import gradio as gr
 
-    from app.train_tab import _trainer_forms
+    from app.faces.train_tab import _trainer_forms
 
     with gr.Blocks():
         ui = _trainer_forms()
@@ -119,7 +119,7 @@ def test_a_registered_trainer_gets_a_form_and_a_button_in_the_train_tab(toy):
 def test_the_train_tabs_buttons_and_titles_come_from_the_domain_entry():
     """The registry holds no UI strings: the app derives each button (label, element id, API name) and form title
     from the entry's title, data kind, command and summary; the ids the app has always had stay."""
-    from app.train_tab import button_of, form_title
+    from app.faces.train_tab import button_of, form_title
 
     buttons = {kind: button_of(TRAINERS[kind]) for kind in ("reward", "ppo", "dpo", "rloo")}
     assert buttons == {

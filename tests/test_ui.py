@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from gradio_client import Client, handle_file
 
-from app.logins import read_users
-from app.ui import AppContext, build_app, is_loopback
+from app.faces.logins import read_users
+from app.faces.ui import AppContext, build_app, is_loopback
 from bench.app_server import free_port
 from store.errors import StoreError
 from tests.conftest import DATA, query, store_rows
@@ -95,7 +95,7 @@ def test_auth_file_and_bind_rules(tmp_path):
 @pytest.mark.integration
 def test_refuses_a_public_bind_without_auth(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "app.cli", "--db", str(tmp_path / "s.duckdb"), "ui", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "app.faces.cli", "--db", str(tmp_path / "s.duckdb"), "ui", "--host", "0.0.0.0"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -169,7 +169,7 @@ def test_sampling_in_the_app_does_not_block_annotators(app, db):
 
 
 def test_admins_need_logins_and_must_be_among_them(tmp_path, capsys):
-    from app.cli import main
+    from app.faces.cli import main
 
     users = tmp_path / "users.txt"
     users.write_text("ann:pw1\nbob:pw2\n")
@@ -222,7 +222,7 @@ def test_downloads_do_not_pile_up(tmp_path):
     ones over ten minutes old."""
     import os
 
-    from app.data_tab import DOWNLOAD_AGE_S, _out_dir
+    from app.faces.data_tab import DOWNLOAD_AGE_S, _out_dir
 
     first, second = _out_dir(tmp_path), _out_dir(tmp_path)
     (first / "pairs.jsonl").write_text("{}\n")

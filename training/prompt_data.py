@@ -1,7 +1,7 @@
 """Prompts for the trainers on prompts: read from a prompts file (.jsonl with a "prompt" field, as `rlhf train-ppo`
 freezes a user's file after reading it with `rlhf prompts add`'s reader; .txt, one per line, as older runs name) or
 a store snapshot (the distinct prompts of its train split), wrapped in the actor's chat template, tokenised once and
-batched per rollout. Used by PPO and the next trainer on prompts, and by app/training.py, which checks that a
+batched per rollout. Used by PPO and the next trainer on prompts, and by app/jobs/training.py, which checks that a
 snapshot folder given as prompts reads.
 
 Prompts longer than max_prompt_length tokens are skipped and counted (DeepSpeed-Chat filters them too): cutting

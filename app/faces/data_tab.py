@@ -21,9 +21,9 @@ from annotation.actions import (
     write_pairs_file,
 )
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
-from app.handlers import admin_only
-from app.rounds_ui import ROUND_HEADERS, rounds_rows
-from app.sampling import run_sampling
+from app.faces.handlers import admin_only
+from app.faces.rounds_ui import ROUND_HEADERS, rounds_rows
+from app.jobs.sampling import run_sampling
 from store.errors import UserError
 
 

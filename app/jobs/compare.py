@@ -120,7 +120,7 @@ def new_conversation(actor: str, reference: str, blind: bool, seed: int | None =
 
 class LocalChat:
     """The Compare tab's sampling and scoring in this process, over a Models cache: what the app's chat worker
-    (app/chat_worker.py) runs in its own process, and what tests call directly."""
+    (app/jobs/chat_worker.py) runs in its own process, and what tests call directly."""
 
     def __init__(self, models: Models):
         self.models = models

@@ -1,8 +1,8 @@
 """The Gradio app: composition root for the tabs. Tabs only build components and wire events to plain functions.
 
 Binds 127.0.0.1 unless told otherwise, and refuses any other address without --auth (the store holds every
-prompt and ranking; training can be launched from it). In front of Gradio sits app/guard.py (the Host check, the
-Origin check, the token without --auth); app/limits.py caps what a request may ask for."""
+prompt and ranking; training can be launched from it). In front of Gradio sits app/faces/guard.py (the Host check, the
+Origin check, the token without --auth); app/faces/limits.py caps what a request may ask for."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import threading
 from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES
-from app.chat_queue import share_the_queue
-from app.guard import Uploads
-from app.limits import ServeLimits
-from app.logins import ExpiringSessions, LoginGate, read_users
+from app.faces.chat_queue import share_the_queue
+from app.faces.guard import Uploads
+from app.faces.limits import ServeLimits
+from app.faces.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, store_of
 from store.errors import UserError
 from training.generation import Sampler, SamplingConfig
@@ -37,14 +37,14 @@ class AppContext:
         limits: ServeLimits | None = None,
         chat_process: bool = False,
     ):
-        from app.chat_worker import ChatWorker
-        from app.compare import LocalChat
-        from app.train_view import Runs
+        from app.jobs.chat_worker import ChatWorker
+        from app.jobs.compare import LocalChat
+        from app.jobs.train_view import Runs
         from training.chat import Models
 
         self.db = store_of(db)
-        self.limits = limits or ServeLimits()  # every size a request may ask for (app/limits.py)
-        # the Compare tab's sampling: in a child process at low priority when serving (app/chat_worker.py), in
+        self.limits = limits or ServeLimits()  # every size a request may ask for (app/faces/limits.py)
+        # the Compare tab's sampling: in a child process at low priority when serving (app/jobs/chat_worker.py), in
         # this one for tests that build the app themselves; models load on first use either way
         n = self.limits.max_chat_models
         self.chat = ChatWorker(n) if chat_process else LocalChat(Models(n))
@@ -92,7 +92,7 @@ def is_loopback(host: str) -> bool:
 def first_tab(db: str, admin: bool) -> str:
     """The tab a page opens on: Data for an admin while the store has nothing to rank (prompts and sampling are
     there), else Annotate (where an annotator reads what has to happen first)."""
-    from app.annotate_tab import empty_store_line
+    from app.faces.annotate_tab import empty_store_line
 
     return "data" if admin and empty_store_line(db, admin) else "annotate"
 
@@ -100,10 +100,10 @@ def first_tab(db: str, admin: bool) -> str:
 def build_app(ctx: AppContext):
     import gradio as gr
 
-    from app.annotate_tab import build_annotate_tab
-    from app.compare_tab import build_compare_tab
-    from app.data_tab import build_data_tab
-    from app.train_tab import build_train_tab
+    from app.faces.annotate_tab import build_annotate_tab
+    from app.faces.compare_tab import build_compare_tab
+    from app.faces.data_tab import build_data_tab
+    from app.faces.train_tab import build_train_tab
 
     # delete_cache: every hour, Gradio deletes the uploads and downloads it cached over a day ago (it keeps them
     # forever otherwise: every pairs download leaves a copy)
@@ -204,8 +204,8 @@ def launch(
         server_name=host,
         server_port=port,
         auth=LoginGate(users) if users else None,
-        # a user's mistake is a gr.Error with its one line (app/handlers.py); anything else shows as a bare "Error"
-        # and its text goes only to the log: an annotator reads no exception text or server path
+        # a user's mistake is a gr.Error with its one line (app/faces/handlers.py); anything else shows as a bare
+        # "Error" and its text goes only to the log: an annotator reads no exception text or server path
         show_error=False,
         max_file_size=MAX_FILE_BYTES,  # Gradio stops reading an upload past it (HTTP 413)
         footer_links=[],
@@ -220,9 +220,9 @@ def launch(
 
 
 def serving_boundary(host: str, port: int, allowed_hosts: str | None, token: bool):
-    """What app/guard.py lets through: the Host names, and the token (only without --auth)."""
-    from app.guard import Boundary, new_token
-    from app.guard import allowed_hosts as hosts_for
+    """What app/faces/guard.py lets through: the Host names, and the token (only without --auth)."""
+    from app.faces.guard import Boundary, new_token
+    from app.faces.guard import allowed_hosts as hosts_for
 
     extra = [h for h in (allowed_hosts or "").split(",") if h.strip()]
     return Boundary(hosts_for(host, extra), new_token() if token else None, port)
@@ -246,6 +246,6 @@ def sessions_expire(hours: float, uploads=None):
 def guard_middleware(boundary, uploads=None):
     from starlette.middleware import Middleware
 
-    from app.guard import Guard
+    from app.faces.guard import Guard
 
     return Middleware(Guard, boundary=boundary, uploads=uploads)

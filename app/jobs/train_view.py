@@ -1,7 +1,7 @@
 """The Train tab's plain functions: start reward-model and PPO runs (or one after the other), watch them, stop and
 resume them; the runs table, a run's status, log tail, plot data and samples, all read from the run folders.
 
-The app starts runs through the same functions as `rlhf train-rm` / `rlhf train-ppo` (app/training.py) and the
+The app starts runs through the same functions as `rlhf train-rm` / `rlhf train-ppo` (app/jobs/training.py) and the
 same DeepSpeed launcher; each run is its own process session, so it survives an app restart, and the runs table
 is rebuilt from the store and the run folders."""
 
@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from app.training import frozen_prompts, launch, prepare_run, recorded_run, run_kind
+from app.jobs.training import frozen_prompts, launch, prepare_run, recorded_run, run_kind
 from store.db import connect
 from store.errors import UserError
 from store.runs import list_runs
@@ -67,7 +67,7 @@ class Runs:
             )
 
     def start(self, cfg: ConfigFile, data: str | None = None) -> Path:
-        """Any trainer's run (app/training.py::prepare_run): `data` is a snapshot or pairs file for a trainer on
+        """Any trainer's run (app/jobs/training.py::prepare_run): `data` is a snapshot or pairs file for a trainer on
         pairs, a prompts file for one on prompts; None: the store's."""
         cfg, _ = with_resolved_dtype(cfg)  # the run's config.json, and its status line, name the dtype picked
         self.check_free()  # before a snapshot and a run folder are made for nothing
@@ -116,7 +116,7 @@ class Runs:
         return proc is not None and proc.poll() is None
 
     def find(self, name: str | Path) -> Path:
-        """A run this store recorded under the runs folder, by id or folder (app/training.py::recorded_run)."""
+        """A run this store recorded under the runs folder, by id or folder (app/jobs/training.py::recorded_run)."""
         return recorded_run(self.db, str(name), self.runs_dir)
 
     def stop(self, name: str | Path) -> str:

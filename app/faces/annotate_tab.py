@@ -145,7 +145,7 @@ def _buttons() -> tuple:
 def build_annotate_tab(ctx, demo) -> None:
     import gradio as gr
 
-    from app.ranker_widget import ranker
+    from app.faces.ranker_widget import ranker
 
     task_state = gr.State(None)
     confirm_state = gr.State(False)

@@ -1,10 +1,10 @@
-"""The app's side of rounds (app/rounds.py): the Data tab's rounds table and the Train tab's "Start the next round"
+"""The app's side of rounds (app/jobs/rounds.py): the Data tab's rounds table and the Train tab's "Start the next round"
 row, which samples the next round from the selected run's policy. Plain functions, then the wiring."""
 
 from __future__ import annotations
 
-from app.limits import ServeLimits
-from app.round_config import RoundConfig
+from app.faces.limits import ServeLimits
+from app.jobs.round_config import RoundConfig
 from store.db import connect
 from store.errors import UserError
 from store.rounds import list_rounds
@@ -36,8 +36,8 @@ def start_next_round(
     db, run: str, k, mix_previous, select: str, n, limits: ServeLimits | None = None, runs_dir: str = "runs"
 ) -> str:
     """The Train tab's button: the next round from the selected run's policy; one line saying what it stored."""
-    from app.rounds import start_round
-    from app.training import recorded_run
+    from app.jobs.rounds import start_round
+    from app.jobs.training import recorded_run
 
     if not run:
         raise UserError("select a PPO or DPO run in the table first: its policy samples the next round")
@@ -57,7 +57,7 @@ def build_next_round(ctx, selected, action) -> None:
     import gradio as gr
 
     from annotation.selection import RULES
-    from app.handlers import admin_only
+    from app.faces.handlers import admin_only
 
     with gr.Accordion("Next round: the selected run's policy samples new responses to rank", open=True):
         with gr.Row(equal_height=True):

@@ -1,15 +1,18 @@
 """Compare tab: the tuned actor and the reference answer the same message side by side (streaming, same sampling
 parameters and seed), each reply with its reward-model score; blind mode hides which is which, and the scores, until
 the vote; votes are stored apart from the annotation data (store/compare.py) and feed a win-rate table. Messages
-show as Markdown rendered on the server (their own HTML escaped). Handlers are the plain functions of app/compare.py.
+show as Markdown rendered on the server (their own HTML escaped). Handlers are the plain functions of
+app/jobs/compare.py.
 
 No `from __future__ import annotations` here: Gradio finds the `gr.Request` parameter by its evaluated annotation."""
 
 import sys
 from types import SimpleNamespace
 
-from app.chat_queue import CHAT
-from app.compare import (
+from app.faces.chat_queue import CHAT
+from app.faces.handlers import safe
+from app.faces.limits import ServeLimits
+from app.jobs.compare import (
     best_of_ref,
     blind_line,
     chat_html,
@@ -22,8 +25,6 @@ from app.compare import (
     vote,
     win_rows,
 )
-from app.handlers import safe
-from app.limits import ServeLimits
 from store.errors import UserError
 from training.chat import ChatParams
 from training.models import ModelError
@@ -180,7 +181,7 @@ def _whole(value, what: str) -> int:
 
 
 def _handlers(ctx) -> SimpleNamespace:
-    """The tab's event handlers, over the plain functions of app/compare.py."""
+    """The tab's event handlers, over the plain functions of app/jobs/compare.py."""
     import gradio as gr
 
     def on_actor(run, request: gr.Request):
@@ -250,7 +251,7 @@ def _wire(ctx, demo, tab, ui, h) -> None:
     send_outputs += [*ui.vote_buttons, ui.last_message]
     # every event here is named compare_* (or vote_*): the annotator's part of the app, next to annotate_*
     scores_out = [ui.state, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons]
-    # one reply pair sampled at a time, and a bounded share of the queue per login (app/chat_queue.py)
+    # one reply pair sampled at a time, and a bounded share of the queue per login (app/faces/chat_queue.py)
     chat = {"concurrency_limit": 1, "concurrency_id": CHAT}
     event = ui.send.click(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send", **chat)
     event.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from annotation import scripted
-from app.demo_common import finite
-from app.demo_methods import method_rows, method_table
+from app.studies.demo_common import finite
+from app.studies.demo_methods import method_rows, method_table
 from training.registry import step_rows
 from training.runs import read_metrics
 
@@ -99,7 +99,7 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
     _plots(folder, read_metrics(rm_run), ppo_rows, samples)
     watch = ""
     if r.get("checkpoints") is not None:
-        from app.demo_watch import plot_watch, watch_section
+        from app.studies.demo_watch import plot_watch, watch_section
 
         plot_watch(folder, r, ppo_rows)
         watch = watch_section(r)
@@ -168,7 +168,7 @@ def headline(r: dict) -> list[str]:
             f"{_nats(r['rloo_kl'])} nats"
         )
     if r.get("watch"):
-        from app.demo_watch import equal_kl_lines, finding_lines
+        from app.studies.demo_watch import equal_kl_lines, finding_lines
 
         lines += finding_lines(r["watch"], r["config"]["best_of"])
         lines += equal_kl_lines(r.get("equal_kl") or {})

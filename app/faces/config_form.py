@@ -1,5 +1,5 @@
 """Config dataclasses -> Gradio form fields, so the Train tab's forms come from the same source as the CLI flags
-(app/config_args.py) and the run's config.json."""
+(app/faces/config_args.py) and the run's config.json."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The same budget of B scripted-annotator rankings is spent in arms, each in its o
 
 - one round: B prompts chosen at random, K samples of the SFT model each, a reward model, PPO;
 - R rounds per selection rule: round 1 is B/R random prompts from the SFT model (shared by every multi-round arm:
-  one store, copied); round r >= 2 asks B/R prompts chosen by the rule (app/rounds.py), K samples from the last
+  one store, copied); round r >= 2 asks B/R prompts chosen by the rule (app/jobs/rounds.py), K samples from the last
   round's PPO actor plus one from the policy before it in each ranking, then a reward model warm-started from the
   last one on every round so far, and PPO continued from the last actor. PPO's steps are split evenly over the
   rounds, so every arm takes the one-round arm's number of PPO steps.
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.demo_config import DemoConfig
+from app.studies.demo_config import DemoConfig
 from store.errors import UserError
 
 
@@ -67,10 +67,10 @@ def shares(budget: int, rounds: int) -> list[int]:
 def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, previous: dict | None) -> dict:
     """Round `round_` of an arm in its store: choose and sample, rank by the scripted annotator, reward model,
     PPO; returns {"rm": run, "ppo": run, "point": ...}."""
-    from app.demo_common import ppo_config, rank_samples
-    from app.round_config import RoundConfig
-    from app.rounds import start_round
-    from app.training import prepare_run, run_training
+    from app.jobs.round_config import RoundConfig
+    from app.jobs.rounds import start_round
+    from app.jobs.training import prepare_run, run_training
+    from app.studies.demo_common import ppo_config, rank_samples
     from training.reward.config import RewardConfig
 
     cfg, log, t0 = ctx["cfg"], ctx["log"], time.time()
@@ -123,7 +123,7 @@ def _finished(run: Path, status: dict) -> None:
 def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
     """The reward model's held-out accuracy and the actor's win rate over the SFT model, on the held-out prompts."""
     from annotation.winrate import ratio_bootstrap_ci
-    from app.demo_common import compare, pair_counts, sample_texts, sampling_config
+    from app.studies.demo_common import compare, pair_counts, sample_texts, sampling_config
     from training.generation import Sampler
     from training.scoring import score_texts
 
@@ -156,7 +156,7 @@ def ppo_steps(cfg: DemoConfig, train_prompts: int) -> int:
 
 def run_rounds_study(cfg: DemoConfig, folder: Path, quick: bool, log: Callable[[str], None]) -> dict:
     """Every arm; results.json and report.md in `folder`."""
-    from app.demo_common import sample_texts, sampling_config, set_up
+    from app.studies.demo_common import sample_texts, sampling_config, set_up
     from training.generation import Sampler
     from training.precision import with_resolved_dtype
     from training.reward.config import RewardConfig

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from app.demo_config import DemoConfig
-from app.demo_watch import checkpoint_points
-from app.training import prepare_pairs_run, prepare_run, run_training
+from app.jobs.training import prepare_pairs_run, prepare_run, run_training
+from app.studies.demo_config import DemoConfig
+from app.studies.demo_watch import checkpoint_points
 from store.errors import UserError
 from training.dpo.config import DPOConfig
 from training.registry import run_config, trainer
@@ -36,7 +36,7 @@ def train_and_sample(
 ) -> dict:
     """Train a prepared run through the launcher (its progress logged), then sample its policy on the held-out
     prompts into texts[kind]; returns the run's final status."""
-    from app.demo_common import sample_texts, sampling_config
+    from app.studies.demo_common import sample_texts, sampling_config
     from training.generation import Sampler
 
     spec = trainer(kind)
@@ -68,7 +68,7 @@ def run_dpo(
     """Train DPO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
     against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'. Its KL is
     measured as PPO's checkpoints' is (training/prompt_run.py::evaluate_policy with PPO's run settings)."""
-    from app.demo_common import compare, mean_words
+    from app.studies.demo_common import compare, mean_words
 
     data = run_config(rm_run)["data"]  # the reward model's snapshot: the same pairs, split the same way
     dpo_cfg = DPOConfig(
@@ -102,7 +102,7 @@ def run_rloo(
     coefficient), RLOO_K responses per prompt, and PPO's sequences per step and steps (so as many sequences
     sampled); its actor sampled on the held-out prompts and judged against the reference and against PPO's actor.
     KL: its last training step's, as PPO's is read."""
-    from app.demo_common import compare, mean_words
+    from app.studies.demo_common import compare, mean_words
 
     ppo = run_config(ppo_run)
     shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed", *CHECKPOINTING)
@@ -132,7 +132,7 @@ def policy_point(policy: Path, ppo_run: Path, samples: list, reference: list, se
     """A trained policy as one point of the win-rate-against-KL plot: its KL, scores and length measured as PPO's
     checkpoints' are (PPO's held-out prompts, reference, reward models and sampling), its win rate over the reference
     from the demo's held-out samples."""
-    from app.demo_common import compare
+    from app.studies.demo_common import compare
     from training.ppo.config import PPOConfig
     from training.prompt_run import evaluate_policy
 

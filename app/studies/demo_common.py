@@ -1,4 +1,4 @@
-"""What the demo family shares (app/demo.py, demo_methods, demo_watch, demo_rounds, demo_report, demo_seeds):
+"""What the demo family shares (app/studies/demo.py, demo_methods, demo_watch, demo_rounds, demo_report, demo_seeds):
 the bundled prompts and their split, the scripted annotator's ranking of a store's samples, one way of sampling, the
 scripted annotator's win rates and pair counts, and the demo's PPO settings. It imports none of them: the family
 imports it."""
@@ -12,7 +12,7 @@ from pathlib import Path
 from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from annotation.winrate import bootstrap_ci
-from app.demo_config import DemoConfig
+from app.studies.demo_config import DemoConfig
 from store.db import connect, write
 from store.errors import UserError
 from store.prompts import add_prompts

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from annotation import selection
-from app.round_config import RoundConfig
+from app.jobs.round_config import RoundConfig
 from store.db import connect, write
 from store.errors import UserError
 from store.pairs import round_pairs

@@ -1,7 +1,7 @@
 """Train tab: one form per trainer of the registry (training/registry.py: reward model, PPO, DPO), generated from its
 config dataclass, buttons that start runs through the same functions as the CLI, and a live view (runs table,
 status, plots, log tail, samples) polled every 2 s from the run folders. Every handler is a plain function over
-app/train_view.py.
+app/jobs/train_view.py.
 
 No `from __future__ import annotations` here: Gradio finds the `gr.SelectData` parameter by its evaluated
 annotation."""
@@ -10,11 +10,11 @@ import functools
 from pathlib import Path
 from types import SimpleNamespace
 
-from app.config_form import build_form, config_from_form, form_values_from_file
-from app.handlers import admin_only
-from app.rounds_ui import build_next_round
-from app.train_view import log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
-from app.train_view import status_line as run_status_line
+from app.faces.config_form import build_form, config_from_form, form_values_from_file
+from app.faces.handlers import admin_only
+from app.faces.rounds_ui import build_next_round
+from app.jobs.train_view import log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
+from app.jobs.train_view import status_line as run_status_line
 from store.errors import UserError
 from training.registry import TRAINERS
 
@@ -140,7 +140,7 @@ def refresh_view(ctx, run_path: str) -> list:
 
 
 def _wire(ctx, demo, ui) -> None:
-    """Every event of the tab; each answers admins only (app/handlers.py::admin_only): a run can be started, and a
+    """Every event of the tab; each answers admins only (app/faces/handlers.py::admin_only): a run can be started, and a
     run's log read."""
     import gradio as gr
 

@@ -26,7 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from annotation.imports import ImportSummary
-from app.demo_common import (
+from app.jobs.sampling import run_sampling
+from app.jobs.training import prepare_run, run_training
+from app.studies.demo_common import (
     CHANCE,
     bundled_prompts,
     compare,
@@ -41,10 +43,8 @@ from app.demo_common import (
     set_up,
     split_prompts,
 )
-from app.demo_config import DemoConfig
-from app.demo_methods import methods_of, run_dpo, run_rloo
-from app.sampling import run_sampling
-from app.training import prepare_run, run_training
+from app.studies.demo_config import DemoConfig
+from app.studies.demo_methods import methods_of, run_dpo, run_rloo
 from store.errors import UserError
 from training.generation import Sampler
 from training.ppo.config import PPOConfig
@@ -86,7 +86,7 @@ def check(cfg: DemoConfig) -> None:
     if cfg.rounds < 1:
         raise UserError(f"--rounds must be at least 1, got {cfg.rounds}")
     if cfg.rounds > 1:
-        from app.demo_rounds import budget_of, selects_of
+        from app.studies.demo_rounds import budget_of, selects_of
 
         budget_of(cfg, len(train))
         selects_of(cfg)
@@ -113,7 +113,7 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
-    from app.demo_watch import at_equal_kl, method_curves, run_watch_part
+    from app.studies.demo_watch import at_equal_kl, method_curves, run_watch_part
     from training.precision import with_resolved_dtype
 
     t0 = time.time()
@@ -172,7 +172,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_samples(folder / "samples.jsonl", heldout, texts)
-    from app.demo_report import write_report
+    from app.studies.demo_report import write_report
 
     write_report(folder, results, rm_run, ppo_run)
     return results
@@ -281,7 +281,7 @@ def _bar(bar: float) -> str:
 def checks(r: dict, bars: dict) -> dict[str, bool]:
     """The demo's claims, each true or false (the watch's two only in the full demo: on tiny models they are noise,
     and the report states them either way)."""
-    from app.demo_watch import watch_checks
+    from app.studies.demo_watch import watch_checks
 
     kl = r["kl_per_step"]
     return {

@@ -10,10 +10,10 @@ import json
 import os
 import sys
 
-from app.config_args import add_dataclass_args, dataclass_from_args, given_args
-from app.demo_config import QUICK, ROUNDS, DemoConfig
-from app.limits import ServeLimits
-from app.round_config import RoundConfig
+from app.faces.config_args import add_dataclass_args, dataclass_from_args, given_args
+from app.faces.limits import ServeLimits
+from app.jobs.round_config import RoundConfig
+from app.studies.demo_config import QUICK, ROUNDS, DemoConfig
 from store.errors import UserError
 from training.generation import SamplingConfig
 from training.models import ModelError, resolve_model
@@ -36,7 +36,7 @@ def cmd_prompts_add(args: argparse.Namespace) -> None:
 
 
 def cmd_sample(args: argparse.Namespace) -> None:
-    from app.sampling import run_sampling
+    from app.jobs.sampling import run_sampling
     from store.db import connect
     from store.prompts import pending_prompts
     from training.generation import Sampler
@@ -57,7 +57,7 @@ def cmd_best_of_n(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from annotation.prompt_files import read_prompts
-    from app.training import heldout_prompts
+    from app.jobs.training import heldout_prompts
     from training import best_of_n
     from training.generation import Sampler
 
@@ -156,7 +156,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     (preference pairs: a snapshot of the store or --pairs; prompts: the store's or --prompts)."""
     from pathlib import Path
 
-    from app.training import prepare_run, recorded_run, resume_run, run_training
+    from app.jobs.training import prepare_run, recorded_run, resume_run, run_training
     from training.registry import trainer
 
     spec = trainer(args.config_class.KIND)
@@ -177,7 +177,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         raise UserError(f"run {run.name} {status.get('state')}: {status.get('error', 'see ' + str(run))}")
     print(f"run {run.name} finished; {'policy' if spec.policy else 'model'} in {run / spec.output}")
     if spec.kind == "reward" and not args.pairs:
-        from app.rounds import fresh_pairs, fresh_pairs_line
+        from app.jobs.rounds import fresh_pairs, fresh_pairs_line
 
         fresh = fresh_pairs(args.db, run)
         if fresh:
@@ -187,8 +187,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.demo import check, new_demo_dir, run_demo
-    from app.demo_report import headline
+    from app.studies.demo import check, new_demo_dir, run_demo
+    from app.studies.demo_report import headline
 
     cfg = demo_config(args)
     check(cfg)  # a bad setting is one line, before the demo folder exists
@@ -199,7 +199,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     folder = new_demo_dir(Path(args.runs_dir))
     print(f"demo {folder.name}: {folder}", flush=True)
     if cfg.rounds > 1:
-        from app.demo_rounds import answer_lines, run_rounds_study
+        from app.studies.demo_rounds import answer_lines, run_rounds_study
 
         results = run_rounds_study(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
         print("\n".join(answer_lines(results)) + f"\nreport: {folder / 'report.md'}")
@@ -208,8 +208,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
         results = run_demo(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
         print("\n".join(headline(results)))
         failed = [name for name, ok in results["checks"].items() if not ok]
-    else:  # each seed a whole demo in FOLDER/seed-S, then the claims over seeds (app/demo_seeds.py)
-        from app.demo_seeds import SEEDS_REPORT, write_combined
+    else:  # each seed a whole demo in FOLDER/seed-S, then the claims over seeds (app/studies/demo_seeds.py)
+        from app.studies.demo_seeds import SEEDS_REPORT, write_combined
 
         runs, failed = [], []
         for seed in range(cfg.seed, cfg.seed + args.seeds):
@@ -227,7 +227,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def cmd_demo_seeds(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.demo_seeds import SEEDS_REPORT, read_results, write_combined
+    from app.studies.demo_seeds import SEEDS_REPORT, read_results, write_combined
 
     combined = write_combined(read_results(args.demos), Path(args.out))
     print(f"{len(combined['seeds'])} seeds ({', '.join(map(str, combined['seeds']))}): {Path(args.out) / SEEDS_REPORT}")
@@ -257,7 +257,7 @@ def cmd_restore(args: argparse.Namespace) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> None:
-    from app.training import recorded_run
+    from app.jobs.training import recorded_run
     from training.runs import effective_status, request_stop
 
     run = recorded_run(args.db, args.run, args.runs_dir)
@@ -335,7 +335,7 @@ def round_line(r: dict) -> str:
 
 
 def cmd_round_start(args: argparse.Namespace) -> None:
-    from app.rounds import start_round
+    from app.jobs.rounds import start_round
 
     r = start_round(args.db, dataclass_from_args(RoundConfig, args))
     mixed = f" + responses of {r['previous_policy']}" if r["previous_policy"] else ""
@@ -346,7 +346,7 @@ def cmd_round_start(args: argparse.Namespace) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
-    from app.ui import launch
+    from app.faces.ui import launch
 
     launch(
         db=args.db,
@@ -369,7 +369,7 @@ def cmd_user_add(args: argparse.Namespace) -> None:
     """`rlhf user add NAME --file FILE`: NAME's argon2 hash into the users file `rlhf ui --auth` reads."""
     import getpass
 
-    from app.logins import add_user
+    from app.faces.logins import add_user
 
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\n")

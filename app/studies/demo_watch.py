@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from app.demo_config import DemoConfig
+from app.studies.demo_config import DemoConfig
 from training.checkpoints import best_checkpoint, read_checkpoints
 from training.runs import read_metrics
 from training.watch import best_index, best_of_n_kl
@@ -48,7 +48,7 @@ def checkpoint_points(
     optimised and the held-out judge's score on the store's held-out prompts) and the scripted annotator's win rate
     over the reference on the demo's held-out prompts. The run's final actor reuses the samples the demo already drew
     from it (texts[method])."""
-    from app.demo_common import compare, mean_words, sample_texts, sampling_config
+    from app.studies.demo_common import compare, mean_words, sample_texts, sampling_config
     from training.generation import Sampler
 
     rows = [r for r in read_checkpoints(ppo_run) if Path(r.get("actor", "")).is_dir()]
@@ -82,7 +82,7 @@ def best_of_n_points(
 ) -> list[dict]:
     """Best-of-n of the reference for n = 1, 2, 4, ..., cfg.best_of: one set of cfg.best_of samples per held-out
     prompt, the pick among the first n by the reward model PPO optimised, judged against the reference's samples."""
-    from app.demo_common import compare, mean_words, sample_texts, sampling_config
+    from app.studies.demo_common import compare, mean_words, sample_texts, sampling_config
     from training.generation import Sampler
     from training.scoring import score_texts
 

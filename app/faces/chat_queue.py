@@ -2,7 +2,7 @@
 login has at most one chat request waiting, and chat requests take at most half the queue. A user who sends chat
 requests as fast as they can therefore holds two queue places at most, and never fills the queue the annotators'
 submits go through (a full queue refuses every request, submits included). Every other event is marked on the
-chat worker's AppActivity while it runs, so the chat's child waits for it (app/chat_worker.py)."""
+chat worker's AppActivity while it runs, so the chat's child waits for it (app/jobs/chat_worker.py)."""
 
 from __future__ import annotations
 

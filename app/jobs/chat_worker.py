@@ -17,7 +17,7 @@ as long as makes its CPU BUSY_SHARE of the time (a step of 0.1 s CPU: 0.9 s), at
 server advances slowly, never not at all, and on a quiet one at full speed. (The chat's models are on the CPU:
 training/chat.py loads them there.)
 
-One request at a time, in arrival order (the chat's events run one at a time anyway: app/chat_queue.py). Requests
+One request at a time, in arrival order (the chat's events run one at a time anyway: app/faces/chat_queue.py). Requests
 and their frames travel over one pipe, each tagged with its id; a reader thread hands frames to the request's
 queue, so an abandoned stream (the page's Stop, a closed tab) never blocks the next. `release()` ends the process
 (a training run needs the memory); the next request starts a fresh one (a few seconds: torch's import)."""
@@ -109,7 +109,7 @@ def _serve(conn, max_loaded: int, nice: int, busy=None) -> None:
     import torch
 
     torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads())
-    from app.compare import LocalChat
+    from app.jobs.compare import LocalChat
     from training.chat import Models
 
     chat, cancelled, inbox = LocalChat(Models(max_loaded)), set(), collections.deque()
@@ -171,7 +171,7 @@ class ChatWorker:
         self._ids = itertools.count()
         self._lock = threading.Lock()  # starting, sending, stopping
         self._busy = mp.get_context("spawn").RawValue("d", -math.inf)  # shared with every child this worker starts
-        self.activity = AppActivity(self._busy)  # the app marks its other events (app/chat_queue.py)
+        self.activity = AppActivity(self._busy)  # the app marks its other events (app/faces/chat_queue.py)
         self.last_pair: dict | None = None  # the last finished pair's steps and waits
 
     def _start(self):
