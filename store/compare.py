@@ -57,8 +57,3 @@ def compare_votes(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
     """(model of the left reply, model of the right reply, outcome) for every vote, oldest first; outcome is
     'left', 'right', 'tie' or 'both_bad'."""
     return con.execute("SELECT left_model, right_model, choice FROM votes ORDER BY vote_id").fetchall()
-
-
-def count_votes(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
-    """(votes, the decided ones that make a pair)."""
-    return con.execute("SELECT (SELECT count(*) FROM votes), (SELECT count(*) FROM vote_pairs)").fetchone()

@@ -157,11 +157,6 @@ def _open(path: str, timeout: float, ask: bool) -> tuple[duckdb.DuckDBPyConnecti
             handoff.unlink(missing_ok=True)
 
 
-def open_connection(path: str, timeout: float = LOCK_TIMEOUT_S, ask: bool = True) -> duckdb.DuckDBPyConnection:
-    """A bare connection (no migration, no handoff bookkeeping): for tools that manage the file themselves."""
-    return _open(str(path), timeout, ask)[0]
-
-
 # A process that keeps the store open (the app): opening the file costs ~10 ms and closing it ~4 ms, too much for
 # every click of 20 annotators. The app's Store keeps one connection open (`hold`), so each transaction reuses the
 # open database (~1 ms) through a cursor of it. Cursors are used side by side (DuckDB gives each its own view), so

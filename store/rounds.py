@@ -8,7 +8,7 @@ import json
 
 import duckdb
 
-from store.tasks import refresh_tasks, refresh_tasks_of_responses
+from store.tasks import refresh_tasks
 
 
 def latest_round(con: duckdb.DuckDBPyConnection) -> int:
@@ -56,14 +56,6 @@ def record_round(
             [round_, [p for p, _ in prompts], list(range(len(prompts))), [v for _, v in prompts]],
         )
         refresh_tasks(con, [p for p, _ in prompts])
-
-
-def tag_responses(con: duckdb.DuckDBPyConnection, response_ids: list[int], round_: int) -> None:
-    if response_ids:
-        con.execute(
-            "INSERT INTO response_rounds (response_id, round) SELECT unnest(?::BIGINT[]), ?", [response_ids, round_]
-        )
-        refresh_tasks_of_responses(con, response_ids)
 
 
 def asked_prompts(con: duckdb.DuckDBPyConnection) -> set[int]:

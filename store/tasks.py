@@ -22,15 +22,6 @@ def refresh_tasks(con: duckdb.DuckDBPyConnection, prompt_ids: Iterable[int]) -> 
         con.execute("INSERT INTO tasks SELECT * FROM task_state WHERE prompt_id IN (SELECT unnest(?::BIGINT[]))", [ids])
 
 
-def refresh_tasks_of_responses(con: duckdb.DuckDBPyConnection, response_ids: list[int]) -> None:
-    if response_ids:
-        rows = con.execute(
-            "SELECT DISTINCT prompt_id FROM responses WHERE response_id IN (SELECT unnest(?::BIGINT[]))",
-            [response_ids],
-        ).fetchall()
-        refresh_tasks(con, [p for (p,) in rows])
-
-
 def count_assignment(con: duckdb.DuckDBPyConnection, prompt_id: int, round_: int, assigned: int, done: int) -> None:
     """An assignment handed out (+1, 0), answered (0, +1), reopened (0, -1) or dropped (-1, 0). One for a round
     that is no longer the prompt's latest counts for nothing (no row matches): the queue hands out the latest."""

@@ -7,7 +7,8 @@ import duckdb
 from annotation.imports import import_native
 from annotation.session import next_task, progress, skip, submit, submit_and_next, undo_last
 from store.db import connect, migrate, write
-from store.rounds import record_round, tag_responses
+from store.responses import Sample, add_samples
+from store.rounds import record_round
 from store.tasks import drift, pairs_of_ranks
 from tests.builders import seed_store
 from tests.conftest import write_jsonl
@@ -59,14 +60,8 @@ def test_every_write_keeps_the_counters_equal_to_the_base_tables(db, tmp_path):
     assert kept == (2, 0, 3 + 1)
     with write(db) as con:  # round 2 asks prompt 1 again with two new responses
         record_round(con, 2, "default", None, "random", {}, [(1, None)])
-        ids = [
-            i
-            for (i,) in con.execute(
-                "INSERT INTO responses (prompt_id, text, model_id, position) VALUES (1, 'new a', 'm', 9), "
-                "(1, 'new b', 'm', 10) RETURNING response_id"
-            ).fetchall()
-        ]
-        tag_responses(con, ids, 2)
+        new = [Sample(1, text, position, 2, "eos", 0) for position, text in ((9, "new a"), (10, "new b"))]
+        assert add_samples(con, new, "m", round_=2) == 0
     assert _tasks(db)[1] == (2, 2, 0, 0)  # a new task: round 2's two responses, handed to nobody yet
     _no_drift(db)
     mine = progress(db, "ann", overlap=2)

@@ -124,3 +124,26 @@ def test_the_trainer_never_reads_another_kind_of_file_as_lines(tmp_path, name):
     f.write_text("id,prompt\n1,What is a river?\n")
     with pytest.raises(DataError, match="prompts for training come from a .jsonl or .txt file or a snapshot folder"):
         read_prompts(str(f))
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        (None, "is not a snapshot: no manifest.json"),
+        ("{not json", "manifest.json names no train file"),
+        ('{"splits": {"eval": {"file": "eval.parquet"}}}', "manifest.json names no train file"),
+    ],
+)
+def test_a_folder_without_a_readable_manifest_is_one_error_for_pairs_and_prompts(tmp_path, manifest, message):
+    """The trainers read a snapshot's files through one reader of its manifest (training/pairs.py::snapshot_file),
+    so a folder that is not a snapshot is the same one line to a trainer on pairs and to one on prompts."""
+    from training.models import DataError
+    from training.pairs import load_pairs
+    from training.prompt_data import read_prompts
+
+    if manifest is not None:
+        (tmp_path / "manifest.json").write_text(manifest)
+    for read in (load_pairs, read_prompts):
+        with pytest.raises(DataError, match=message) as e:
+            read(str(tmp_path))
+        assert len(str(e.value).splitlines()) == 1

@@ -61,16 +61,24 @@ def read_pairs_file(path: str | Path) -> list[dict]:
     return _check(_read_table(path), path.name)
 
 
+def snapshot_file(folder: Path, split: str) -> Path:
+    """The file of one split ("train", "eval") of a snapshot folder, as its manifest.json names it (the trainers'
+    one reader of what store/snapshot.py writes)."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        raise DataError(f"{folder} is not a snapshot: no manifest.json (`rlhf train-*` freezes a file into one)")
+    try:
+        return folder / json.loads(manifest.read_text())["splits"][split]["file"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{folder}: manifest.json names no {split} file ({type(e).__name__}: {e})") from None
+
+
 def load_pairs(data: str) -> tuple[list[dict], list[dict]]:
     """(train rows, eval rows) of a snapshot folder: the store's pairs, or a pairs file's, frozen and split by
     prompt by store/snapshot.py (the one split rule)."""
     path = Path(data)
-    manifest = path / "manifest.json"
-    if not manifest.is_file():
-        raise DataError(f"{data} is not a snapshot: no manifest.json (`rlhf train-*` freezes a pairs file into one)")
-    info = json.loads(manifest.read_text())
-    train = _check(_read_table(path / info["splits"]["train"]["file"]), f"{path.name} train")
-    evals = _read_table(path / info["splits"]["eval"]["file"])
+    train = _check(_read_table(snapshot_file(path, "train")), f"{path.name} train")
+    evals = _read_table(snapshot_file(path, "eval"))
     return train, (_check(evals, f"{path.name} eval") if evals else [])
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from training.models import DataError, chat_prompt
+from training.pairs import snapshot_file
 
 
 def jsonl_texts(path: Path, key: str) -> list[str]:
@@ -51,11 +52,7 @@ def read_prompts(source: str) -> list[str]:
 
     def read() -> list[str]:
         if path.is_dir():
-            manifest = path / "manifest.json"
-            if not manifest.is_file():
-                raise DataError(f"{path} is not a snapshot: no manifest.json")
-            info = json.loads(manifest.read_text())
-            return pq.read_table(path / info["splits"]["train"]["file"], columns=["prompt"]).column(0).to_pylist()
+            return pq.read_table(snapshot_file(path, "train"), columns=["prompt"]).column(0).to_pylist()
         texts = file_texts(path, "prompt")
         if texts is not None:
             return texts

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from store.errors import UserError
@@ -61,7 +60,3 @@ def form_values_from_file(cls: type, skip: tuple[str, ...], path: str | Path) ->
     except (OSError, ValueError, TypeError) as e:
         raise UserError(f"cannot read config {Path(path).name}: {str(e).splitlines()[0][:200]}") from None
     return [getattr(cfg, f.name) for f in form_fields(cls, skip)]
-
-
-def config_json(cfg) -> str:
-    return json.dumps(dataclasses.asdict(cfg), indent=2)
