@@ -70,3 +70,24 @@ def test_several_ranks_or_a_hostfile_go_through_the_deepspeed_launcher(tmp_path,
     assert cmd[0].endswith("deepspeed") and cmd[1:3] == ["--num_accelerators", "2"] and "RANK" not in env
     cmd, _ = _started(monkeypatch, tmp_path, hostfile="/job/hosts")
     assert cmd[0].endswith("deepspeed") and cmd[1:3] == ["--hostfile", "/job/hosts"]
+
+
+def test_local_ranks_share_the_cpus_unless_the_user_chose():
+    from training.launcher import rank_threads
+
+    assert rank_threads(2, 2, None) == "1" and rank_threads(16, 2, None) == "8" and rank_threads(16, 3, "") == "5"
+    assert rank_threads(2, 4, None) == "1"  # never zero threads
+    assert rank_threads(16, 1, None) is None and rank_threads(16, 2, "4") is None
+
+
+def test_a_local_multi_rank_run_gives_each_rank_its_share_of_threads(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    _, env = _started(monkeypatch, tmp_path, num_accelerators=2)
+    assert env["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) // 2))
+    _, env = _started(monkeypatch, tmp_path)  # one rank: torch's own choice
+    assert "OMP_NUM_THREADS" not in env
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    _, env = _started(monkeypatch, tmp_path, num_accelerators=2)
+    assert env["OMP_NUM_THREADS"] == "3"
