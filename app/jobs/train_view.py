@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -107,7 +108,14 @@ class Runs:
     def _wait(self, run: Path) -> bool:
         """Block until the run ends; True if it finished."""
         while effective_status(run).get("state") in ("starting", "running") or self._alive(run):
-            time.sleep(1.0)
+            proc = self.procs.get(run)
+            if proc is None:
+                time.sleep(1.0)
+            else:  # a run this app started: back as soon as its launcher exits
+                try:
+                    proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    pass
             self.poll()
         return read_status(run).get("state") == "finished"
 

@@ -12,7 +12,7 @@ import json
 import os
 import secrets
 import shutil
-import time
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -120,7 +120,10 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
         seen = len(rows)
         if done:
             break
-        time.sleep(poll_s)
+        try:  # back as soon as the launcher exits, else after poll_s for the next metrics rows
+            proc.wait(timeout=poll_s)
+        except subprocess.TimeoutExpired:
+            pass
     status = read_status(run)
     if proc.returncode != 0 and status.get("state") not in ("failed", "stopped", "finished"):
         # the ranks died before they could say so: record it, so the run never shows as running or unknown

@@ -61,7 +61,7 @@ QUICK = dict(
     ppo_epochs=3,
     actor_lr=5e-3,
     critic_lr=1e-3,
-    save_every=6,
+    save_every=9,
     dpo_lr=5e-3,
     dpo_epochs=2,
 )
