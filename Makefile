@@ -44,14 +44,23 @@ run: $(STAMP)
 test: $(STAMP) $(LS_STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	# the fast lane first, on both cores (it fails in a minute where it fails), then the runs, servers and browser
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q --durations=25 -m "integration or browser"
+	# the fast lane first (it fails in a minute where it fails), then the runs, servers and browser, each file on one
+	# of two workers (a module's server or trained model is made once)
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "integration or browser"
+
+# Two pytest workers, and one torch thread in each process they start. Run one at a time, the integration tests
+# leave a third of these 2 cores idle (imports, servers starting, the browser: single-threaded); two at a time with
+# torch's default of a thread per core, two workers' compute runs four threads on two cores and each waits at its
+# barriers for a descheduled one. One thread each: the integration tests in 898 s against 1502 s one at a time, the
+# fast lane 56 s against 90 s (2 cores, this machine). A training run's ranks get it too (training/launcher.py
+# leaves a set OMP_NUM_THREADS alone).
+TEST_ENV := GRADIO_ANALYTICS_ENABLED=False OMP_NUM_THREADS=1
 
 # The fast lane: the tests that start no process and run in under a few seconds each (tests/conftest.py enforces
 # the first), on two workers (pytest-xdist).
 test-fast: $(STAMP)
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
 
 # The whole loop with a scripted annotator on the default model (about 30 minutes on 2 CPU cores); report in
 # runs/demo-*/report.md. `make demo DEMO_FLAGS=--quick` runs it on tiny models in a few minutes.

@@ -26,7 +26,7 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
     assert rlhf(db, "prompts", "add", str(tmp_path / "prompts.txt")).stdout.strip() == (
         "prompts: 4 added, 0 already in the store"
     )
-    r = rlhf(db, "sample", "--k", "4", "--limit", "3")
+    r = rlhf(db, "sample", "--k", "4", "--limit", "3", "--max-new-tokens", "32")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().startswith("sampled 12 responses for 3 prompts")
     rows = query(db, "SELECT prompt_id, text, model_id, params, seed, n_tokens, finish_reason FROM responses")
@@ -39,7 +39,7 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
         "temperature": 0.8,
         "top_p": 0.95,
         "top_k": 0,
-        "max_new_tokens": 128,
+        "max_new_tokens": 32,
         "min_new_tokens": 1,
         "batch_prompts": 16,
         "dtype": "fp32",
@@ -47,10 +47,10 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
         "k": 4,
     }
     assert {r[4] for r in rows} == {1}  # one generate call for all three prompts: seed 0 + first prompt id
-    assert all(0 < r[5] <= 128 and r[6] in ("eos", "length") for r in rows)
+    assert all(0 < r[5] <= 32 and r[6] in ("eos", "length") for r in rows)
     # an instruct model answers the capital question; sampled, so most (not all) samples must say Paris
     paris = [r[1] for r in rows if r[0] == 1 and "Paris" in r[1]]
     assert len(paris) >= 2
     # resumable: the next run samples only the prompt left
-    r = rlhf(db, "sample", "--k", "4")
+    r = rlhf(db, "sample", "--k", "4", "--max-new-tokens", "32")
     assert r.stdout.strip().startswith("sampled 4 responses for 1 prompt ")
