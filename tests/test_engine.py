@@ -3,6 +3,7 @@ over one rank that flattens and copies every gradient) and still trains exactly 
 at ZeRO 0 takes training/mixed_step.py's lean step and gets DeepSpeed's own numbers."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,3 +143,40 @@ def test_lean_step_parts_by_hand():
 
 def _model_weights() -> list[float]:
     return [v for p in _model().parameters() for v in p.detach().flatten().tolist()]
+
+
+class _Engine:
+    """What save_checkpoint asks of a DeepSpeed engine: it writes each rank's files of a tag."""
+
+    def __init__(self, rank: int = 0):
+        self.global_rank, self.asked = rank, []
+
+    def save_checkpoint(self, folder, tag, save_latest=True, **kwargs):
+        self.asked.append(save_latest)
+        (Path(folder) / tag).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / tag / f"mp_rank_0{self.global_rank}_model_states.pt").write_bytes(b"states")
+
+
+def test_latest_names_a_tag_only_once_its_files_are_written_and_is_never_half_written(tmp_path, monkeypatch):
+    """`latest` is written aside and renamed over the old one after the tag's files (DeepSpeed truncates it first:
+    a kill -9 in between left it empty and the resume failed); only rank 0 writes it."""
+    import os
+
+    from training.engine import save_checkpoint
+
+    engine = _Engine()
+    save_checkpoint(engine, tmp_path, "step2", client_state={"micro_step": 2})
+    assert (tmp_path / "latest").read_text() == "step2" and engine.asked == [False]
+
+    def killed(*args):
+        raise KeyboardInterrupt("killed before the rename")
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(engine, tmp_path, "step4")
+    assert (tmp_path / "latest").read_text() == "step2"  # the old name, whole: the resume starts at step 2
+    monkeypatch.undo()
+    save_checkpoint(_Engine(rank=1), tmp_path, "step6")
+    assert (tmp_path / "latest").read_text() == "step2"  # rank 1 wrote its files and left `latest` to rank 0
+    save_checkpoint(engine, tmp_path, "step6")
+    assert (tmp_path / "latest").read_text() == "step6"

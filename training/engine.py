@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from training.precision import with_resolved_dtype
+from training.runs import write_text_atomic
 
 
 def use_local_extensions_dir() -> Path:
@@ -123,10 +124,13 @@ def save_hf(engine, model, tokenizer, out: Path, rank: int, zero3: bool, lora: b
 def save_checkpoint(engine, folder: str | Path, tag: str, **kwargs) -> None:
     """engine.save_checkpoint, all or nothing: a save that fails part-way (a full disk) removes its half-written tag
     folder, so `latest` still names a whole checkpoint and the space is free again for the run's log and status; a
-    full disk is said in so many words (torch reports it as an iostream error)."""
+    full disk is said in so many words (torch reports it as an iostream error). `latest` is ours to write (see
+    mark_latest), never DeepSpeed's."""
     folder = Path(folder)
     try:
-        engine.save_checkpoint(str(folder), tag=tag, **kwargs)
+        engine.save_checkpoint(str(folder), tag=tag, save_latest=False, **kwargs)  # every rank has written its part
+        if engine.global_rank == 0:
+            mark_latest(folder, tag)
         return
     except Exception as e:
         full = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or shutil.disk_usage(folder).free < 1 << 20
@@ -139,6 +143,17 @@ def save_checkpoint(engine, folder: str | Path, tag: str, **kwargs) -> None:
     latest = _drop_unfinished(folder, tag)
     after = f"resume continues from {latest}" if latest else "no checkpoint yet"
     raise OSError(errno.ENOSPC, f"No space left on device: checkpoint {tag} did not fit in {folder} (removed; {after})")
+
+
+def mark_latest(folder: Path, tag: str) -> None:
+    """Name `tag` in folder/latest once its files are on disk: fsynced, then `latest` written aside and renamed over
+    the old one. DeepSpeed truncates `latest` and then writes the tag: a kill -9 between the two (seen in make test)
+    left it empty, and the resumed run failed in load_checkpoint with a bare AssertionError."""
+    for path in sorted((folder / tag).rglob("*")):
+        if path.is_file():
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
+    write_text_atomic(folder / "latest", tag)
 
 
 def _drop_unfinished(folder: Path, tag: str) -> str | None:

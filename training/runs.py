@@ -14,12 +14,16 @@ from pathlib import Path
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     """Write aside, then rename over path: a reader sees the old file or the new one, never half of either. The
     data is fsynced before the rename and the folder after it, or a power cut could keep the rename but not the
     data it names (an empty status.json) or lose the rename itself."""
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w") as f:
-        f.write(json.dumps(obj, indent=2) + "\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
