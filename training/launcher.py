@@ -86,12 +86,8 @@ def launch(kind: str, run_dir: Path, num_accelerators: int = 1, hostfile: str | 
         env.update(rank_env)
     else:
         cmd = deepspeed_command(kind, run_dir / "config.json", num_accelerators, hostfile)
-        threads = (
-            None
-            if hostfile
-            else rank_threads(len(os.sched_getaffinity(0)), num_accelerators, env.get("OMP_NUM_THREADS"))
-        )
-        if threads:
+        threads = rank_threads(len(os.sched_getaffinity(0)), num_accelerators, env.get("OMP_NUM_THREADS"))
+        if threads and not hostfile:  # other machines' ranks take their environment from the hostfile's launcher
             env["OMP_NUM_THREADS"] = threads
     log = open(run_dir / "train.log", "ab")  # noqa: SIM115 - owned by the child from here on
     root = Path(__file__).resolve().parent.parent

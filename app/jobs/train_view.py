@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import threading
-import time
 from pathlib import Path
 
-from app.jobs.training import frozen_prompts, launch, prepare_run, recorded_run, run_kind
+from app.jobs.training import frozen_prompts, launch, pause, prepare_run, recorded_run, run_kind
 from store.db import connect
 from store.errors import UserError
 from store.runs import list_runs
@@ -108,14 +106,7 @@ class Runs:
     def _wait(self, run: Path) -> bool:
         """Block until the run ends; True if it finished."""
         while effective_status(run).get("state") in ("starting", "running") or self._alive(run):
-            proc = self.procs.get(run)
-            if proc is None:
-                time.sleep(1.0)
-            else:  # a run this app started: back as soon as its launcher exits
-                try:
-                    proc.wait(timeout=1.0)
-                except subprocess.TimeoutExpired:
-                    pass
+            pause(self.procs.get(run), 1.0)  # a run this app started: back as soon as its launcher exits
             self.poll()
         return read_status(run).get("state") == "finished"
 

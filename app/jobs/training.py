@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,6 +109,17 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
     return run
 
 
+def pause(proc, seconds: float) -> None:
+    """Wait `seconds`, or less if the launcher `proc` exits first (None: no process of ours to watch)."""
+    if proc is None:
+        time.sleep(seconds)
+        return
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, poll_s: float = 1.0) -> dict:
     """Wait for the launcher to exit, passing each new metrics row on; returns the final status."""
     seen = 0
@@ -120,10 +132,7 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
         seen = len(rows)
         if done:
             break
-        try:  # back as soon as the launcher exits, else after poll_s for the next metrics rows
-            proc.wait(timeout=poll_s)
-        except subprocess.TimeoutExpired:
-            pass
+        pause(proc, poll_s)  # for the next metrics rows
     status = read_status(run)
     if proc.returncode != 0 and status.get("state") not in ("failed", "stopped", "finished"):
         # the ranks died before they could say so: record it, so the run never shows as running or unknown
