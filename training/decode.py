@@ -25,6 +25,7 @@ import contextlib
 
 import torch
 
+from training.hf_cache import with_cache
 from training.linear import packed_linears
 from training.llama_step import LlamaSteps, covers
 from training.logprobs import position_ids, without_eos
@@ -136,7 +137,7 @@ class _Steps:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            cache=self.cache,
+            **with_cache(self.cache),
             use_cache=True,
             cache_position=cache_position if self.static else None,
             logits_to_keep=1,

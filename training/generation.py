@@ -1,5 +1,7 @@
-"""Sampling K responses per prompt from the SFT model: all K samples of a prompt in one `generate` call and
-several prompts per call, the model's chat template applied, left padding."""
+"""Sampling K responses per prompt from the SFT model, the model's chat template applied, on one of two engines
+(training/vllm_engine.py's engine_for picks): vLLM (the K samples of a prompt as n=K over one shared prefill,
+several prompts per call) or transformers' `generate` (all K samples of a prompt in one call, several prompts per
+call, left padding). `open_sampler(config)` returns the one the config and the machine call for."""
 
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ class SamplingConfig:
         metadata={"help": "auto (bf16 where the CPU or GPU computes it natively, else fp32), fp32 or bf16"},
     )
     seed: int = field(default=0, metadata={"help": "base seed; each generate call uses seed + its first prompt id"})
+    engine: str = field(
+        default="auto",
+        metadata={"help": "auto (vLLM where it is installed and loads the model, else hf), vllm or hf (generate)"},
+    )
 
     def params(self, k: int) -> dict:
         """What is stored with each response."""
@@ -41,12 +47,25 @@ class Generated:
     finish_reason: str  # 'eos' or 'length'
 
 
-class Sampler:
-    """Holds one loaded model and tokenizer; `__call__` samples K responses for each prompt of a batch."""
+def open_sampler(config: SamplingConfig) -> Sampler | VllmSampler:
+    """The sampler for `config` on the engine engine_for picks (vLLM, else transformers' generate)."""
+    from training.vllm_engine import EngineError, engine_for
 
-    def __init__(self, config: SamplingConfig):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    folder = resolve_model(config.model)
+    try:
+        engine, why = engine_for(folder, config.engine)
+    except EngineError as e:
+        raise ModelError(str(e)) from None
+    return (VllmSampler if engine == "vllm" else Sampler)(config, why)
+
+
+class _Base:
+    """The tokenizer, the chat template, the EOS ids and the dtype: what both engines share."""
+
+    engine = ""
+
+    def __init__(self, config: SamplingConfig, engine_why: str = "as configured"):
+        from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our own progress bar is the one users watch
@@ -58,25 +77,23 @@ class Sampler:
         except ValueError as e:
             raise ModelError(str(e)) from None
         self.dtype_line = f"{self.dtype} ({why})"  # said with every sampling report: which dtype was picked
+        self.engine_line = f"{self.engine} ({engine_why})"  # and which engine sampled
         self.config = config
-        folder = resolve_model(config.model)
+        self.folder = resolve_model(config.model)
         self.model_id = model_id(config.model)
-        dtype = torch.bfloat16 if self.dtype == "bf16" else torch.float32
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
-            self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **SAFE_WEIGHTS)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.folder, **SAFE_LOAD)
         except (OSError, ValueError, KeyError) as e:
-            raise ModelError(f"cannot load a causal LM from {folder}: {str(e).splitlines()[0][:200]}") from None
+            raise ModelError(f"cannot load a tokenizer from {self.folder}: {str(e).splitlines()[0][:200]}") from None
         self.tokenizer.padding_side = "left"
-        self.model.eval()  # dropout off
         eos = self.tokenizer.eos_token_id
         self.eos_ids = set([eos] if isinstance(eos, int) else eos)
-        self.eos_ids |= set(_as_list(self.model.generation_config.eos_token_id))
+        self.eos_ids |= set(_as_list(_generation_eos(self.folder)))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
 
     def params(self, k: int) -> dict:
-        """What is stored with each response: the config, with the dtype it actually sampled in."""
-        return {**self.config.params(k), "dtype": self.dtype}
+        """What is stored with each response: the config, with the dtype and the engine it actually sampled with."""
+        return {**self.config.params(k), "dtype": self.dtype, "engine": self.engine}
 
     def chat_prompt(self, prompt: str) -> str:
         if self.tokenizer.chat_template:
@@ -84,6 +101,41 @@ class Sampler:
                 [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
             )
         return prompt
+
+    def _finish(self, ids: list[int]) -> Generated:
+        end = next((n for n, t in enumerate(ids) if t in self.eos_ids), None)
+        kept = ids if end is None else ids[:end]
+        text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
+        return Generated(
+            text=text, n_tokens=len(ids) if end is None else end + 1, finish_reason="length" if end is None else "eos"
+        )
+
+    def close(self) -> None:
+        """Free the engine (vLLM's process); the HF sampler's model goes with the object."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Sampler(_Base):
+    """transformers' generate over one loaded model; `__call__` samples K responses for each prompt of a batch."""
+
+    engine = "hf"
+
+    def __init__(self, config: SamplingConfig, engine_why: str = "as configured"):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        super().__init__(config, engine_why)
+        dtype = torch.bfloat16 if self.dtype == "bf16" else torch.float32
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(self.folder, dtype=dtype, **SAFE_WEIGHTS)
+        except (OSError, ValueError, KeyError) as e:
+            raise ModelError(f"cannot load a causal LM from {self.folder}: {str(e).splitlines()[0][:200]}") from None
+        self.model.eval()  # dropout off
 
     def __call__(self, prompts: list[str], k: int, seed: int) -> list[list[Generated]]:
         """K samples for each prompt, from one generate call; out[i][j] is sample j of prompts[i]."""
@@ -114,13 +166,61 @@ class Sampler:
         results = [self._finish(ids) for ids in new]
         return [results[i * k : (i + 1) * k] for i in range(len(prompts))]
 
-    def _finish(self, ids: list[int]) -> Generated:
-        end = next((n for n, t in enumerate(ids) if t in self.eos_ids), None)
-        kept = ids if end is None else ids[:end]
-        text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
-        return Generated(
-            text=text, n_tokens=len(ids) if end is None else end + 1, finish_reason="length" if end is None else "eos"
+
+class VllmSampler(_Base):
+    """vLLM over one model (training/vllm_engine.py); `__call__` samples K responses for each prompt of a batch,
+    the K of a prompt as n=K over its one prefill. Prompt i of a call draws from seed + i."""
+
+    engine = "vllm"
+
+    def __init__(self, config: SamplingConfig, engine_why: str = "as configured"):
+        from training.vllm_engine import EngineError, Settings, VllmEngine
+
+        super().__init__(config, engine_why)
+        self.settings = Settings(
+            config.temperature, config.top_p, config.top_k, config.max_new_tokens, config.min_new_tokens
         )
+        try:
+            window = _context_window(self.folder)
+            self.vllm = VllmEngine(self.folder, self.dtype, sorted(self.eos_ids), window, config.seed)
+        except EngineError as e:
+            raise ModelError(str(e)) from None
+
+    def __call__(self, prompts: list[str], k: int, seed: int) -> list[list[Generated]]:
+        ids = [self.tokenizer(self.chat_prompt(p), add_special_tokens=False)["input_ids"] for p in prompts]
+        outs = self.vllm.sample(ids, k, self.settings, seed)
+        return [[self._finish(o.token_ids) for o in row] for row in outs]
+
+    def close(self) -> None:
+        self.vllm.close()
+
+
+def _context_window(folder, most: int = 8192) -> int:
+    """The longest prompt + response the engine holds: the model's max_position_embeddings, at most `most`."""
+    import json
+    from pathlib import Path
+
+    try:
+        n = json.loads((Path(folder) / "config.json").read_text()).get("max_position_embeddings") or most
+    except (OSError, ValueError):
+        n = most
+    return min(int(n), most)
+
+
+def _generation_eos(folder) -> object:
+    """The eos_token_id transformers' generate stops at (an id, a list or None): generation_config.json's, else
+    config.json's; read without loading the model."""
+    import json
+    from pathlib import Path
+
+    for name in ("generation_config.json", "config.json"):
+        try:
+            eos = json.loads((Path(folder) / name).read_text()).get("eos_token_id")
+        except (OSError, ValueError):
+            continue
+        if eos is not None:
+            return eos
+    return None
 
 
 def _as_list(x: object) -> list[int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from training.hf_cache import with_cache
 from training.logprobs import position_ids
 
 
@@ -50,7 +51,7 @@ class LlamaSteps:
             input_ids=prompt_ids,
             attention_mask=prompt_mask,
             position_ids=positions,
-            cache=cache,
+            **with_cache(cache),
             use_cache=True,
             logits_to_keep=1,
         )

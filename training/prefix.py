@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from training.hf_cache import cache_of, with_cache
+
 
 @dataclass
 class Shared:
@@ -113,7 +115,7 @@ def forward(model, s: Shared, device, prefix_kwargs: dict | None = None, **kwarg
         use_cache=True,
         **(prefix_kwargs or {}),
     )
-    cache = out.cache
+    cache = cache_of(out)
     group = s.group.to(device)
     cache.batch_select_indices(group)
     mask = torch.cat([prefix_mask[group], s.chunk_mask.to(device)], dim=1)
@@ -122,7 +124,7 @@ def forward(model, s: Shared, device, prefix_kwargs: dict | None = None, **kwarg
         input_ids=s.chunk_ids.to(device),
         attention_mask=mask,
         position_ids=positions,
-        cache=cache,
+        **with_cache(cache),
         use_cache=True,
         **kwargs,
     )

@@ -35,7 +35,7 @@ def word_tokens(tokenizer, n_words: int) -> list[int]:
     raise ValueError(f"the tokenizer has fewer than {n_words} word tokens")
 
 
-def _config(tokenizer, hidden: int, tie: bool):
+def _config(tokenizer, hidden: int, tie: bool, heads: int = 4):
     from transformers import LlamaConfig
 
     return LlamaConfig(
@@ -43,8 +43,8 @@ def _config(tokenizer, hidden: int, tie: bool):
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=1024,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -53,9 +53,12 @@ def _config(tokenizer, hidden: int, tie: bool):
     )
 
 
-def build_talking_model(out: Path, n_words: int = 48, eos_rate: float = 0.08, seed: int = 0) -> Path:
+def build_talking_model(
+    out: Path, n_words: int = 48, eos_rate: float = 0.08, seed: int = 0, heads: int = 4, spread: float = 0.0
+) -> Path:
     """A tiny Llama (hidden 64, 2 layers) with the default model's tokenizer and chat template that says one of
-    n_words words per token and ends with probability eos_rate per token.
+    n_words words per token and ends with probability eos_rate per token. spread > 0: the j-th word's logit is
+    spread * j below the first's (a graded distribution, for tests of top-k and top-p), EOS as if all were equal.
 
     How: every token embeds with a large constant in dimension 0, so after the final RMSNorm (weight 1 on
     dimension 0, 0 elsewhere) the last hidden state is c * e_0 for a constant c. The (untied) output head is zero
@@ -66,7 +69,7 @@ def build_talking_model(out: Path, n_words: int = 48, eos_rate: float = 0.08, se
     src = resolve_model("default")
     tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=True)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(_config(tokenizer, 64, tie=False))
+    model = LlamaForCausalLM(_config(tokenizer, 64, tie=False, heads=heads))  # vLLM on a CPU: heads=2 (head 32)
     words = word_tokens(tokenizer, n_words)
     eos = tokenizer.eos_token_id
     with torch.no_grad():
@@ -80,7 +83,7 @@ def build_talking_model(out: Path, n_words: int = 48, eos_rate: float = 0.08, se
         )
         word_logit = math.log(len(tokenizer)) + 8.0  # the rest of the vocabulary gets about e^-8 of the mass
         eos_logit = word_logit + math.log(n_words * eos_rate / (1 - eos_rate))
-        model.lm_head.weight[words, 0] = word_logit / c
+        model.lm_head.weight[words, 0] = (word_logit - spread * torch.arange(n_words)) / c
         model.lm_head.weight[eos, 0] = eos_logit / c
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

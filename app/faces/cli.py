@@ -39,7 +39,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
     from app.jobs.sampling import run_sampling
     from store.db import connect
     from store.prompts import pending_prompts
-    from training.generation import Sampler
+    from training.generation import open_sampler
 
     config = dataclass_from_args(SamplingConfig, args)
     resolve_model(config.model)  # a bad --model is an error even when there is nothing to sample
@@ -47,8 +47,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
         if not pending_prompts(con, 1):
             print("no prompts without responses: nothing to sample (add prompts with `rlhf prompts add`)")
             return
-    sampler = Sampler(config)
-    report = run_sampling(args.db, sampler, k=args.k, limit=args.limit, progress=_progress_bar("sampling"))
+    with open_sampler(config) as sampler:
+        report = run_sampling(args.db, sampler, k=args.k, limit=args.limit, progress=_progress_bar("sampling"))
     print(report.line())
 
 
@@ -59,7 +59,7 @@ def cmd_best_of_n(args: argparse.Namespace) -> None:
     from annotation.prompt_files import read_prompts
     from app.jobs.training import heldout_prompts
     from training import best_of_n
-    from training.generation import Sampler
+    from training.generation import open_sampler
 
     try:
         ns = best_of_n.parse_ns(args.n)
@@ -71,10 +71,11 @@ def cmd_best_of_n(args: argparse.Namespace) -> None:
     from training.models import reward_folder
 
     reward_folder(args.reward)  # a bad --reward is one error line before any sampling
-    sampler = Sampler(config)
     out = Path(args.out)
-    rows = best_of_n.run(sampler, args.reward, prompts, ns, out, seed=config.seed)
-    print(f"best-of-n of {args.policy} under {args.reward} on {len(prompts)} prompts ({sampler.dtype_line}):")
+    with open_sampler(config) as sampler:
+        rows = best_of_n.run(sampler, args.reward, prompts, ns, out, seed=config.seed)
+    line = f"{sampler.dtype_line}, {sampler.engine_line}"
+    print(f"best-of-n of {args.policy} under {args.reward} on {len(prompts)} prompts ({line}):")
     for r in rows:
         print(f"  n={r['n']}: mean score {r['score_mean']:.3f}, KL <= {r['kl_bound']:.3f} nats")
     print(f"wrote {out} (rankings by the reward model: `rlhf import {out}` reads it)")

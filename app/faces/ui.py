@@ -18,7 +18,7 @@ from app.faces.limits import ServeLimits
 from app.faces.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, store_of
 from store.errors import UserError
-from training.generation import Sampler, SamplingConfig
+from training.generation import Sampler, SamplingConfig, VllmSampler, open_sampler
 
 
 class AppContext:
@@ -55,7 +55,7 @@ class AppContext:
         self.overlap = overlap  # annotators per prompt
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
-        self._sampler: Sampler | None = None
+        self._sampler: Sampler | VllmSampler | None = None
         self._lock = threading.Lock()
 
     def is_admin(self, request) -> bool:
@@ -71,12 +71,17 @@ class AppContext:
         """Free every model the app holds (a training run is starting and needs the memory)."""
         self.chat.release()
         with self._lock:
+            if self._sampler is not None:
+                self._sampler.close()
             self._sampler = None
 
-    def sampler(self, config: SamplingConfig) -> Sampler:
+    def sampler(self, config: SamplingConfig) -> Sampler | VllmSampler:
         with self._lock:
             if self._sampler is None or self._sampler.config != config:
-                self._sampler = Sampler(config)
+                if self._sampler is not None:
+                    self._sampler.close()
+                self._sampler = None  # the old engine's memory is back before the new one loads
+                self._sampler = open_sampler(config)
             return self._sampler
 
 

@@ -133,17 +133,16 @@ def selection_values(models: list[Path], cfg: RoundConfig, prompts: list[str], r
 
 def draw(ref: str, cfg: RoundConfig, prompts: list[str], k: int, seed: int) -> tuple[list[list], str, dict]:
     """k replies per prompt from one model: (Generated lists, its model id, the stored sampling parameters)."""
-    from training.generation import Sampler, SamplingConfig
+    from training.generation import SamplingConfig, open_sampler
 
-    sampler = Sampler(
-        SamplingConfig(
-            model=ref, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, dtype=cfg.dtype, seed=cfg.seed
-        )
+    config = SamplingConfig(
+        model=ref, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, dtype=cfg.dtype, seed=cfg.seed
     )
     out = []
-    for i in range(0, len(prompts), sampler.config.batch_prompts):
-        out += sampler(prompts[i : i + sampler.config.batch_prompts], k, seed + i)
-    return out, sampler.model_id, sampler.params(k)
+    with open_sampler(config) as sampler:
+        for i in range(0, len(prompts), config.batch_prompts):
+            out += sampler(prompts[i : i + config.batch_prompts], k, seed + i)
+        return out, sampler.model_id, sampler.params(k)
 
 
 def check(cfg: RoundConfig) -> None:

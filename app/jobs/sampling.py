@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from annotation.sampling import SampleReport, sample_pending
-from training.generation import Sampler
+from training.generation import Sampler, VllmSampler
 
 
 def run_sampling(
-    db: str, sampler: Sampler, k: int, limit: int | None = None, progress: Callable[[int, int], None] | None = None
+    db: str,
+    sampler: Sampler | VllmSampler,
+    k: int,
+    limit: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SampleReport:
     config = sampler.config
     report = sample_pending(
@@ -24,4 +28,5 @@ def run_sampling(
         progress=progress,
     )
     report.dtype = sampler.dtype_line
+    report.engine = sampler.engine_line
     return report

@@ -46,7 +46,7 @@ from app.studies.demo_common import (
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_methods import methods_of, run_dpo, run_rloo
 from store.errors import UserError
-from training.generation import Sampler
+from training.generation import open_sampler
 from training.ppo.config import PPOConfig
 from training.registry import step_rows, trainer
 from training.reward.config import RewardConfig
@@ -195,9 +195,8 @@ def evaluate_actor(
 ) -> tuple[list, dict]:
     """The PPO actor's samples on the held-out prompts, and the results' evaluation fields: the reward model's
     scores and pair accuracy, mean words, and the annotator's win rate against the reference."""
-    actor_sampler = Sampler(sampling_config(cfg, str(ppo_run / "actor")))
-    actor = sample_texts(actor_sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
-    del actor_sampler
+    with open_sampler(sampling_config(cfg, str(ppo_run / "actor"))) as actor_sampler:
+        actor = sample_texts(actor_sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
     ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype, max_length)
     actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype, max_length)
     accuracy, acc_pairs = pair_accuracy(reference, ref_scores)
@@ -229,11 +228,10 @@ def sample_and_rank(
 ) -> tuple[list[list[str]], ImportSummary]:
     """K samples of the SFT model per training prompt into the store, ranked there by the scripted annotator;
     returns the reference's samples on the held-out prompts and the ranking summary."""
-    sampler = Sampler(sampling_config(cfg, model))
-    report = run_sampling(db, sampler, cfg.k)
-    log(report.line())
-    reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
-    del sampler
+    with open_sampler(sampling_config(cfg, model)) as sampler:
+        report = run_sampling(db, sampler, cfg.k)
+        log(report.line())
+        reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
     ranked = rank_samples(db)
     log(f"scripted annotator: {ranked.added} rankings, {ranked.pairs} pairs")
     if ranked.pairs == 0:

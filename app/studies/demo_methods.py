@@ -37,7 +37,7 @@ def train_and_sample(
     """Train a prepared run through the launcher (its progress logged), then sample its policy on the held-out
     prompts into texts[kind]; returns the run's final status."""
     from app.studies.demo_common import sample_texts, sampling_config
-    from training.generation import Sampler
+    from training.generation import open_sampler
 
     spec = trainer(kind)
 
@@ -49,9 +49,8 @@ def train_and_sample(
     status = run_training(kind, run, on_metrics=show)
     if status.get("state") != "finished":
         raise UserError(f"the demo's {spec.title} run {run.name} {status.get('state')}: {status.get('error', run)}")
-    sampler = Sampler(sampling_config(cfg, str(run / spec.output)))
-    texts[kind] = sample_texts(sampler, heldout, cfg.k, seed)
-    del sampler
+    with open_sampler(sampling_config(cfg, str(run / spec.output))) as sampler:
+        texts[kind] = sample_texts(sampler, heldout, cfg.k, seed)
     return status
 
 

@@ -124,7 +124,7 @@ def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
     """The reward model's held-out accuracy and the actor's win rate over the SFT model, on the held-out prompts."""
     from annotation.winrate import ratio_bootstrap_ci
     from app.studies.demo_common import compare, pair_counts, sample_texts, sampling_config
-    from training.generation import Sampler
+    from training.generation import open_sampler
     from training.scoring import score_texts
 
     cfg, heldout, reference = ctx["cfg"], ctx["heldout"], ctx["reference"]
@@ -132,9 +132,8 @@ def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
     counts = pair_counts(reference, scores)
     pairs = sum(t for _, t in counts)
     accuracy = sum(r for r, _ in counts) / pairs
-    sampler = Sampler(sampling_config(cfg, str(ppo / "actor")))
-    actor = sample_texts(sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
-    del sampler
+    with open_sampler(sampling_config(cfg, str(ppo / "actor"))) as sampler:
+        actor = sample_texts(sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
     won = compare(actor, reference, cfg.seed)
     rm_ci = list(ratio_bootstrap_ci(counts, seed=cfg.seed))
     return {
@@ -157,7 +156,7 @@ def ppo_steps(cfg: DemoConfig, train_prompts: int) -> int:
 def run_rounds_study(cfg: DemoConfig, folder: Path, quick: bool, log: Callable[[str], None]) -> dict:
     """Every arm; results.json and report.md in `folder`."""
     from app.studies.demo_common import sample_texts, sampling_config, set_up
-    from training.generation import Sampler
+    from training.generation import open_sampler
     from training.precision import with_resolved_dtype
     from training.reward.config import RewardConfig
 
@@ -166,9 +165,8 @@ def run_rounds_study(cfg: DemoConfig, folder: Path, quick: bool, log: Callable[[
     log(dtype_line)
     model, reward_base, train, heldout, template = set_up(cfg, folder)
     budget, selects = budget_of(cfg, len(train)), selects_of(cfg)
-    sampler = Sampler(sampling_config(cfg, model))
-    reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
-    del sampler
+    with open_sampler(sampling_config(cfg, model)) as sampler:
+        reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
     steps = ppo_steps(cfg, len(train))
     ctx = {
         "cfg": cfg,

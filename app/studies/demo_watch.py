@@ -49,7 +49,7 @@ def checkpoint_points(
     over the reference on the demo's held-out prompts. The run's final actor reuses the samples the demo already drew
     from it (texts[method])."""
     from app.studies.demo_common import compare, mean_words, sample_texts, sampling_config
-    from training.generation import Sampler
+    from training.generation import open_sampler
 
     rows = [r for r in read_checkpoints(ppo_run) if Path(r.get("actor", "")).is_dir()]
     chosen = best_checkpoint(rows)
@@ -58,9 +58,8 @@ def checkpoint_points(
         if Path(r["actor"]).resolve() == (ppo_run / "actor").resolve():
             samples = texts[method]
         else:
-            sampler = Sampler(sampling_config(cfg, r["actor"]))
-            samples = sample_texts(sampler, heldout, cfg.k, cfg.seed + CHECKPOINT_SEED)
-            del sampler
+            with open_sampler(sampling_config(cfg, r["actor"])) as sampler:
+                samples = sample_texts(sampler, heldout, cfg.k, cfg.seed + CHECKPOINT_SEED)
         won = compare(samples, texts["reference"], cfg.seed)
         log(f"{method} checkpoint step {r['step']}: KL {r['kl']:.2f}, win rate {won['win_rate']:.1%}")
         points.append(
@@ -83,12 +82,11 @@ def best_of_n_points(
     """Best-of-n of the reference for n = 1, 2, 4, ..., cfg.best_of: one set of cfg.best_of samples per held-out
     prompt, the pick among the first n by the reward model PPO optimised, judged against the reference's samples."""
     from app.studies.demo_common import compare, mean_words, sample_texts, sampling_config
-    from training.generation import Sampler
+    from training.generation import open_sampler
     from training.scoring import score_texts
 
-    sampler = Sampler(sampling_config(cfg, model))
-    samples = sample_texts(sampler, heldout, cfg.best_of, cfg.seed + BEST_OF_SEED)
-    del sampler
+    with open_sampler(sampling_config(cfg, model)) as sampler:
+        samples = sample_texts(sampler, heldout, cfg.best_of, cfg.seed + BEST_OF_SEED)
     scores = score_texts(reward_model, heldout, samples, cfg.dtype, max_length)
     points = []
     for n in best_of_ns(cfg.best_of):

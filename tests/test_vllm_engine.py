@@ -1,0 +1,232 @@
+"""vLLM as the sampling engine (training/vllm_engine.py): which engine samples a model and why, and on a tiny real
+model (head size 32, which vLLM's CPU kernels take) that its samples follow the sampling settings the way the
+transformers fallback does, that seeds reproduce, and that new weights really reach it."""
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from training.generation import Sampler, SamplingConfig, open_sampler
+from training.models import ModelError
+from training.vllm_engine import EngineError, Settings, engine_for, unsupported, vllm_installed
+
+
+def _config_file(folder, **over):
+    config = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 2, **over}
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_unsupported_reads_the_architecture_and_the_cpu_head_size(tmp_path):
+    assert unsupported(_config_file(tmp_path / "a"), gpu=False) is None  # head 64 / 2 = 32
+    small = unsupported(_config_file(tmp_path / "b", num_attention_heads=4), gpu=False)
+    assert small.endswith("this model's is 16")
+    assert unsupported(_config_file(tmp_path / "b", num_attention_heads=4), gpu=True) is None  # GPUs take 16
+    assert "GPT2LMHeadModel" in unsupported(_config_file(tmp_path / "c", architectures=["GPT2LMHeadModel"]), gpu=False)
+    assert unsupported(_config_file(tmp_path / "d", head_dim=80, num_attention_heads=8), gpu=False) is None
+    assert "no readable config.json" in unsupported(tmp_path / "missing")
+
+
+def test_engine_for_falls_back_with_a_reason_and_a_pin_wins(tmp_path, monkeypatch):
+    monkeypatch.delenv("RLHF_ENGINE", raising=False)
+    small = _config_file(tmp_path / "small", num_attention_heads=4)
+    assert engine_for(small, "hf") == ("hf", "as configured")
+    if not torch.cuda.is_available():
+        engine, why = engine_for(small, "auto")
+        assert engine == "hf" and why.startswith("auto: ") and ("16" in why or "not installed" in why)
+        with pytest.raises(EngineError, match="cannot sample with vLLM"):
+            engine_for(small, "vllm")
+    monkeypatch.setenv("RLHF_ENGINE", "hf")
+    assert engine_for(_config_file(tmp_path / "ok"), "auto") == ("hf", "auto, pinned by RLHF_ENGINE")
+    assert engine_for(_config_file(tmp_path / "ok"), "vllm")[0] in ("vllm",) or not vllm_installed()
+    monkeypatch.setenv("RLHF_ENGINE", "fast")
+    with pytest.raises(EngineError, match="RLHF_ENGINE must be vllm or hf"):
+        engine_for(small, "auto")
+    with pytest.raises(EngineError, match="engine must be auto, vllm, hf"):
+        engine_for(small, "sglang")
+
+
+def test_a_sampler_that_cannot_have_vllm_says_so_in_one_line(tiny_model_dir):
+    """tiny_model_dir's head size is 8: vLLM on a CPU cannot load it, so --engine vllm is one ModelError line."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU takes head size 8")
+    with pytest.raises(ModelError, match="cannot sample with vLLM") as e:
+        open_sampler(SamplingConfig(model=str(tiny_model_dir), engine="vllm"))
+    assert "\n" not in str(e.value)
+    sampler = open_sampler(SamplingConfig(model=str(tiny_model_dir), engine="auto", max_new_tokens=2))
+    assert sampler.engine == "hf" and sampler.engine_line.startswith("hf (auto: ")
+    assert sampler.params(2)["engine"] == "hf"
+
+
+# ---- on a real engine: a tiny talking model whose next-token distribution is known (training/tiny.py) ----
+
+needs_vllm = pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed (make installs it)")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """A talker with head size 32 whose 48 words have graded logits (word j: 0.25 j below word 0). EOS: the mass
+    of 2 words of word 0's logit (eos_rate 0.04 x 48 / 0.96), against the words' 1 / (1 - e^-0.25) = 4.52: 31%."""
+    from training.tiny import build_talking_model
+
+    out = tmp_path_factory.mktemp("graded")
+    return build_talking_model(out, n_words=48, eos_rate=0.04, heads=2, spread=0.25)
+
+
+@pytest.fixture(scope="module")
+def engines(graded):
+    """The vLLM sampler and the transformers one over the same model, fp32."""
+    config = SamplingConfig(model=str(graded), dtype="fp32", engine="vllm", max_new_tokens=5, min_new_tokens=3)
+    ours = open_sampler(config)
+    yield ours, Sampler(SamplingConfig(model=str(graded), dtype="fp32", engine="hf"))
+    ours.close()
+
+
+def _first_tokens(sampler, prompt_ids, settings, n, seed):
+    """n first tokens drawn by `sampler` with `settings`."""
+    if sampler.engine == "vllm":
+        outs = sampler.vllm.sample([prompt_ids], n, settings, seed)[0]
+        return [o.token_ids[0] for o in outs]
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        out = sampler.model.generate(
+            input_ids=torch.tensor([prompt_ids]),
+            do_sample=True,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            top_k=settings.top_k or None,
+            max_new_tokens=1,
+            num_return_sequences=n,
+            pad_token_id=sampler.pad_id,
+        )
+    return out[:, -1].tolist()
+
+
+def _expected(model, prompt_ids, settings) -> torch.Tensor:
+    """The distribution sampling draws the first token from: the model's fp32 logits through the HF path's rules
+    (training/decode.py's filter_logits: temperature, then top-k, then top-p)."""
+    from training.decode import filter_logits
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids])).logits[:, -1].float()
+    return filter_logits(logits, settings.temperature, settings.top_k, settings.top_p).softmax(-1)[0]
+
+
+def _total_variation(sampler, prompt, settings, p, n: int = 2000) -> float:
+    """n first tokens from `sampler`: none outside the support of p, and their frequencies' distance from p."""
+    support = set(torch.nonzero(p > 0).flatten().tolist())
+    counts = Counter(_first_tokens(sampler, prompt, settings, n, seed=7))
+    assert set(counts) <= support, f"{sampler.engine} drew outside the support"
+    return 0.5 * sum(abs(counts.get(t, 0) / n - float(p[t])) for t in support | set(counts))
+
+
+@pytest.mark.integration
+@needs_vllm
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p", [(1.0, 0, 1.0), (0.5, 0, 1.0), (1.0, 5, 1.0), (1.0, 0, 0.6), (1.5, 6, 0.7)]
+)
+def test_vllm_draws_from_the_filtered_distribution(engines, temperature, top_k, top_p):
+    """Nothing outside the filtered support, and the frequencies within 0.06 (total variation) of the exact
+    filtered distribution (the fallback's rules). Expected noise at 2,000 draws: about 0.02-0.03."""
+    ours, hf = engines
+    prompt = hf.tokenizer(hf.chat_prompt("Say something."), add_special_tokens=False)["input_ids"]
+    settings = Settings(temperature, top_p, top_k, max_new_tokens=1, min_tokens=0)
+    assert _total_variation(ours, prompt, settings, _expected(hf.model, prompt, settings)) < 0.06
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_the_fallback_draws_from_the_same_distribution(engines):
+    """transformers' generate under the same settings, against the same exact distribution: the two engines
+    apply temperature, top-k and top-p the same way. 1,000 draws over at most 6 tokens: noise about 0.03."""
+    _, hf = engines
+    prompt = hf.tokenizer(hf.chat_prompt("Say something."), add_special_tokens=False)["input_ids"]
+    settings = Settings(1.5, 0.7, 6, max_new_tokens=1, min_tokens=0)
+    assert _total_variation(hf, prompt, settings, _expected(hf.model, prompt, settings), n=1000) < 0.07
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_vllm_samples_keep_max_and_min_tokens_and_seeds_reproduce(engines):
+    """max_new_tokens=5, min_new_tokens=3 (generate's meaning: 3 tokens before EOS may come). EOS has 31-50% a
+    token (the talker's scale moves with the context), so of 48 samples many end at the first chance (4 tokens with
+    EOS) and many (25-48%) are cut at 5."""
+    ours, _ = engines
+    prompts = [f"Tell me about {w}." for w in ("cats", "rivers", "cats")]
+    first = ours(prompts, 16, seed=3)
+    lengths = [g.n_tokens for row in first for g in row]
+    assert max(lengths) <= 5 and min(lengths) >= 4
+    assert all(g.n_tokens >= 4 for row in first for g in row if g.finish_reason == "eos")
+    assert Counter(g.finish_reason for row in first for g in row).keys() == {"eos", "length"}
+    assert min(lengths) == 4
+    again = ours(prompts, 16, seed=3)
+    assert [[g.text for g in row] for row in again] == [[g.text for g in row] for row in first]
+    other = ours(prompts, 16, seed=4)
+    assert [[g.text for g in row] for row in other] != [[g.text for g in row] for row in first]
+    assert [g.text for g in first[0]] != [g.text for g in first[2]]  # equal prompts, their own seeds
+    assert ours.params(16)["engine"] == "vllm" and ours.engine_line == "vllm (as configured)"
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_new_weights_reach_the_engine(engines):
+    """After load_weights the engine's next-token log-probs are those of the changed model (fp32, 1e-4), and
+    before it they were the old model's: the weights really travelled."""
+    ours, hf = engines
+    prompt = hf.tokenizer(hf.chat_prompt("Say something."), add_special_tokens=False)["input_ids"]
+
+    def reference(model):
+        with torch.no_grad():
+            return model(torch.tensor([prompt])).logits[0, -1].float().log_softmax(-1)
+
+    before = ours.vllm.next_logprobs(prompt, 5)
+    old = reference(hf.model)
+    assert max(abs(lp - float(old[t])) for t, lp in before.items()) < 1e-4
+    changed = type(hf.model).from_pretrained(ours.folder, dtype=torch.float32)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    sent = ours.vllm.load_weights(changed.state_dict())
+    assert sent > 0
+    new = reference(changed)
+    after = ours.vllm.next_logprobs(prompt, 5)
+    assert max(abs(lp - float(new[t])) for t, lp in after.items()) < 1e-4
+    assert max(abs(float(new[t]) - float(old[t])) for t in after) > 1e-2  # the change is visible
+    ours.vllm.load_weights(hf.model.state_dict())  # the module's engine as it was
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_an_owner_killed_with_sigkill_leaves_no_engine_behind(graded, tmp_path):
+    """vLLM's engine core is a child process nothing tells when its owner dies: the engine's watchdog kills it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import sys, time\n"
+        "if __name__ == '__main__':\n"
+        "    from training.vllm_engine import VllmEngine\n"
+        f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256)\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=1)
+    assert any(line.strip() == "ready" for line in owner.stdout)  # vLLM logs to stdout before it
+    engine = [p for p in psutil.Process(owner.pid).children(recursive=True) if "VLLM" in p.name()]
+    assert engine, "the engine runs in processes of its own"
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    deadline = time.monotonic() + 20
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine)

@@ -1,0 +1,248 @@
+"""vLLM as the engine that samples: the K responses annotators rank, best-of-N, and (training/rollout.py) the
+rollouts of the trainers on prompts, on the CPU here and on GPUs unchanged.
+
+The engine holds one model. Its core runs in a process of its own (vLLM's V1 engine), so its torch threads and its
+torch.distributed group never meet the trainer's. New weights reach it through a safetensors file in shared memory
+(/dev/shm where there is one): the trainer writes its tensors once, the engine's worker reads them and reloads in
+place (training/vllm_worker.py). On a CPU vLLM packs the linear layers' weights for oneDNN when it loads them; the
+reload repacks them.
+
+`engine_for(model folder, choice)` says which engine samples a model and why: `vllm` where vLLM is installed and
+loads the model, else `hf` (transformers' generate, training/generation.py; the trainers' own decode for rollouts).
+RLHF_ENGINE=hf|vllm pins what `auto` means, as RLHF_DTYPE pins the dtype."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ENGINES = ("auto", "vllm", "hf")
+# vLLM's CPU attention kernels (vllm/v1/attention/backends/cpu_attn.py's supported head sizes)
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+# Architectures whose weights this file sends by their transformers names (vLLM's loader maps them)
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# The engine's KV cache on a CPU, GiB, unless VLLM_CPU_KVCACHE_SPACE says otherwise: 1 GiB holds about 46,000
+# tokens of SmolLM2-135M in bf16 (30 layers x 3 KV heads x 64 x 2 x 2 bytes a token)
+CPU_KV_CACHE_GB = 1
+# The share of a GPU's memory the engine takes beside the trainer (TRL's colocate default after its OOM reports)
+GPU_MEMORY_SHARE = 0.3
+
+
+class EngineError(RuntimeError):
+    """vLLM was asked for (engine=vllm) and cannot sample this model: one line that says why."""
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def unsupported(folder: Path, gpu: bool | None = None) -> str | None:
+    """Why vLLM cannot sample the model in `folder` (None: it can), read from its config.json alone."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return f"{folder} has no readable config.json"
+    arch = (config.get("architectures") or ["?"])[0]
+    if arch not in ARCHITECTURES:
+        return f"its architecture {arch} is not one rlhf-studio sends to vLLM ({', '.join(ARCHITECTURES)})"
+    head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if not (_on_gpu() if gpu is None else gpu) and head not in CPU_HEAD_SIZES:
+        return (
+            f"vLLM on a CPU needs a head size of {', '.join(map(str, CPU_HEAD_SIZES[:4]))}, ...; this model's is {head}"
+        )
+    return None
+
+
+def engine_for(folder: Path, choice: str = "auto") -> tuple[str, str]:
+    """(engine, why) for sampling the model in `folder`: 'vllm' or 'hf'. A choice of 'vllm' that cannot be met is
+    an EngineError; 'auto' falls back to 'hf' and says why."""
+    if choice not in ENGINES:
+        raise EngineError(f"engine must be {', '.join(ENGINES)}, got {choice}")
+    why = "as configured"
+    if choice == "auto":
+        pinned = os.environ.get("RLHF_ENGINE", "")
+        if pinned and pinned not in ENGINES[1:]:
+            raise EngineError(f"RLHF_ENGINE must be vllm or hf, got {pinned}")
+        choice, why = (pinned, "auto, pinned by RLHF_ENGINE") if pinned else ("auto", "")
+    if choice == "hf":
+        return "hf", why
+    missing = "vLLM is not installed" if not vllm_installed() else unsupported(folder)
+    if missing is None:
+        return "vllm", why or "auto: vLLM is installed and loads this model"
+    if choice == "vllm":
+        raise EngineError(f"cannot sample with vLLM: {missing}")
+    return "hf", f"auto: {missing}"
+
+
+@dataclass
+class Settings:
+    """What sampling draws from: the same rules as the HF path (training/decode.py's filter_logits)."""
+
+    temperature: float
+    top_p: float
+    top_k: int  # 0: off
+    max_new_tokens: int
+    min_tokens: int  # tokens before EOS may come (generate's min_new_tokens; the trainers' min_new_tokens - 1)
+
+
+@dataclass
+class Output:
+    token_ids: list[int]  # the response's tokens, its EOS included when it ended
+    ended: bool  # it emitted EOS (else it was cut at max_new_tokens)
+
+
+class VllmEngine:
+    """One vLLM engine over one model folder. `sample` draws n responses for each prompt (token ids in, token ids
+    out); `load_weights` replaces the model's weights in place (a PPO actor after its update)."""
+
+    def __init__(self, folder: Path, dtype: str, eos_ids: list[int], max_model_len: int, seed: int = 0):
+        if not vllm_installed():
+            raise EngineError("cannot sample with vLLM: vLLM is not installed")
+        gpu = _on_gpu()
+        if not gpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
+            # the engine's threads share the cores with the app or the trainer's ranks: never pinned to cores
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        # vLLM logs to stdout, where `rlhf` prints its results: to stderr, and only its errors unless asked for more
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        from vllm import LLM
+
+        self.folder = Path(folder)
+        self.eos_ids = sorted(set(eos_ids))
+        # On a CPU a prompt's prefill is never split across steps: vLLM 0.32 rewinds a seeded request's random
+        # generator after a partial prefill, which a CPU generator cannot do ('CPU Generator does not use offset').
+        extra = (
+            {"gpu_memory_utilization": GPU_MEMORY_SHARE}
+            if gpu
+            else {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
+        )
+        before = _children()
+        try:
+            self.llm = LLM(
+                str(folder),
+                dtype={"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}[dtype],
+                seed=seed,
+                max_model_len=max_model_len,
+                enforce_eager=True,  # compiled graphs sampled no faster here and start 45 s later
+                enable_prefix_caching=True,  # the K samples of a prompt share its prefill
+                worker_extension_cls="training.vllm_worker.WeightSync",
+                disable_log_stats=True,
+                **extra,
+            )
+        except Exception as e:  # vLLM raises many kinds; the user gets one line
+            raise EngineError(f"vLLM cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
+        self.watchdog = _watchdog([p for p in _children() if p.pid not in {q.pid for q in before}])
+
+    def sample(self, prompts: list[list[int]], n: int, s: Settings, seed: int) -> list[list[Output]]:
+        """n responses for each prompt; out[i][j] is sample j of prompts[i]. Prompt i draws from seed + i, so a
+        run is reproducible and two equal prompts still get different samples."""
+        from vllm import SamplingParams
+
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=s.top_k if s.top_k > 0 else -1,
+                max_tokens=s.max_new_tokens,
+                min_tokens=s.min_tokens,
+                stop_token_ids=self.eos_ids,
+                seed=seed + i,
+                detokenize=False,
+            )
+            for i in range(len(prompts))
+        ]
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [[self._output(c) for c in o.outputs] for o in outs]
+
+    def next_logprobs(self, prompt: list[int], k: int) -> dict[int, float]:
+        """The log-probabilities of the k most likely next tokens after `prompt` (and of the one sampled) under
+        the engine's model, raw (before temperature and filtering): which weights the engine holds."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, logprobs=k, temperature=1.0, seed=0, detokenize=False)
+        out = self.llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)[0].outputs[0]
+        return {token: lp.logprob for token, lp in out.logprobs[0].items()}
+
+    def _output(self, completion) -> Output:
+        ids = list(completion.token_ids)
+        ended = bool(ids) and ids[-1] in self.eos_ids
+        return Output(token_ids=ids, ended=ended)
+
+    def load_weights(self, tensors: dict) -> float:
+        """Replace the model's weights by `tensors` (transformers' names; tied copies sent once). Returns the
+        bytes sent. The prefix cache is dropped: its keys and values came from the old weights."""
+        from safetensors.torch import save_file
+
+        unique, seen = {}, set()
+        for name, t in tensors.items():
+            key = (t.data_ptr(), t.shape) if t.numel() else None
+            if key in seen:
+                continue  # a tied weight (lm_head = embed_tokens): vLLM ties it itself
+            seen.add(key)
+            unique[name] = t.detach().to("cpu").contiguous()
+        shm = Path("/dev/shm")
+        fd, path = tempfile.mkstemp(suffix=".safetensors", prefix="rlhf-weights-", dir=shm if shm.is_dir() else None)
+        os.close(fd)
+        try:
+            save_file(unique, path)
+            size = os.path.getsize(path)
+            self.llm.collective_rpc("rlhf_load_weights", args=(path,))
+        finally:
+            os.unlink(path)
+        self.llm.reset_prefix_cache()
+        return size
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            shutdown = getattr(llm.llm_engine, "engine_core", None)
+            if shutdown is not None and hasattr(shutdown, "shutdown"):
+                shutdown.shutdown(timeout=2)
+        watchdog, self.watchdog = getattr(self, "watchdog", None), None
+        if watchdog is not None:
+            watchdog.stdin.close()  # its engine is gone: it checks and leaves
+            watchdog.wait()
+
+
+# The engine's processes outlive an owner killed with SIGKILL (a stopped training rank, a killed app): vLLM's
+# engine core is a child that nothing tells. A watchdog, in a session of its own, reads a pipe only the owner
+# holds open; at EOF (the owner closed the engine, or died) it kills the engine's processes that are still the
+# ones it was given (same pid and start time: never a reused pid).
+_WATCHDOG = """
+import sys, psutil
+sys.stdin.read()
+for arg in sys.argv[1:]:
+    pid, born = arg.split(":")
+    try:
+        p = psutil.Process(int(pid))
+        if abs(p.create_time() - float(born)) < 1e-3:
+            p.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def _children() -> list:
+    import psutil
+
+    return psutil.Process().children(recursive=True)
+
+
+def _watchdog(processes: list):
+    import subprocess
+    import sys
+
+    args = [f"{p.pid}:{p.create_time()}" for p in processes]
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, *args], stdin=subprocess.PIPE, start_new_session=True)
