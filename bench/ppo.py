@@ -112,11 +112,18 @@ def summarize(step_s: list[float], gen_s: list[float], peak_mb: float, decoded: 
     }
 
 
-def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed"):
+def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed", engine: str = "auto"):
     from training.ppo.config import PPOConfig
 
     if shape == "default":
-        return PPOConfig(actor=w["actor"], reward=w["scalar"], critic=w["scalar"], max_steps=STEPS, dtype=dtype)
+        return PPOConfig(
+            actor=w["actor"],
+            reward=w["scalar"],
+            critic=w["scalar"],
+            max_steps=STEPS,
+            dtype=dtype,
+            rollout_engine=engine,
+        )
     return PPOConfig(
         actor=w["actor"],
         reward=w["scalar"],
@@ -130,6 +137,7 @@ def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed"):
         sample_every=0,
         dtype=dtype,
         zero_stage=zero_stage,
+        rollout_engine=engine,
     )
 
 
@@ -147,13 +155,15 @@ def train_ours(cfg, prompts: str, tmp: Path, name: str) -> tuple[Path, list[dict
     return run, step_rows("ppo", read_metrics(run))
 
 
-def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "fixed") -> dict:
+def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "fixed", engine: str = "auto") -> dict:
+    """One PPO run of ours on the workload; engine: the rollouts' (auto: vLLM where it is installed)."""
     from training.runs import read_metrics
 
-    cfg = ours_config(w, dtype, zero_stage, shape)
+    cfg = ours_config(w, dtype, zero_stage, shape, engine)
     prompts = w["mixed"] if shape == "default" else w["prompts"]
-    run, rows = train_ours(cfg, prompts, tmp, f"bench-{dtype}-{shape}")
-    final = next(r for r in read_metrics(run) if r.get("event") == "final")
+    run, rows = train_ours(cfg, prompts, tmp, f"bench-{dtype}-{shape}-{engine}")
+    metrics = read_metrics(run)
+    final = next(r for r in metrics if r.get("event") == "final")
     decoded = [r["response/decoded"] for r in rows] if shape == "default" else None
     out = summarize(
         [r["perf/step_s"] for r in rows], [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"], decoded
@@ -166,6 +176,7 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "
     out["memory"] = {
         k.removeprefix("memory/").removesuffix("_mb"): v for k, v in final.items() if k.startswith("memory/")
     }
+    out["engine"] = next(r for r in metrics if r.get("event") == "start").get("rollout_engine", "hf")
     return out
 
 
@@ -202,22 +213,27 @@ def run_trl(w: dict, tmp: Path, dtype: str, shape: str = "fixed") -> dict:
 
 
 def run(cases: tuple[tuple[str, str], ...] = (("fp32", "fixed"), ("bf16", "fixed"), ("bf16", "default"))) -> list[dict]:
-    """One row per (dtype, shape): ours, then TRL's, on the same prompts. The speed ratio is TRL's median seconds
-    per step over ours."""
+    """One row per (dtype, shape): ours with its default rollouts (vLLM where it is installed), ours with its own
+    decode, then TRL's, on the same prompts. The speed ratio is TRL's median seconds per step over ours."""
+    from training.vllm_engine import vllm_installed
+
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-ppo-") as d:
         tmp = Path(d)
         w = workload(tmp)
         for dtype, shape in cases:
             ours = run_ours(w, tmp, dtype, shape=shape)
+            own = run_ours(w, tmp, dtype, shape=shape, engine="hf") if vllm_installed() else ours
             trl = run_trl(w, tmp, dtype, shape)
             results.append(
                 {
                     "dtype": dtype,
                     "shape": shape,
                     "rlhf_studio": ours,
+                    "rlhf_studio_own_decode": own,
                     "trl": trl,
                     "speed_ratio": trl["s_per_step"] / ours["s_per_step"],
+                    "engine_speed_ratio": own["s_per_step"] / ours["s_per_step"],
                     "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
                 }
             )

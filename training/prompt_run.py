@@ -3,8 +3,9 @@ the rollout seeds, the step's watch numbers and logging, the over-optimisation w
 steps and by the checkpoint evaluations (training/checkpoints.py), Stop, and the best checkpoint kept.
 
 `m`, a trainer's models, provides: `actor` (a DeepSpeed engine), `ref`, `judges` (training/judges.py), `synced`,
-`generator()`, `tokenizer`, `eval_prompts` (held-out prompts, tokenised; empty: no evaluation) and
-`save(folder, step, state)`, which checkpoints everything the trainer trains (its `load` is its own)."""
+`generator()`, `engine()` (the vLLM engine with the actor's current weights, or None: training/rollout_engine.py),
+`tokenizer`, `eval_prompts` (held-out prompts, tokenised; empty: no evaluation) and `save(folder, step, state)`,
+which checkpoints everything the trainer trains (its `load` is its own)."""
 
 from __future__ import annotations
 
@@ -269,6 +270,26 @@ def load_policy_models(cfg: PromptsConfig):
     if cfg.actor_lora_rank:
         actor = add_lora(actor, cfg.actor_lora_rank, cfg.lora_alpha, causal=True)
     return actor, ref, judges, folders
+
+
+def rollout_engine(cfg: PromptsConfig, eos_id: int, clock=None):
+    """(the vLLM engine the rollouts come from, or None for the trainers' own decode; the line that says which and
+    why, for the run's start event). cfg.dtype is resolved by now."""
+    from training.models import resolve_model
+    from training.vllm_engine import EngineError, engine_for
+
+    folder = resolve_model(cfg.actor)
+    try:
+        engine, why = engine_for(folder, cfg.rollout_engine)
+    except EngineError as e:
+        raise ValueError(str(e)) from None
+    if engine == "hf":
+        return None, f"hf ({why})"
+    from training.rollout_engine import EngineRollouts
+
+    max_len = cfg.max_prompt_length + cfg.max_new_tokens
+    zero3 = cfg.zero_stage == 3
+    return EngineRollouts(folder, cfg.dtype, eos_id, max_len, cfg.seed, zero3, clock), f"vllm ({why})"
 
 
 def frozen_judges(cfg: PromptsConfig, judges: list, folders: list, device) -> Judges:

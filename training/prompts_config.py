@@ -39,6 +39,10 @@ class PromptsConfig(ConfigFile):
     top_p: float = field(default=1.0, metadata={"help": "rollout nucleus mass (1.0 = off)"})
     top_k: int = field(default=0, metadata={"help": "rollout top-k (0 = off)"})
     generation_batch_size: int = field(default=8, metadata={"help": "prompts per rank per rollout batch"})
+    rollout_engine: str = field(
+        default="auto",
+        metadata={"help": "auto (vLLM where it is installed and loads the actor, else hf), vllm or hf (own decode)"},
+    )
     # the actor's updates
     epochs: int = field(default=1, metadata={"help": "passes over the prompts"})
     max_steps: int = field(default=0, metadata={"help": "stop after this many steps (0 = all epochs)"})
@@ -112,6 +116,8 @@ class PromptsConfig(ConfigFile):
             raise ValueError("LoRA with ZeRO-3 is not supported yet; use ZeRO 0-2 with LoRA")
         if self.generation_batch_size < 1:
             raise ValueError("generation_batch_size must be >= 1")
+        if self.rollout_engine not in ("auto", "vllm", "hf"):
+            raise ValueError(f"rollout_engine must be auto, vllm or hf, got {self.rollout_engine}")
         if not 1 <= self.min_new_tokens <= self.max_new_tokens:
             raise ValueError("need 1 <= min_new_tokens <= max_new_tokens")
         if self.tensorboard and importlib.util.find_spec("tensorboard") is None:

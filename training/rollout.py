@@ -12,6 +12,7 @@ import torch
 from training.decode import sample
 from training.logprobs import held_eos, response_logprobs
 from training.profile import OFF, Clock
+from training.rollout_engine import engine_response
 
 
 @dataclass
@@ -72,14 +73,20 @@ def shape_scores(
 
 
 @torch.no_grad()
-def rollout(actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = False, want_logprobs: bool = False) -> dict:
-    """Sample one response per prompt (EOS stops it; pad never equals EOS). With want_logprobs the old log-probs
-    are read off the decode's raw logits (one actor forward saved; exact up to float rounding, so the trainer
-    asks for them in fp32 only)."""
+def rollout(
+    actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = False, want_logprobs: bool = False, engine=None
+) -> dict:
+    """Sample one response per prompt (EOS stops it; pad never equals EOS): from `engine` (a vLLM engine holding
+    the actor's current weights, training/rollout_engine.py) where there is one, else with the trainers' own decode
+    of `actor`. With want_logprobs (own decode only) the old log-probs are read off the decode's raw logits (one
+    actor forward saved; exact up to float rounding, so the trainer asks for them in fp32 only)."""
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad)
     prompt_ids, prompt_mask = prompt_ids.to(actor.device), prompt_mask.to(actor.device)
-    response, logprobs = sample(actor, prompt_ids, prompt_mask, cfg, eos, pad, want_logprobs, synced)
+    if engine is not None:
+        response, logprobs = engine_response(engine, prompts, cfg, eos, pad).to(actor.device), None
+    else:
+        response, logprobs = sample(actor, prompt_ids, prompt_mask, cfg, eos, pad, want_logprobs, synced)
     P = prompt_ids.shape[1]
     mask, lengths, ended = response_mask(response.cpu(), eos)
     mask = mask.to(response.device)

@@ -49,6 +49,7 @@ from training.prompt_run import (
     mean_across_ranks,
     resume_watch,
     reward_stats,
+    rollout_engine,
     seed_rollout,
     tensorboard_writer,
     watch_stats,
@@ -83,6 +84,7 @@ class Models:
         self.ema = [p.detach().float().clone() for p in self.actor.module.parameters()] if cfg.ema_beta else None
         self.eval_prompts: list[list[int]] = []  # held-out prompts for the checkpoints (training/checkpoints.py)
         self.tokenizer = None
+        self.rollouts = None  # the vLLM engine of the rollouts (training/rollout_engine.py), set up with the tokenizer
         self.unsup: list[list[int]] = []  # PPO-ptx texts, tokenised (empty: off)
 
     def _frozen(self, model):
@@ -90,6 +92,10 @@ class Models:
 
     def generator(self):
         return self.actor.module
+
+    def engine(self):
+        """The vLLM engine holding the actor's current weights, or None (the trainers' own decode)."""
+        return self.rollouts.engine_for(self.actor) if self.rollouts is not None else None
 
     def save(self, folder: Path, step: int, state: dict) -> None:
         save_checkpoint(self, folder, step, state)
@@ -212,8 +218,10 @@ def make_experience(
         seed_rollout(cfg, step, b, ctx["rank"])
         t = time.time()
         want = cfg.reuse_rollout_logprobs and cfg.dtype == "fp32" and not cfg.single_pass
+        engine = m.engine()  # a vLLM engine gets the actor's latest weights first (the clock's weight_sync)
         with m.clock.part("decode"):
-            batch = rollout(m.generator(), [prompts[i] for i in mine_of(b)], ctx["tokenizer"], cfg, m.synced, want)
+            mine = [prompts[i] for i in mine_of(b)]
+            batch = rollout(m.generator(), mine, ctx["tokenizer"], cfg, m.synced, want, engine=engine)
         gen_s += time.time() - t
         t = time.time()
         if cfg.single_pass:
@@ -264,6 +272,8 @@ def step_metrics(
     row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
     row.update({f"perf/{k}": v for k, v in times.items()})
     row.update(m.clock.take())
+    if m.rollouts is not None:
+        row.update(m.rollouts.take())  # the weights sent to the vLLM engine, and their check
     row = mean_across_ranks(row, m.device)
     row["perf/tokens_per_s"] = sum(e.ids.numel() for e in buffer) * world / times["step_s"]
     row["policy/kl_ctl"] = kl_ctl
@@ -293,6 +303,7 @@ def setup(cfg: PPOConfig, rank: int, world: int) -> tuple:
     if m.eval_prompts:
         info["eval_prompts"] = len(m.eval_prompts)
     m.tokenizer = tokenizer
+    m.rollouts, info["rollout_engine"] = rollout_engine(cfg, tokenizer.eos_token_id, m.clock)
     if cfg.unsupervised_data:
         limit = cfg.max_prompt_length + cfg.max_new_tokens
         texts = read_texts(cfg.unsupervised_data)
@@ -342,6 +353,8 @@ def train(cfg: PPOConfig) -> None:
         finish(m, cfg, run, step, ctx["kl_ctl"], total, tokenizer, watch)
     if board:
         board.close()
+    if m.rollouts is not None:
+        m.rollouts.close()
 
 
 def finish(

@@ -44,6 +44,7 @@ from training.prompt_run import (
     mean_across_ranks,
     resume_watch,
     reward_stats,
+    rollout_engine,
     seed_rollout,
     tensorboard_writer,
     watch_stats,
@@ -69,9 +70,14 @@ class Models:
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.eval_prompts: list[list[int]] = []
         self.tokenizer = None
+        self.rollouts = None  # the vLLM engine of the rollouts (training/rollout_engine.py), set up with the tokenizer
 
     def generator(self):
         return self.actor.module
+
+    def engine(self):
+        """The vLLM engine holding the actor's current weights, or None (the trainers' own decode)."""
+        return self.rollouts.engine_for(self.actor) if self.rollouts is not None else None
 
     def save(self, folder: Path, step: int, state: dict) -> None:
         save_engine_checkpoint(self.actor, folder / "actor", f"step{step}", client_state=state)
@@ -92,8 +98,9 @@ def make_experience(
     seed_rollout(cfg, step, 0, rank)
     repeated = [p for p in prompts for _ in range(cfg.k)]
     want = cfg.dtype == "fp32" and not cfg.single_pass
+    engine = m.engine()  # a vLLM engine gets the actor's latest weights first (the clock's weight_sync)
     with m.clock.part("decode"):
-        batch = rollout(m.generator(), repeated, m.tokenizer, cfg, m.synced, want_logprobs=want)
+        batch = rollout(m.generator(), repeated, m.tokenizer, cfg, m.synced, want_logprobs=want, engine=engine)
     if cfg.single_pass:
         m.actor.train()
     exp = score(batch, m.actor, m.ref, None, m.judges, stats, cfg, live=cfg.single_pass, clock=m.clock)
@@ -160,6 +167,8 @@ def step_metrics(m: Models, cfg: RLOOConfig, exp: Experience, rewards, updates: 
     row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
     row.update({f"perf/{k}": v for k, v in times.items()})
     row.update(m.clock.take())
+    if m.rollouts is not None:
+        row.update(m.rollouts.take())  # the weights sent to the vLLM engine, and their check
     row = mean_across_ranks(row, m.device)
     row["perf/tokens_per_s"] = exp.ids.numel() * world / times["step_s"]
     row["policy/kl_ctl"] = cfg.kl_ctl
@@ -181,6 +190,7 @@ def setup(cfg: RLOOConfig, world: int) -> tuple:
     info = {"prompts": len(prompts), "skipped_prompts": skipped, "world_size": world, "total_steps": total}
     if m.eval_prompts:
         info["eval_prompts"] = len(m.eval_prompts)
+    m.rollouts, info["rollout_engine"] = rollout_engine(cfg, tokenizer.eos_token_id, m.clock)
     return prompts, per_epoch, total, m, state, info
 
 
@@ -218,6 +228,8 @@ def train(cfg: RLOOConfig) -> None:
         finish(m, cfg, run, step, total, watch)
     if board:
         board.close()
+    if m.rollouts is not None:
+        m.rollouts.close()
 
 
 def finish(m: Models, cfg: RLOOConfig, run: RunFiles, step: int, total: int, watch: Watch) -> None:
