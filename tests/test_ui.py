@@ -230,3 +230,25 @@ def test_downloads_do_not_pile_up(tmp_path):
     os.utime(first, (old, old))
     third = _out_dir(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([second.name, third.name])
+
+
+def test_a_sampler_in_use_is_closed_only_when_its_sampling_ends(db, tiny_model_dir, tmp_path):
+    """A training launch (release_models) or a new sampling config retires the app's sampler; one still sampling
+    closes when that sampling ends (a vLLM engine's process would otherwise die under it), an idle one at once."""
+    ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs")
+    closed = []
+    config = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=2, engine="hf")
+    with ctx.sampler(config) as first:
+        first.close = lambda: closed.append("first")  # a real sampler; its close is watched
+        with ctx.sampler(config) as again:
+            assert again is first  # kept between uses
+        ctx.release_models()  # a training starts while the first sampling still runs
+        assert closed == []
+        assert first(["Hi"], 1, 0)[0][0].n_tokens >= 1  # and it goes on sampling
+    assert closed == ["first"]  # closed when that sampling ended
+    with ctx.sampler(config) as second:
+        second.close = lambda: closed.append("second")
+    assert second is not first
+    with ctx.sampler(SamplingConfig(model=str(tiny_model_dir), max_new_tokens=3, engine="hf")) as third:
+        assert closed == ["first", "second"]  # an idle sampler closes as soon as a new config replaces it
+        assert third is not second

@@ -56,7 +56,14 @@ def open_sampler(config: SamplingConfig) -> Sampler | VllmSampler:
         engine, why = engine_for(folder, config.engine)
     except EngineError as e:
         raise ModelError(str(e)) from None
-    return (VllmSampler if engine == "vllm" else Sampler)(config, why)
+    if engine == "hf":
+        return Sampler(config, why)
+    try:
+        return VllmSampler(config, why)
+    except ModelError as e:
+        if not why.startswith("auto:"):  # asked for by name (or RLHF_ENGINE): its failure is the answer
+            raise
+        return Sampler(config, f"auto: {e}")  # vLLM would load it but could not start here: generate samples
 
 
 class _Base:
@@ -187,8 +194,13 @@ class VllmSampler(_Base):
             raise ModelError(str(e)) from None
 
     def __call__(self, prompts: list[str], k: int, seed: int) -> list[list[Generated]]:
+        from training.vllm_engine import EngineError
+
         ids = [self.tokenizer(self.chat_prompt(p), add_special_tokens=False)["input_ids"] for p in prompts]
-        outs = self.vllm.sample(ids, k, self.settings, seed)
+        try:
+            outs = self.vllm.sample(ids, k, self.settings, seed)
+        except EngineError as e:
+            raise ModelError(str(e)) from None
         return [[self._finish(o.token_ids) for o in row] for row in outs]
 
     def close(self) -> None:

@@ -288,8 +288,12 @@ def rollout_engine(cfg: PromptsConfig, eos_id: int, clock=None):
     from training.rollout_engine import EngineRollouts
 
     max_len = cfg.max_prompt_length + cfg.max_new_tokens
-    zero3 = cfg.zero_stage == 3
-    return EngineRollouts(folder, cfg.dtype, eos_id, max_len, cfg.seed, zero3, clock), f"vllm ({why})"
+    try:
+        return EngineRollouts(folder, cfg.dtype, eos_id, max_len, cfg.seed, cfg.zero_stage == 3, clock), f"vllm ({why})"
+    except EngineError as e:
+        if not why.startswith("auto:"):  # asked for by name: its failure is the run's error
+            raise ValueError(str(e)) from None
+        return None, f"hf (auto: {e})"  # vLLM would load the actor but could not start here
 
 
 def frozen_judges(cfg: PromptsConfig, judges: list, folders: list, device) -> Judges:
@@ -345,6 +349,7 @@ def evaluate_policy(policy: str, cfg: PromptsConfig) -> dict:
         judges=frozen_judges(cfg, judges, folders, device),
         synced=False,
         generator=lambda: actor,
+        engine=lambda: None,  # the trainers' own decode: a policy judged once needs no engine
     )
     tokenizer = load_tokenizer(resolve_model(policy))
     prompts = eval_prompts(cfg, tokenizer)

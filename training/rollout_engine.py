@@ -55,6 +55,8 @@ def _merged_lora(model) -> dict[str, torch.Tensor]:
 
 
 PROBE = [1, 2, 3, 4, 5, 6, 7, 8]  # the token ids whose next-token log-probs check each sync
+# A gap no rounding makes: bf16 kernels that differ leave hundredths of a nat; stale weights after many steps, more
+MAX_GAP = 1.0
 
 
 @torch.no_grad()
@@ -73,7 +75,7 @@ class EngineRollouts:
     checks the sync: the engine's next-token log-probs against the actor's own forward (`take()` reports it)."""
 
     def __init__(self, folder, dtype: str, eos_id: int, max_len: int, seed: int, zero3: bool, clock=None):
-        self.engine = VllmEngine(folder, dtype, [eos_id], max_len, seed)
+        self.engine = VllmEngine(folder, dtype, [eos_id], max_len, seed, only_eos=True)
         self.zero3, self.clock = zero3, clock
         self.version: int | None = None
         self.synced: dict = {}
@@ -85,10 +87,13 @@ class EngineRollouts:
             part = self.clock.part("weight_sync") if self.clock is not None else contextlib.nullcontext()
             with part:
                 sent = self.engine.load_weights(actor_weights(actor.module, self.zero3))
-            self.synced = {
-                "rollout/weight_sync_mb": sent / 2**20,
-                "rollout/engine_logprob_gap": logprob_gap(self.engine, actor.module),
-            }
+            gap = logprob_gap(self.engine, actor.module)
+            if gap > MAX_GAP:
+                raise RuntimeError(
+                    f"the vLLM engine's log-probs differ from the actor's by {gap:.2f} nats after a "
+                    "weight sync: its weights did not arrive (rollout/engine_logprob_gap)"
+                )
+            self.synced = {"rollout/weight_sync_mb": sent / 2**20, "rollout/engine_logprob_gap": gap}
             self.version = version
         return self.engine
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,10 @@ def unsupported(folder: Path, gpu: bool | None = None) -> str | None:
     arch = (config.get("architectures") or ["?"])[0]
     if arch not in ARCHITECTURES:
         return f"its architecture {arch} is not one rlhf-studio sends to vLLM ({', '.join(ARCHITECTURES)})"
-    head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    try:
+        head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return f"{folder}/config.json names no head size (head_dim, or hidden_size and num_attention_heads)"
     if not (_on_gpu() if gpu is None else gpu) and head not in CPU_HEAD_SIZES:
         return (
             f"vLLM on a CPU needs a head size of {', '.join(map(str, CPU_HEAD_SIZES[:4]))}, ...; this model's is {head}"
@@ -105,7 +109,11 @@ class VllmEngine:
     """One vLLM engine over one model folder. `sample` draws n responses for each prompt (token ids in, token ids
     out); `load_weights` replaces the model's weights in place (a PPO actor after its update)."""
 
-    def __init__(self, folder: Path, dtype: str, eos_ids: list[int], max_model_len: int, seed: int = 0):
+    def __init__(
+        self, folder: Path, dtype: str, eos_ids: list[int], max_model_len: int, seed: int = 0, only_eos: bool = False
+    ):
+        """eos_ids: where responses end. only_eos: there and nowhere else (a trainer's rollouts, whose EOS is one
+        token); else also at the EOS ids of the model's generation_config.json, as transformers' generate does."""
         if not vllm_installed():
             raise EngineError("cannot sample with vLLM: vLLM is not installed")
         gpu = _on_gpu()
@@ -116,14 +124,17 @@ class VllmEngine:
         # vLLM logs to stdout, where `rlhf` prints its results: to stderr, and only its errors unless asked for more
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        # the engine's process starts fresh rather than as a fork of a threaded app or a trainer's rank
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         from vllm import LLM
 
         self.folder = Path(folder)
-        self.eos_ids = sorted(set(eos_ids))
+        self.eos_ids, self.only_eos = sorted(set(eos_ids)), only_eos
         # On a CPU a prompt's prefill is never split across steps: vLLM 0.32 rewinds a seeded request's random
         # generator after a partial prefill, which a CPU generator cannot do ('CPU Generator does not use offset').
         extra = (
-            {"gpu_memory_utilization": GPU_MEMORY_SHARE}
+            # each rank's engine on that rank's GPU (an index into the visible ones), beside its trainer
+            {"gpu_memory_utilization": GPU_MEMORY_SHARE, "device_ids": [_cuda_index()]}
             if gpu
             else {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
         )
@@ -142,11 +153,13 @@ class VllmEngine:
             )
         except Exception as e:  # vLLM raises many kinds; the user gets one line
             raise EngineError(f"vLLM cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
-        self.watchdog = _watchdog([p for p in _children() if p.pid not in {q.pid for q in before}])
+        old = {q.pid for q in before}
+        self.watchdog = _watchdog([p for p in _children() if p.pid not in old and _is_vllm(p)])
 
     def sample(self, prompts: list[list[int]], n: int, s: Settings, seed: int) -> list[list[Output]]:
-        """n responses for each prompt; out[i][j] is sample j of prompts[i]. Prompt i draws from seed + i, so a
-        run is reproducible and two equal prompts still get different samples."""
+        """n responses for each prompt; out[i][j] is sample j of prompts[i]. Prompt i's request is seeded with
+        request_seed(seed, i) (vLLM seeds its j-th sample with that + j): a run is reproducible, and two equal
+        prompts, or the same prompt in two calls with other seeds, get different samples."""
         from vllm import SamplingParams
 
         params = [
@@ -158,12 +171,16 @@ class VllmEngine:
                 max_tokens=s.max_new_tokens,
                 min_tokens=s.min_tokens,
                 stop_token_ids=self.eos_ids,
-                seed=seed + i,
+                ignore_eos=self.only_eos,  # then only stop_token_ids end a response
+                seed=request_seed(seed, i),
                 detokenize=False,
             )
             for i in range(len(prompts))
         ]
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        try:
+            outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        except ValueError as e:  # vLLM's request checks (a prompt longer than the engine holds, an empty one)
+            raise EngineError(f"vLLM refused the request: {str(e).splitlines()[0][:200]}") from None
         return [[self._output(c) for c in o.outputs] for o in outs]
 
     def next_logprobs(self, prompt: list[int], k: int) -> dict[int, float]:
@@ -192,8 +209,7 @@ class VllmEngine:
                 continue  # a tied weight (lm_head = embed_tokens): vLLM ties it itself
             seen.add(key)
             unique[name] = t.detach().to("cpu").contiguous()
-        shm = Path("/dev/shm")
-        fd, path = tempfile.mkstemp(suffix=".safetensors", prefix="rlhf-weights-", dir=shm if shm.is_dir() else None)
+        fd, path = tempfile.mkstemp(suffix=".safetensors", prefix="rlhf-weights-", dir=_transfer_dir(unique))
         os.close(fd)
         try:
             save_file(unique, path)
@@ -213,7 +229,10 @@ class VllmEngine:
         watchdog, self.watchdog = getattr(self, "watchdog", None), None
         if watchdog is not None:
             watchdog.stdin.close()  # its engine is gone: it checks and leaves
-            watchdog.wait()
+            try:
+                watchdog.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # a later engine's process holds the pipe too: this one is done
+                watchdog.kill()
 
 
 # The engine's processes outlive an owner killed with SIGKILL (a stopped training rank, a killed app): vLLM's
@@ -234,6 +253,42 @@ for arg in sys.argv[1:]:
 """
 
 
+def request_seed(seed: int, i: int) -> int:
+    """The seed of the i-th request of a call seeded `seed`: mixed (splitmix64's finaliser), so that the windows
+    [s, s + n) vLLM gives a request's n samples do not line up across prompts or calls."""
+    x = (seed * 0x9E3779B97F4A7C15 + i + 1) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (x ^ (x >> 31)) & 0x3FFFFFFF  # room for + n below 2**31
+
+
+def _cuda_index() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _transfer_dir(tensors: dict) -> str | None:
+    """/dev/shm where it holds the weights twice over (a container's is often 64 MB), else the system's temp."""
+    import shutil
+
+    size = sum(t.numel() * t.element_size() for t in tensors.values())
+    try:
+        return "/dev/shm" if shutil.disk_usage("/dev/shm").free > 2 * size else None
+    except OSError:
+        return None
+
+
+def _is_vllm(process) -> bool:
+    """vLLM's engine core and workers name themselves VLLM::..."""
+    import psutil
+
+    try:
+        return process.name().startswith("VLLM") or "VLLM" in " ".join(process.cmdline()[:1])
+    except psutil.Error:
+        return False
+
+
 def _children() -> list:
     import psutil
 
@@ -241,7 +296,6 @@ def _children() -> list:
 
 
 def _watchdog(processes: list):
-    import subprocess
     import sys
 
     args = [f"{p.pid}:{p.create_time()}" for p in processes]

@@ -12,7 +12,8 @@ class WeightSync:
         from safetensors.torch import load_file
 
         tensors = load_file(path)
-        self.model_runner.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+        # the worker's reload_weights: the model runner's, inside vLLM's config context
+        self.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
         _repack_cpu_heads(self.model_runner.model)
         return len(tensors)
 

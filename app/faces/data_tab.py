@@ -70,16 +70,16 @@ def ls_export_download(db: str) -> list[str]:
 
 def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
     ctx.limits.check_sampling(int(k), ctx.sampling.max_new_tokens)
-    sampler = ctx.sampler(ctx.sampling)
-    report = run_sampling(
-        ctx.db,
-        sampler,
-        k=int(k),
-        limit=int(limit) if limit else None,  # 0 = all pending
-        progress=(lambda done, total: progress(done / max(total, 1), desc=f"sampled {done}/{total} prompts"))
-        if progress
-        else None,
-    )
+    with ctx.sampler(ctx.sampling) as sampler:
+        report = run_sampling(
+            ctx.db,
+            sampler,
+            k=int(k),
+            limit=int(limit) if limit else None,  # 0 = all pending
+            progress=(lambda done, total: progress(done / max(total, 1), desc=f"sampled {done}/{total} prompts"))
+            if progress
+            else None,
+        )
     return report.line()
 
 

@@ -6,6 +6,7 @@ Origin check, the token without --auth); app/faces/limits.py caps what a request
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import threading
@@ -56,6 +57,8 @@ class AppContext:
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
         self._sampler: Sampler | VllmSampler | None = None
+        self._retired: list = []  # samplers dropped while in use: closed when their sampling ends
+        self._users: dict[int, int] = {}  # samplings running on each sampler, by id
         self._lock = threading.Lock()
 
     def is_admin(self, request) -> bool:
@@ -71,18 +74,38 @@ class AppContext:
         """Free every model the app holds (a training run is starting and needs the memory)."""
         self.chat.release()
         with self._lock:
-            if self._sampler is not None:
-                self._sampler.close()
-            self._sampler = None
+            self._retire()
 
-    def sampler(self, config: SamplingConfig) -> Sampler | VllmSampler:
+    def _retire(self) -> None:
+        """Drop the held sampler; its engine closes now, or when the sampling that uses it ends. Under the lock."""
+        if self._sampler is not None:
+            self._retired.append(self._sampler)
+        self._sampler = None
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        for old in [s for s in self._retired if not self._users.get(id(s))]:
+            self._retired.remove(old)
+            old.close()
+
+    @contextlib.contextmanager
+    def sampler(self, config: SamplingConfig):
+        """The app's sampler for `config` while the block runs (one engine, kept between uses; a new config or a
+        training launch retires it, and it closes once no sampling uses it)."""
         with self._lock:
             if self._sampler is None or self._sampler.config != config:
-                if self._sampler is not None:
-                    self._sampler.close()
-                self._sampler = None  # the old engine's memory is back before the new one loads
+                self._retire()  # the old engine's memory is back before the new one loads, unless it is busy
                 self._sampler = open_sampler(config)
-            return self._sampler
+            sampler = self._sampler
+            self._users[id(sampler)] = self._users.get(id(sampler), 0) + 1
+        try:
+            yield sampler
+        finally:
+            with self._lock:
+                self._users[id(sampler)] -= 1
+                if not self._users[id(sampler)]:
+                    del self._users[id(sampler)]
+                self._close_idle()
 
 
 def is_loopback(host: str) -> bool:
