@@ -180,3 +180,22 @@ def test_latest_names_a_tag_only_once_its_files_are_written_and_is_never_half_wr
     assert (tmp_path / "latest").read_text() == "step2"  # rank 1 wrote its files and left `latest` to rank 0
     save_checkpoint(engine, tmp_path, "step6")
     assert (tmp_path / "latest").read_text() == "step6"
+
+
+def test_a_whole_new_checkpoint_removes_the_older_ones_and_nothing_else(tmp_path):
+    """A resume reads only `latest`: once rank 0 has named a new tag, the older stepN tags go (1.8 GB each for
+    SmolLM2 with its optimizer); a later one and a folder that is not a tag stay."""
+    from training.engine import drop_older, save_checkpoint
+
+    (tmp_path / "actor-step2").mkdir()  # not a tag (an evaluated checkpoint's name)
+    save_checkpoint(_Engine(), tmp_path, "step2")
+    save_checkpoint(_Engine(), tmp_path, "step4")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor-step2", "latest", "step4"]
+    save_checkpoint(_Engine(rank=1), tmp_path, "step6")  # rank 1 removes nothing (and names nothing)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor-step2", "latest", "step4", "step6"]
+    save_checkpoint(_Engine(), tmp_path, "step6")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actor-step2", "latest", "step6"]
+    (tmp_path / "ref-step4.pt").write_bytes(b"x")  # a trainer's own state files beside the tags (PPO's)
+    (tmp_path / "ref-step6.pt").write_bytes(b"x")
+    drop_older(tmp_path, "step6", prefix="ref-", suffix=".pt")
+    assert sorted(p.name for p in tmp_path.glob("ref-*")) == ["ref-step6.pt"]

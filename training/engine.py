@@ -121,16 +121,19 @@ def save_hf(engine, model, tokenizer, out: Path, rank: int, zero3: bool, lora: b
         tokenizer.save_pretrained(out)
 
 
-def save_checkpoint(engine, folder: str | Path, tag: str, **kwargs) -> None:
+def save_checkpoint(engine, folder: str | Path, tag: str, drop: bool = True, **kwargs) -> None:
     """engine.save_checkpoint, all or nothing: a save that fails part-way (a full disk) removes its half-written tag
     folder, so `latest` still names a whole checkpoint and the space is free again for the run's log and status; a
     full disk is said in so many words (torch reports it as an iostream error). `latest` is ours to write (see
-    mark_latest), never DeepSpeed's."""
+    mark_latest), never DeepSpeed's. drop: then remove the older tags (drop_older); a checkpoint of several
+    engines drops them itself once its last engine is saved."""
     folder = Path(folder)
     try:
         engine.save_checkpoint(str(folder), tag=tag, save_latest=False, **kwargs)  # every rank has written its part
         if engine.global_rank == 0:
             mark_latest(folder, tag)
+            if drop:
+                drop_older(folder, tag)
         return
     except Exception as e:
         full = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or shutil.disk_usage(folder).free < 1 << 20
@@ -154,6 +157,26 @@ def mark_latest(folder: Path, tag: str) -> None:
             with path.open("rb") as f:
                 os.fsync(f.fileno())
     write_text_atomic(folder / "latest", tag)
+
+
+def drop_older(folder: Path, tag: str, prefix: str = "", suffix: str = "") -> None:
+    """Remove the resume checkpoints before `tag` (stepN, or the files prefix + stepN + suffix) once the run's
+    `latest` names it: a resume reads only `latest`, and each tag of a 135M-parameter model with its optimizer is
+    1.8 GB (a default-model PPO run kept five per model and filled the disk). Evaluated checkpoints (plain HF
+    folders, actor-stepN) are not tags and stay."""
+    step = _tag_step(tag)
+    if step is None:
+        return
+    for old in folder.iterdir():
+        if not (old.name.startswith(prefix) and old.name.endswith(suffix)):
+            continue
+        before = _tag_step(old.name[len(prefix) : len(old.name) - len(suffix)])
+        if before is not None and before < step:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+
+
+def _tag_step(name: str) -> int | None:
+    return int(name[4:]) if name.startswith("step") and name[4:].isdigit() else None
 
 
 def _drop_unfinished(folder: Path, tag: str) -> str | None:

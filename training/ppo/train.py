@@ -17,6 +17,7 @@ import torch
 
 from training.checkpoints import evaluate
 from training.engine import (
+    drop_older,
     initialize,
     optimizer_mb,
     peak_memory,
@@ -182,12 +183,14 @@ def experience_stats(buffer: list[Experience], kl_ctl: float, cfg: PPOConfig) ->
 
 def save_checkpoint(m: Models, folder: Path, step: int, state: dict) -> None:
     tag = f"step{step}"
-    save_engine_checkpoint(m.critic, folder / "critic", tag)
+    save_engine_checkpoint(m.critic, folder / "critic", tag, drop=False)
     if m.ema is not None and torch.distributed.get_rank() == 0:
         torch.save(m.ema, folder / f"ema-{tag}.pt")
     if m.cfg.ref_ema_beta and torch.distributed.get_rank() == 0:  # a moving reference is state too
         torch.save([p.detach() for p in m.ref.parameters()], folder / f"ref-{tag}.pt")
     save_engine_checkpoint(m.actor, folder / "actor", tag, client_state=state)  # last: its 'latest' marks done
+    if torch.distributed.get_rank() == 0:  # the whole checkpoint is down: the critic's older tags go too
+        drop_older(folder / "critic", tag)
 
 
 def load_checkpoint(m: Models, folder: Path) -> dict | None:
