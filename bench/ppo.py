@@ -113,31 +113,27 @@ def summarize(step_s: list[float], gen_s: list[float], peak_mb: float, decoded: 
 
 
 def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed", engine: str = "auto"):
+    """Ours on the workload: the fixed shape pins prompt and response lengths and the batch to the TRL run's; the
+    default shape leaves PPOConfig's defaults."""
     from training.ppo.config import PPOConfig
 
-    if shape == "default":
-        return PPOConfig(
-            actor=w["actor"],
-            reward=w["scalar"],
-            critic=w["scalar"],
-            max_steps=STEPS,
-            dtype=dtype,
-            rollout_engine=engine,
-        )
-    return PPOConfig(
-        actor=w["actor"],
-        reward=w["scalar"],
-        critic=w["scalar"],
+    fixed = dict(
         max_prompt_length=PROMPT_TOKENS,
         max_new_tokens=NEW_TOKENS,
         min_new_tokens=NEW_TOKENS,
         generation_batch_size=BATCH,
         minibatch_size=BATCH,
-        max_steps=STEPS,
         sample_every=0,
-        dtype=dtype,
         zero_stage=zero_stage,
+    )
+    return PPOConfig(
+        actor=w["actor"],
+        reward=w["scalar"],
+        critic=w["scalar"],
+        max_steps=STEPS,
+        dtype=dtype,
         rollout_engine=engine,
+        **({} if shape == "default" else fixed),
     )
 
 

@@ -53,6 +53,8 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
     # an instruct model answers the capital question; sampled, so most (not all) samples must say Paris
     paris = [r[1] for r in rows if r[0] == 1 and "Paris" in r[1]]
     assert len(paris) >= 2
-    # resumable: the next run samples only the prompt left
-    r = rlhf(db, "sample", "--k", "4", "--max-new-tokens", "32")
+    # resumable: the next run samples only the prompt left, here on the other engine (generate), which says so
+    r = rlhf(db, "sample", "--k", "4", "--max-new-tokens", "32", "--engine", "hf")
     assert r.stdout.strip().startswith("sampled 4 responses for 1 prompt ")
+    assert "with hf (as configured)" in r.stdout
+    assert json.loads(query(db, "SELECT params FROM responses WHERE prompt_id = 4")[0][0])["engine"] == "hf"

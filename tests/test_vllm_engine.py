@@ -10,7 +10,7 @@ import torch
 
 from training.generation import Sampler, SamplingConfig, open_sampler
 from training.models import ModelError
-from training.vllm_engine import EngineError, Settings, engine_for, unsupported, vllm_installed
+from training.vllm_engine import EngineError, Settings, engine_for, open_engine, unsupported, vllm_installed
 
 
 def _config_file(folder, **over):
@@ -48,6 +48,33 @@ def test_engine_for_falls_back_with_a_reason_and_a_pin_wins(tmp_path, monkeypatc
         engine_for(small, "auto")
     with pytest.raises(EngineError, match="engine must be auto, vllm, hf"):
         engine_for(small, "sglang")
+
+
+def test_open_engine_falls_back_only_where_auto_chose_vllm(tmp_path, monkeypatch):
+    """An engine that cannot start: under auto, generate samples and says why; asked for by name, the error."""
+    import training.vllm_engine as ve
+
+    monkeypatch.delenv("RLHF_ENGINE", raising=False)
+    monkeypatch.setattr(ve, "vllm_installed", lambda: True)
+    monkeypatch.setattr(ve, "_on_gpu", lambda: False)
+    ok = _config_file(tmp_path / "ok")  # head size 32: vLLM would load it
+
+    def broken(why):
+        raise EngineError("no room for the KV cache")
+
+    assert open_engine(ok, "auto", lambda why: ("vllm", why), lambda why: ("hf", why)) == (
+        "vllm",
+        "auto: vLLM is installed and loads this model",
+    )
+    assert open_engine(ok, "auto", broken, lambda why: ("hf", why)) == ("hf", "auto: no room for the KV cache")
+    with pytest.raises(EngineError, match="no room"):
+        open_engine(ok, "vllm", broken, lambda why: ("hf", why))
+    monkeypatch.setenv("RLHF_ENGINE", "vllm")  # pinned: as good as named
+    with pytest.raises(EngineError, match="no room"):
+        open_engine(ok, "auto", broken, lambda why: ("hf", why))
+    small = _config_file(tmp_path / "small", num_attention_heads=4)
+    monkeypatch.setenv("RLHF_ENGINE", "hf")
+    assert open_engine(small, "auto", broken, lambda why: ("hf", why)) == ("hf", "auto, pinned by RLHF_ENGINE")
 
 
 def test_a_sampler_that_cannot_have_vllm_says_so_in_one_line(tiny_model_dir):

@@ -55,9 +55,8 @@ def evaluate(m, prompts: list[list[int]], tokenizer, cfg, step: int) -> dict:
     scores, heldout, kl, lengths = [], [], [], []
     for i in range(0, len(prompts), cfg.generation_batch_size):
         torch.manual_seed(EVAL_SEED + i)
-        batch = rollout(
-            m.generator(), prompts[i : i + cfg.generation_batch_size], tokenizer, cfg, m.synced, engine=m.engine()
-        )
+        mine = prompts[i : i + cfg.generation_batch_size]
+        batch = rollout(m.generator(), mine, tokenizer, cfg, m.synced, engine=m.engine(mine[0]))
         exp = score(batch, m.actor, m.ref, None, m.judges, (0.0, 1.0), cfg)  # no values: nothing trains here
         scores.append(exp.raw_scores.float().cpu())
         kl.append(((exp.logprobs - exp.ref_logprobs) * exp.mask).sum(1).float().cpu())

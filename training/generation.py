@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, model_id, resolve_model
+from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, folder_json, model_id, resolve_model
 from training.precision import check_dtype, resolve_dtype
 
 
@@ -48,22 +48,19 @@ class Generated:
 
 
 def open_sampler(config: SamplingConfig) -> Sampler | VllmSampler:
-    """The sampler for `config` on the engine engine_for picks (vLLM, else transformers' generate)."""
-    from training.vllm_engine import EngineError, engine_for
+    """The sampler for `config` on the engine training/vllm_engine.py's open_engine picks (vLLM, else transformers'
+    generate)."""
+    from training.vllm_engine import EngineError, open_engine
 
-    folder = resolve_model(config.model)
     try:
-        engine, why = engine_for(folder, config.engine)
+        return open_engine(
+            resolve_model(config.model),
+            config.engine,
+            lambda why: VllmSampler(config, why),
+            lambda why: Sampler(config, why),
+        )
     except EngineError as e:
         raise ModelError(str(e)) from None
-    if engine == "hf":
-        return Sampler(config, why)
-    try:
-        return VllmSampler(config, why)
-    except ModelError as e:
-        if not why.startswith("auto:"):  # asked for by name (or RLHF_ENGINE): its failure is the answer
-            raise
-        return Sampler(config, f"auto: {e}")  # vLLM would load it but could not start here: generate samples
 
 
 class _Base:
@@ -181,17 +178,14 @@ class VllmSampler(_Base):
     engine = "vllm"
 
     def __init__(self, config: SamplingConfig, engine_why: str = "as configured"):
-        from training.vllm_engine import EngineError, Settings, VllmEngine
+        from training.vllm_engine import Settings, VllmEngine
 
         super().__init__(config, engine_why)
         self.settings = Settings(
             config.temperature, config.top_p, config.top_k, config.max_new_tokens, config.min_new_tokens
         )
-        try:
-            window = _context_window(self.folder)
-            self.vllm = VllmEngine(self.folder, self.dtype, sorted(self.eos_ids), window, config.seed)
-        except EngineError as e:
-            raise ModelError(str(e)) from None
+        # an EngineError here is open_sampler's: it falls back to generate under auto, else it is the one line
+        self.vllm = VllmEngine(self.folder, self.dtype, sorted(self.eos_ids), _context_window(self.folder), config.seed)
 
     def __call__(self, prompts: list[str], k: int, seed: int) -> list[list[Generated]]:
         from training.vllm_engine import EngineError
@@ -209,27 +203,14 @@ class VllmSampler(_Base):
 
 def _context_window(folder, most: int = 8192) -> int:
     """The longest prompt + response the engine holds: the model's max_position_embeddings, at most `most`."""
-    import json
-    from pathlib import Path
-
-    try:
-        n = json.loads((Path(folder) / "config.json").read_text()).get("max_position_embeddings") or most
-    except (OSError, ValueError):
-        n = most
-    return min(int(n), most)
+    return min(int(folder_json(folder).get("max_position_embeddings") or most), most)
 
 
 def _generation_eos(folder) -> object:
     """The eos_token_id transformers' generate stops at (an id, a list or None): generation_config.json's, else
     config.json's; read without loading the model."""
-    import json
-    from pathlib import Path
-
     for name in ("generation_config.json", "config.json"):
-        try:
-            eos = json.loads((Path(folder) / name).read_text()).get("eos_token_id")
-        except (OSError, ValueError):
-            continue
+        eos = folder_json(folder, name).get("eos_token_id")
         if eos is not None:
             return eos
     return None

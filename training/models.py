@@ -123,6 +123,16 @@ def reward_folder(ref: str) -> Path:
     raise ModelError(f"{ref} is neither a reward run folder nor a Hugging Face model folder")
 
 
+def folder_json(folder, name: str = "config.json") -> dict:
+    """`name` (config.json, generation_config.json) of a model folder as a dict, read without loading the model;
+    {} where it is missing or unreadable (the callers say what that means for them)."""
+    try:
+        data = json.loads((Path(folder) / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _json_file(path: Path) -> dict:
     try:
         return read_json_object(path)

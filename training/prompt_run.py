@@ -276,24 +276,20 @@ def rollout_engine(cfg: PromptsConfig, eos_id: int, clock=None):
     """(the vLLM engine the rollouts come from, or None for the trainers' own decode; the line that says which and
     why, for the run's start event). cfg.dtype is resolved by now."""
     from training.models import resolve_model
-    from training.vllm_engine import EngineError, engine_for
+    from training.vllm_engine import EngineError, open_engine
+
+    def vllm(why):
+        from training.rollout_engine import EngineRollouts
+
+        max_len = cfg.max_prompt_length + cfg.max_new_tokens
+        engine = EngineRollouts(folder, cfg.dtype, eos_id, max_len, cfg.seed, cfg.zero_stage == 3, clock)
+        return engine, f"vllm ({why})"
 
     folder = resolve_model(cfg.actor)
     try:
-        engine, why = engine_for(folder, cfg.rollout_engine)
+        return open_engine(folder, cfg.rollout_engine, vllm, lambda why: (None, f"hf ({why})"))
     except EngineError as e:
         raise ValueError(str(e)) from None
-    if engine == "hf":
-        return None, f"hf ({why})"
-    from training.rollout_engine import EngineRollouts
-
-    max_len = cfg.max_prompt_length + cfg.max_new_tokens
-    try:
-        return EngineRollouts(folder, cfg.dtype, eos_id, max_len, cfg.seed, cfg.zero_stage == 3, clock), f"vllm ({why})"
-    except EngineError as e:
-        if not why.startswith("auto:"):  # asked for by name: its failure is the run's error
-            raise ValueError(str(e)) from None
-        return None, f"hf (auto: {e})"  # vLLM would load the actor but could not start here
 
 
 def frozen_judges(cfg: PromptsConfig, judges: list, folders: list, device) -> Judges:
@@ -349,7 +345,7 @@ def evaluate_policy(policy: str, cfg: PromptsConfig) -> dict:
         judges=frozen_judges(cfg, judges, folders, device),
         synced=False,
         generator=lambda: actor,
-        engine=lambda: None,  # the trainers' own decode: a policy judged once needs no engine
+        engine=lambda probe: None,  # the trainers' own decode: a policy judged once needs no engine
     )
     tokenizer = load_tokenizer(resolve_model(policy))
     prompts = eval_prompts(cfg, tokenizer)

@@ -54,15 +54,16 @@ def _merged_lora(model) -> dict[str, torch.Tensor]:
     return out
 
 
-PROBE = [1, 2, 3, 4, 5, 6, 7, 8]  # the token ids whose next-token log-probs check each sync
-# A gap no rounding makes: bf16 kernels that differ leave hundredths of a nat; stale weights after many steps, more
+# A gap no rounding makes: on a real prompt, bf16 kernels that differ leave hundredths of a nat (0.08 on
+# SmolLM2-135M); stale weights after many steps, more. (Not on made-up token ids: after a run of special tokens the
+# same bf16 weights gave gaps of 2.7 nats, fp32 none.)
 MAX_GAP = 1.0
 
 
 @torch.no_grad()
-def logprob_gap(engine: VllmEngine, model, prompt: list[int] = PROBE, k: int = 5) -> float:
-    """The largest difference between the engine's next-token log-probs after `prompt` (its k most likely tokens)
-    and `model`'s own forward: 0 up to float rounding when the engine holds the model's weights."""
+def logprob_gap(engine: VllmEngine, model, prompt: list[int], k: int = 5) -> float:
+    """The largest difference between the engine's next-token log-probs after `prompt` (a real prompt: its k most
+    likely tokens) and `model`'s own forward: 0 up to float rounding when the engine holds the model's weights."""
     theirs = engine.next_logprobs(prompt, k)
     ids = torch.tensor([prompt], device=next(model.parameters()).device)
     ours = model(input_ids=ids).logits[0, -1].float().log_softmax(-1)
@@ -70,7 +71,7 @@ def logprob_gap(engine: VllmEngine, model, prompt: list[int] = PROBE, k: int = 5
 
 
 class EngineRollouts:
-    """A trainer's vLLM engine and the actor version it holds. `engine_for(actor)` returns the engine after
+    """A trainer's vLLM engine and the actor version it holds. `engine_for(actor, probe)` returns the engine after
     sending the actor's weights if they changed since the last call (its optimizer steps are the version), and
     checks the sync: the engine's next-token log-probs against the actor's own forward (`take()` reports it)."""
 
@@ -80,14 +81,15 @@ class EngineRollouts:
         self.version: int | None = None
         self.synced: dict = {}
 
-    def engine_for(self, actor) -> VllmEngine:
-        """actor: the DeepSpeed engine (its global_steps counts optimizer steps)."""
+    def engine_for(self, actor, probe: list[int]) -> VllmEngine:
+        """actor: the DeepSpeed engine (its global_steps counts optimizer steps); probe: a prompt's token ids, the
+        sync's check (a rollout prompt: on made-up ids bf16 rounding alone differs by nats)."""
         version = actor.global_steps
         if version != self.version:
             part = self.clock.part("weight_sync") if self.clock is not None else contextlib.nullcontext()
             with part:
                 sent = self.engine.load_weights(actor_weights(actor.module, self.zero3))
-            gap = logprob_gap(self.engine, actor.module)
+            gap = logprob_gap(self.engine, actor.module, probe)
             if gap > MAX_GAP:
                 raise RuntimeError(
                     f"the vLLM engine's log-probs differ from the actor's by {gap:.2f} nats after a "

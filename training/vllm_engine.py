@@ -14,7 +14,6 @@ RLHF_ENGINE=hf|vllm pins what `auto` means, as RLHF_DTYPE pins the dtype."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import tempfile
@@ -31,6 +30,8 @@ ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "
 CPU_KV_CACHE_GB = 1
 # The share of a GPU's memory the engine takes beside the trainer (TRL's colocate default after its OOM reports)
 GPU_MEMORY_SHARE = 0.3
+# Why `auto` picked vLLM: the one choice that falls back to hf when the engine cannot start (open_engine)
+AUTO_VLLM = "auto: vLLM is installed and loads this model"
 
 
 class EngineError(RuntimeError):
@@ -49,9 +50,10 @@ def _on_gpu() -> bool:
 
 def unsupported(folder: Path, gpu: bool | None = None) -> str | None:
     """Why vLLM cannot sample the model in `folder` (None: it can), read from its config.json alone."""
-    try:
-        config = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError):
+    from training.models import folder_json
+
+    config = folder_json(folder)
+    if not config:
         return f"{folder} has no readable config.json"
     arch = (config.get("architectures") or ["?"])[0]
     if arch not in ARCHITECTURES:
@@ -82,10 +84,26 @@ def engine_for(folder: Path, choice: str = "auto") -> tuple[str, str]:
         return "hf", why
     missing = "vLLM is not installed" if not vllm_installed() else unsupported(folder)
     if missing is None:
-        return "vllm", why or "auto: vLLM is installed and loads this model"
+        return "vllm", why or AUTO_VLLM
     if choice == "vllm":
         raise EngineError(f"cannot sample with vLLM: {missing}")
     return "hf", f"auto: {missing}"
+
+
+def open_engine(folder: Path, choice: str, vllm, hf):
+    """`vllm(why)` where engine_for picks vLLM for `folder`, else `hf(why)`: the one place a sampler or a trainer's
+    rollouts choose their engine. Where `auto` picked vLLM because it loads the model but it cannot start here
+    (`vllm` raises EngineError), `hf` samples and its why says so; vLLM asked for by name (the choice or
+    RLHF_ENGINE=vllm) that cannot start is the caller's EngineError."""
+    engine, why = engine_for(folder, choice)
+    if engine == "hf":
+        return hf(why)
+    try:
+        return vllm(why)
+    except EngineError as e:
+        if why != AUTO_VLLM:
+            raise
+        return hf(f"auto: {e}")
 
 
 @dataclass
@@ -149,6 +167,7 @@ class VllmEngine:
                 enable_prefix_caching=True,  # the K samples of a prompt share its prefill
                 worker_extension_cls="training.vllm_worker.WeightSync",
                 disable_log_stats=True,
+                use_tqdm_on_load=False,  # the app's and the trainer's progress is what users watch
                 **extra,
             )
         except Exception as e:  # vLLM raises many kinds; the user gets one line
@@ -284,7 +303,7 @@ def _is_vllm(process) -> bool:
     import psutil
 
     try:
-        return process.name().startswith("VLLM") or "VLLM" in " ".join(process.cmdline()[:1])
+        return process.name().startswith("VLLM")
     except psutil.Error:
         return False
 

@@ -94,9 +94,10 @@ class Models:
     def generator(self):
         return self.actor.module
 
-    def engine(self):
-        """The vLLM engine holding the actor's current weights, or None (the trainers' own decode)."""
-        return self.rollouts.engine_for(self.actor) if self.rollouts is not None else None
+    def engine(self, probe: list[int]):
+        """The vLLM engine holding the actor's current weights, or None (the trainers' own decode). probe: a prompt
+        of the batch it samples next, on which the sync is checked."""
+        return self.rollouts.engine_for(self.actor, probe) if self.rollouts is not None else None
 
     def save(self, folder: Path, step: int, state: dict) -> None:
         save_checkpoint(self, folder, step, state)
@@ -221,9 +222,9 @@ def make_experience(
         seed_rollout(cfg, step, b, ctx["rank"])
         t = time.time()
         want = cfg.reuse_rollout_logprobs and cfg.dtype == "fp32" and not cfg.single_pass
-        engine = m.engine()  # a vLLM engine gets the actor's latest weights first (the clock's weight_sync)
+        mine = [prompts[i] for i in mine_of(b)]
+        engine = m.engine(mine[0])  # a vLLM engine gets the actor's latest weights first (the clock's weight_sync)
         with m.clock.part("decode"):
-            mine = [prompts[i] for i in mine_of(b)]
             batch = rollout(m.generator(), mine, ctx["tokenizer"], cfg, m.synced, want, engine=engine)
         gen_s += time.time() - t
         t = time.time()

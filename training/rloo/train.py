@@ -75,9 +75,10 @@ class Models:
     def generator(self):
         return self.actor.module
 
-    def engine(self):
-        """The vLLM engine holding the actor's current weights, or None (the trainers' own decode)."""
-        return self.rollouts.engine_for(self.actor) if self.rollouts is not None else None
+    def engine(self, probe: list[int]):
+        """The vLLM engine holding the actor's current weights, or None (the trainers' own decode). probe: a prompt
+        of the batch it samples next, on which the sync is checked."""
+        return self.rollouts.engine_for(self.actor, probe) if self.rollouts is not None else None
 
     def save(self, folder: Path, step: int, state: dict) -> None:
         save_engine_checkpoint(self.actor, folder / "actor", f"step{step}", client_state=state)
@@ -98,7 +99,7 @@ def make_experience(
     seed_rollout(cfg, step, 0, rank)
     repeated = [p for p in prompts for _ in range(cfg.k)]
     want = cfg.dtype == "fp32" and not cfg.single_pass
-    engine = m.engine()  # a vLLM engine gets the actor's latest weights first (the clock's weight_sync)
+    engine = m.engine(prompts[0])  # a vLLM engine gets the actor's latest weights first (the clock's weight_sync)
     with m.clock.part("decode"):
         batch = rollout(m.generator(), repeated, m.tokenizer, cfg, m.synced, want_logprobs=want, engine=engine)
     if cfg.single_pass:
