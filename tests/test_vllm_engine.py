@@ -269,3 +269,63 @@ def test_an_owner_killed_with_sigkill_leaves_no_engine_behind(graded, tmp_path):
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine)
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_the_chat_streams_from_the_engine_what_it_samples(engines):
+    """The Compare chat on vLLM (training/chat.py's VllmChatModel over the module's engine): the two sides of one
+    model, read in turns, stream the replies `sample` draws with the same seed (EOS cut off); best-of-N's N replies
+    come from one n=N request; a stream closed early aborts its request, and the engine serves the next."""
+    from dataclasses import replace
+
+    from training.chat import ChatParams, VllmChatModel, chat_ids, stream_pair
+
+    ours, _ = engines
+    chat = VllmChatModel(ours.folder, "as configured", vllm=ours.vllm)
+    params = ChatParams(temperature=1.0, top_p=1.0, max_new_tokens=8, min_new_tokens=3, seed=5)  # EOS from the 3rd
+    left = [{"role": "user", "content": "Tell me about cats."}]
+    right = [{"role": "user", "content": "Tell me about rivers."}]
+    frames = list(stream_pair(chat, chat, left, right, params))
+    assert len(frames) >= 2 and frames[-1][2:] == (True, True) and frames[0][0] != frames[-1][0]  # token by token
+    for messages, text in ((left, frames[-1][0]), (right, frames[-1][1])):
+        drawn = ours.vllm.sample([chat_ids(chat.tokenizer, messages)], 1, chat.settings(params), params.seed)[0][0]
+        kept = drawn.token_ids[:-1] if drawn.ended else drawn.token_ids
+        assert text == chat.tokenizer.decode(kept, skip_special_tokens=True)
+
+    ids = chat_ids(chat.tokenizer, left)
+    replies = chat.replies(ids, params, 6)
+    assert len(replies) == 6 and len({tuple(r) for r in replies}) > 1
+    assert all(2 <= len(r) <= 8 and not set(r) & chat.eos for r in replies)
+
+    stream = chat.tokens(ids, replace(params, max_new_tokens=64))
+    next(stream)
+    stream.close()
+    assert not ours.vllm.llm.llm_engine.has_unfinished_requests() and not ours.vllm._streams
+    assert 2 <= len(list(chat.tokens(ids, params))) <= 8
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_the_apps_chat_process_streams_on_vllm_in_its_own_process(graded, monkeypatch):
+    """The app's chat child (app/jobs/chat_worker.py) samples the Compare chat on vLLM under auto, with the
+    engine's core inside the child (at the child's low priority): no VLLM:: process of its own, and none left after
+    release."""
+    import psutil
+
+    from app.jobs.chat_worker import ChatWorker
+    from training.chat import ChatParams
+
+    monkeypatch.delenv("RLHF_ENGINE", raising=False)
+    worker = ChatWorker(max_loaded=1)
+    try:
+        history = [{"role": "user", "content": "Tell me about cats."}]
+        params = ChatParams(temperature=1.0, top_p=1.0, max_new_tokens=6, min_new_tokens=3, seed=2)
+        frames = list(worker.pair([str(graded)] * 2, [history, history], params))
+        assert frames and frames[-1][0] == frames[-1][1] != ""  # one model, one seed: the same reply
+        assert worker.last_pair["engines"] == ["vllm", "vllm"]
+        child = psutil.Process(worker.pid())
+        assert not [p for p in child.children(recursive=True) if p.name().startswith("VLLM")]
+    finally:
+        worker.release()
+    assert not child.is_running()

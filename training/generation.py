@@ -91,8 +91,7 @@ class _Base:
             raise ModelError(f"cannot load a tokenizer from {self.folder}: {str(e).splitlines()[0][:200]}") from None
         self.tokenizer.padding_side = "left"
         eos = self.tokenizer.eos_token_id
-        self.eos_ids = set([eos] if isinstance(eos, int) else eos)
-        self.eos_ids |= set(_as_list(_generation_eos(self.folder)))
+        self.eos_ids = stop_ids(self.folder, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
 
     def params(self, k: int) -> dict:
@@ -185,7 +184,7 @@ class VllmSampler(_Base):
             config.temperature, config.top_p, config.top_k, config.max_new_tokens, config.min_new_tokens
         )
         # an EngineError here is open_sampler's: it falls back to generate under auto, else it is the one line
-        self.vllm = VllmEngine(self.folder, self.dtype, sorted(self.eos_ids), _context_window(self.folder), config.seed)
+        self.vllm = VllmEngine(self.folder, self.dtype, sorted(self.eos_ids), context_window(self.folder), config.seed)
 
     def __call__(self, prompts: list[str], k: int, seed: int) -> list[list[Generated]]:
         from training.vllm_engine import EngineError
@@ -201,9 +200,14 @@ class VllmSampler(_Base):
         self.vllm.close()
 
 
-def _context_window(folder, most: int = 8192) -> int:
+def context_window(folder, most: int = 8192) -> int:
     """The longest prompt + response the engine holds: the model's max_position_embeddings, at most `most`."""
     return min(int(folder_json(folder).get("max_position_embeddings") or most), most)
+
+
+def stop_ids(folder, tokenizer) -> set[int]:
+    """Where a reply ends, as transformers' generate ends it: the tokenizer's EOS and the model's generation EOS."""
+    return {*_as_list(tokenizer.eos_token_id), *_as_list(_generation_eos(folder))}
 
 
 def _generation_eos(folder) -> object:

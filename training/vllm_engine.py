@@ -13,10 +13,13 @@ RLHF_ENGINE=hf|vllm pins what `auto` means, as RLHF_DTYPE pins the dtype."""
 
 from __future__ import annotations
 
+import collections
 import importlib.util
+import itertools
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,7 +128,8 @@ class Output:
 
 class VllmEngine:
     """One vLLM engine over one model folder. `sample` draws n responses for each prompt (token ids in, token ids
-    out); `load_weights` replaces the model's weights in place (a PPO actor after its update)."""
+    out); `stream` yields one response's tokens as they come (the Compare chat); `load_weights` replaces the
+    model's weights in place (a PPO actor after its update)."""
 
     def __init__(
         self, folder: Path, dtype: str, eos_ids: list[int], max_model_len: int, seed: int = 0, only_eos: bool = False
@@ -147,7 +151,10 @@ class VllmEngine:
         from vllm import LLM
 
         self.folder = Path(folder)
+        self.max_model_len = max_model_len
         self.eos_ids, self.only_eos = sorted(set(eos_ids)), only_eos
+        self._streams: dict[str, collections.deque] = {}  # request id -> its outputs not yet read (stream)
+        self._stream_ids = itertools.count()
         # On a CPU a prompt's prefill is never split across steps: vLLM 0.32 rewinds a seeded request's random
         # generator after a partial prefill, which a CPU generator cannot do ('CPU Generator does not use offset').
         extra = (
@@ -179,28 +186,62 @@ class VllmEngine:
         """n responses for each prompt; out[i][j] is sample j of prompts[i]. Prompt i's request is seeded with
         request_seed(seed, i) (vLLM seeds its j-th sample with that + j): a run is reproducible, and two equal
         prompts, or the same prompt in two calls with other seeds, get different samples."""
-        from vllm import SamplingParams
-
-        params = [
-            SamplingParams(
-                n=n,
-                temperature=s.temperature,
-                top_p=s.top_p,
-                top_k=s.top_k if s.top_k > 0 else -1,
-                max_tokens=s.max_new_tokens,
-                min_tokens=s.min_tokens,
-                stop_token_ids=self.eos_ids,
-                ignore_eos=self.only_eos,  # then only stop_token_ids end a response
-                seed=request_seed(seed, i),
-                detokenize=False,
-            )
-            for i in range(len(prompts))
-        ]
+        params = [self._params(n, s, request_seed(seed, i)) for i in range(len(prompts))]
         try:
             outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         except ValueError as e:  # vLLM's request checks (a prompt longer than the engine holds, an empty one)
             raise EngineError(f"vLLM refused the request: {str(e).splitlines()[0][:200]}") from None
         return [[self._output(c) for c in o.outputs] for o in outs]
+
+    def _params(self, n: int, s: Settings, seed: int, **extra):
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=n,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else -1,
+            max_tokens=s.max_new_tokens,
+            min_tokens=s.min_tokens,
+            stop_token_ids=self.eos_ids,
+            ignore_eos=self.only_eos,  # then only stop_token_ids end a response
+            seed=seed,
+            detokenize=False,
+            **extra,
+        )
+
+    def stream(self, prompt: list[int], s: Settings, seed: int) -> Iterator[list[int]]:
+        """One response to `prompt`, as the engine samples it: each item the tokens since the last (its EOS
+        included when it ended), the seed request_seed(seed, 0)'s as in `sample`. Streams of one engine may be read
+        in turns (the Compare chat's two sides of one model); one closed before its end aborts its request."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        rid = f"stream-{next(self._stream_ids)}"
+        params = self._params(1, s, request_seed(seed, 0), output_kind=RequestOutputKind.DELTA)
+        try:
+            engine.add_request(rid, {"prompt_token_ids": prompt}, params)
+        except ValueError as e:  # vLLM's request checks, as in `sample`
+            raise EngineError(f"vLLM refused the request: {str(e).splitlines()[0][:200]}") from None
+        inbox = self._streams[rid] = collections.deque()
+        finished = False
+        try:
+            while not finished:
+                while not inbox:
+                    self._pump()
+                tokens, finished = inbox.popleft()
+                yield tokens
+        finally:
+            self._streams.pop(rid, None)
+            if not finished:
+                engine.abort_request([rid])
+
+    def _pump(self) -> None:
+        """One engine step's outputs to the streams they belong to (the engine core samples on in its process)."""
+        for out in self.llm.llm_engine.step():
+            inbox = self._streams.get(out.request_id)
+            if inbox is not None:
+                inbox.append((list(out.outputs[0].token_ids), out.finished))
 
     def next_logprobs(self, prompt: list[int], k: int) -> dict[int, float]:
         """The log-probabilities of the k most likely next tokens after `prompt` (and of the one sampled) under

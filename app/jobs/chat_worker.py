@@ -15,7 +15,8 @@ requests, on one core, the app spent 35.9 ms of CPU per submit (p95 332 ms) with
 handled one in the last QUIET_S (`AppActivity`: a time shared with the child), the child waits after each step for
 as long as makes its CPU BUSY_SHARE of the time (a step of 0.1 s CPU: 0.9 s), at most YIELD_MAX_S. A chat on a busy
 server advances slowly, never not at all, and on a quiet one at full speed. (The chat's models are on the CPU:
-training/chat.py loads them there.)
+training/chat.py loads them there. A model on vLLM runs its engine core inside this process, not in one of its
+own, so a step is still this process's CPU, at its priority, and yields the same way.)
 
 One request at a time, in arrival order (the chat's events run one at a time anyway: app/faces/chat_queue.py). Requests
 and their frames travel over one pipe, each tagged with its id; a reader thread hands frames to the request's
@@ -109,6 +110,9 @@ def _serve(conn, max_loaded: int, nice: int, busy=None) -> None:
     import torch
 
     torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads())
+    # a chat model on vLLM (training/chat.py) runs its engine core here, not in a process of its own: each step is
+    # this process's CPU (at this priority, and yielding to the app below), and nothing outlives it
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from app.jobs.compare import LocalChat
     from training.chat import Models
 
@@ -151,7 +155,7 @@ def _serve(conn, max_loaded: int, nice: int, busy=None) -> None:
                         break
                 if latest is not None and rid not in cancelled:
                     conn.send(("frame", rid, latest))
-                conn.send(("done", rid, {"steps": steps, "waited": waited}))
+                conn.send(("done", rid, {"steps": steps, "waited": waited, "engines": chat.last_engines}))
             elif kind == "scores":
                 conn.send(("done", rid, chat.scores(*args)))
         except Exception as e:  # noqa: BLE001 - every failure goes back to the caller as its one line
@@ -172,7 +176,7 @@ class ChatWorker:
         self._lock = threading.Lock()  # starting, sending, stopping
         self._busy = mp.get_context("spawn").RawValue("d", -math.inf)  # shared with every child this worker starts
         self.activity = AppActivity(self._busy)  # the app marks its other events (app/faces/chat_queue.py)
-        self.last_pair: dict | None = None  # the last finished pair's steps and waits
+        self.last_pair: dict | None = None  # the last finished pair's steps, waits and engines
 
     def _start(self):
         """The child and its reader thread, started on first use (and again after `release`)."""

@@ -124,12 +124,16 @@ class LocalChat:
 
     def __init__(self, models: Models):
         self.models = models
+        self.last_engines: list[str] = []  # what each side of the last pair sampled on ('vllm', 'hf')
 
     def pair(
         self, sides: list[str], histories: list[list[dict]], params: ChatParams, reward: str = ""
     ) -> Iterator[tuple[str, str]]:
         """(left text, right text) after each step of both replies to the histories' last message."""
-        left, right = (side_model(self.models, ref, h, params, reward) for ref, h in zip(sides, histories, strict=True))
+        (left, a), (right, b) = (
+            side_model(self.models, ref, h, params, reward) for ref, h in zip(sides, histories, strict=True)
+        )
+        self.last_engines = [a, b]
         for a, b, _, _ in stream_pair(left, right, histories[0], histories[1], params):
             yield a, b
 
@@ -167,14 +171,15 @@ def respond(
     yield state["history"][0], state["history"][1], state
 
 
-def side_model(models: Models, ref: str, history: list[dict], params: ChatParams, reward: str):
-    """(model, tokenizer) to stream from, or a best-of-N side's finished reply."""
+def side_model(models: Models, ref: str, history: list[dict], params: ChatParams, reward: str) -> tuple:
+    """(the chat model to stream from, or a best-of-N side's finished reply; the engine it samples on)."""
     n, base = split_best_of(ref)
-    if n == 1:
-        return models.causal(base)
-    if not reward:
+    if n > 1 and not reward:
         raise UserError("best-of-N picks with a reward model: fill in the reward model field")
-    return best_of_reply(models.causal(base), models.reward(reward), history, params, n)[0]
+    model = models.causal(base)
+    if n == 1:
+        return model, model.engine
+    return best_of_reply(model, models.reward(reward), history, params, n)[0], model.engine
 
 
 def _reply(text: str) -> dict:
