@@ -50,3 +50,22 @@ def pairwise_agreement(rankings: list[tuple[int, str, dict[int, int]]]) -> list[
         {"annotators": f"{x} / {y}", "shared_prompts": len(v), "mean_tau": sum(v) / len(v)}
         for (x, y), v in sorted(taus.items())
     ]
+
+
+def agreement_by_annotator(rankings: list[tuple[int, str, dict[int, int]]]) -> dict[str, tuple[float, int]]:
+    """rankings: (prompt id, annotator, {response id: rank}). For each annotator who shares a prompt with another:
+    (the mean tau_b of their ranking against every other annotator's ranking of the same prompt, how many shared
+    prompts that rests on). A comparison with no defined tau (a ranking that ties everything) is left out."""
+    by_prompt = defaultdict(list)
+    for prompt_id, annotator, ranks in rankings:
+        by_prompt[prompt_id].append((annotator, ranks))
+    taus, prompts = defaultdict(list), defaultdict(set)
+    for prompt_id, entries in by_prompt.items():
+        for (x, rx), (y, ry) in itertools.combinations(entries, 2):
+            tau = kendall_tau_b(rx, ry) if x != y else None
+            if tau is None:
+                continue
+            for who in (x, y):
+                taus[who].append(tau)
+                prompts[who].add(prompt_id)
+    return {a: (sum(v) / len(v), len(prompts[a])) for a, v in sorted(taus.items())}

@@ -59,6 +59,9 @@ def test_data_tab_end_to_end(app, db, tmp_path):
     counts, agreement = app.predict(api_name="/counts")
     assert agreement["data"] == []  # nobody shares a prompt yet
     assert "prompts 43 (5 with responses, 38 pending)" in counts and "pairs 2" in counts
+    dashboard, _ = app.predict(api_name="/annotators")  # the two imported rankings, by their annotators
+    assert dashboard["headers"][:3] == ["annotator", "rankings", "skips"]
+    assert sum(row[1] for row in dashboard["data"]) == 2
 
 
 @pytest.mark.integration

@@ -311,6 +311,20 @@ def cmd_undone(args: argparse.Namespace) -> None:
         print(f"{r.undone_at}  {r.annotator}  prompt {r.prompt_id}  ranking {r.ranking_id} of {r.ranked_at}  {what}")
 
 
+def cmd_annotators(args: argparse.Namespace) -> None:
+    """`rlhf annotators`: the lead's dashboard (annotation/dashboard.py): per annotator, how much, how fast, how
+    well they agree with the others, and why to look at their work."""
+    from annotation.dashboard import annotator_rows, as_json, text_table
+
+    rows = annotator_rows(args.db)
+    if args.json:
+        print(json.dumps(as_json(rows), indent=1))
+    elif not rows:
+        print("no answers yet")
+    else:
+        print(text_table(rows))
+
+
 def cmd_rounds(args: argparse.Namespace) -> None:
     from store.db import connect
     from store.rounds import list_rounds
@@ -545,6 +559,10 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument("--annotator", help="only this annotator's")
     s.add_argument("--json", action="store_true", help="one JSON object a line")
     s.set_defaults(func=cmd_undone)
+
+    s = sub.add_parser("annotators", help="per annotator: answers, speed, agreement, flags, and whom to look at")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_annotators)
 
     s = sub.add_parser("rounds", help="list annotation rounds: policy, prompts, rankings, pairs, runs")
     s.set_defaults(func=cmd_rounds)

@@ -20,6 +20,8 @@ from annotation.actions import (
     write_ls_export,
     write_pairs_file,
 )
+from annotation.dashboard import HEADERS as ANNOTATOR_HEADERS
+from annotation.dashboard import annotator_rows, over_time, table
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
 from app.faces.handlers import admin_only
 from app.faces.rounds_ui import ROUND_HEADERS, rounds_rows
@@ -33,6 +35,18 @@ def counts_markdown(db: str) -> str:
     if s["prompts"] == 0:
         lines.insert(0, "**The store is empty.** Load the bundled example prompts, then sample responses to rank.")
     return "\n".join(f"- {line}" if not line.startswith("**") else line for line in lines)
+
+
+def annotators_view(db: str):
+    """The dashboard's table and its answers-over-time plot (hidden until someone has answered)."""
+    import gradio as gr
+    import pandas as pd
+
+    rows = annotator_rows(db)
+    bucket, points = over_time(db)
+    frame = pd.DataFrame(points, columns=["annotator", "time", "answers"])
+    plot = gr.LinePlot(value=frame, visible=bool(points), y_title=f"answers per {bucket}")
+    return table(rows), plot
 
 
 def agreement_table(db: str) -> list[list]:
@@ -150,6 +164,14 @@ def build_data_tab(ctx, demo) -> None:
         sample_btn = gr.Button("Sample pending prompts", variant="primary", elem_id="sample")
     prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"], height=120)
     ls = _labelstudio_section()
+    gr.Markdown(
+        "### Annotators (`rlhf annotators`): how much, how fast, agreement with the others (Kendall tau-b on shared "
+        "prompts), rankings too fast to have read or left in the shown order, and whom to look at"
+    )
+    annotators_df = gr.Dataframe(headers=ANNOTATOR_HEADERS, interactive=False, elem_id="annotators", wrap=True)
+    answers_plot = gr.LinePlot(
+        x="time", y="answers", color="annotator", height=220, visible=False, elem_id="answers-over-time"
+    )
     gr.Markdown("### Agreement between annotators (Kendall tau-b on shared prompts; run the app with --overlap 2)")
     agreement_df = gr.Dataframe(
         headers=["annotators", "shared prompts", "mean tau"], interactive=False, elem_id="agreement"
@@ -169,6 +191,8 @@ def build_data_tab(ctx, demo) -> None:
         return sample_from_app(ctx, k_value, limit_value, progress)
 
     demo.load(refresh, outputs=shown, api_name="counts")
+    dashboard = admin_only(ctx, lambda: annotators_view(ctx.db), quiet=2)
+    demo.load(dashboard, outputs=[annotators_df, answers_plot], api_name="annotators")
     demo.load(admin_only(ctx, lambda: rounds_rows(ctx.db), quiet=1), outputs=[rounds_df], api_name="counts_by_round")
     for trigger, fn, inputs, outputs, name in [
         (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
@@ -178,7 +202,9 @@ def build_data_tab(ctx, demo) -> None:
         (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
         (ls.export_btn.click, lambda: ls_export_download(ctx.db), [], ls.export_files, "export_ls"),
     ]:
-        trigger(admin_only(ctx, fn), inputs, outputs, api_name=name).then(refresh, None, shown)
+        trigger(admin_only(ctx, fn), inputs, outputs, api_name=name).then(refresh, None, shown).then(
+            dashboard, None, [annotators_df, answers_plot]
+        )
     # Sampling runs one at a time (it holds the model); the rest of the app keeps answering meanwhile.
     sample_btn.click(admin_only(ctx, on_sample), [k, limit], status, api_name="sample", concurrency_limit=1).then(
         refresh, None, shown
