@@ -7,6 +7,8 @@ The reasons (`watch`) are fixed rules, stated here so that a lead knows what the
 - fast: at least WATCH_FAST_SHARE of their rankings took under FAST_S seconds;
 - shown order: at least WATCH_SHOWN_SHARE of their rankings are the order the responses were shown in (a random
   order of K = 4 distinct ranks is the shown one 1 time in 24);
+- gold: an accuracy under WATCH_GOLD_ACCURACY on at least WATCH_MIN_GOLD gold prompts (annotation/gold.py: the
+  share of each gold ranking's ordered pairs they ordered the same way, a tie counting half);
 - low agreement: a mean tau more than WATCH_TAU_GAP below the median of the other annotators' (each one's mean
   tau takes in their comparisons with everyone, a poor annotator's included), on at least WATCH_MIN_PROMPTS shared
   prompts."""
@@ -18,9 +20,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from annotation.agreement import agreement_by_annotator
+from annotation.gold import gold_accuracy
 from annotation.labelstudio import FAST_LEAD_TIME_S
 from store.annotators import annotator_work, answer_span_s, answers_over_time
 from store.db import connect
+from store.gold import gold_answers
 from store.pairs import rankings_for_agreement
 
 FAST_S = FAST_LEAD_TIME_S  # the same threshold as Label Studio imports' 'fast' flag
@@ -28,6 +32,8 @@ WATCH_FAST_SHARE = 0.2
 WATCH_SHOWN_SHARE = 0.25
 WATCH_TAU_GAP = 0.3
 WATCH_MIN_PROMPTS = 5
+WATCH_GOLD_ACCURACY = 0.7
+WATCH_MIN_GOLD = 3
 HEADERS = [
     "annotator",
     "rankings",
@@ -38,6 +44,8 @@ HEADERS = [
     "shared prompts",
     "fast",
     "shown order",
+    "gold accuracy",
+    "gold tasks",
     "look at",
 ]
 
@@ -53,6 +61,8 @@ class AnnotatorRow:
     shared_prompts: int
     fast_share: float | None  # of their rankings (None: no rankings)
     shown_order_share: float | None
+    gold_accuracy: float | None = None  # against the gold rankings of the gold prompts they ranked (None: none)
+    gold_tasks: int = 0
     watch: list[str] = field(default_factory=list)
 
 
@@ -64,6 +74,8 @@ def watch_reasons(row: AnnotatorRow, others_tau: float | None) -> list[str]:
         reasons.append(f"fast: {row.fast_share:.0%} of rankings under {FAST_S:g} s")
     if row.shown_order_share is not None and row.shown_order_share >= WATCH_SHOWN_SHARE:
         reasons.append(f"shown order: {row.shown_order_share:.0%} of rankings")
+    if row.gold_accuracy is not None and row.gold_tasks >= WATCH_MIN_GOLD and row.gold_accuracy < WATCH_GOLD_ACCURACY:
+        reasons.append(f"gold: {row.gold_accuracy:.0%} right on {row.gold_tasks} gold prompts")
     if (
         row.agreement is not None
         and others_tau is not None
@@ -81,6 +93,7 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
     with connect(db, create=False) as con:
         work = annotator_work(con, FAST_S)
         agreement = agreement_by_annotator(rankings_for_agreement(con))
+        gold = gold_accuracy(gold_answers(con))
     rows = []
     for w in work:
         tau, shared = agreement.get(w.annotator, (None, 0))
@@ -94,6 +107,8 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
             shared_prompts=shared,
             fast_share=w.fast / w.rankings if w.rankings else None,
             shown_order_share=w.shown_order / w.rankings if w.rankings else None,
+            gold_accuracy=gold.get(w.annotator, (None, 0))[0],
+            gold_tasks=gold.get(w.annotator, (None, 0))[1],
         )
         rows.append(row)
     for row in rows:
@@ -122,6 +137,8 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
             r.shared_prompts,
             share(r.fast_share),
             share(r.shown_order_share),
+            share(r.gold_accuracy),
+            r.gold_tasks,
             "; ".join(r.watch),
         ]
         for r in rows

@@ -60,18 +60,23 @@ def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=No
     return Task(assignment_id, prompt_id, prompt_text(con, prompt_id), list(order), [texts[i] for i in order], previous)
 
 
-def next_task(db: str | os.PathLike, annotator: str, overlap: int = 1, seed: int | None = None) -> Task | None:
-    """The annotator's open task (the same one again after a reload), or a newly assigned one; None when done."""
+def next_task(
+    db: str | os.PathLike, annotator: str, overlap: int = 1, seed: int | None = None, gold_rate: float = 0.0
+) -> Task | None:
+    """The annotator's open task (the same one again after a reload), or a newly assigned one; None when done.
+    gold_rate: the share of new tasks that are gold prompts (store/gold.py), when any is left for them."""
     _check_annotator(annotator)
     with write(db) as con:
-        return _next(con, annotator, overlap, seed)
+        return _next(con, annotator, overlap, seed, gold_rate=gold_rate)
 
 
-def _next(con, annotator: str, overlap: int, seed: int | None = None, holds: bool = True) -> Task | None:
+def _next(
+    con, annotator: str, overlap: int, seed: int | None = None, holds: bool = True, gold_rate: float = 0.0
+) -> Task | None:
     """holds=False: the annotator is known to hold no open task (they just answered it), so none is looked up."""
     row = open_assignment(con, annotator) if holds else None
     if row is None:
-        claimed = claim_next(con, annotator, overlap, random.Random(seed))
+        claimed = claim_next(con, annotator, overlap, random.Random(seed), gold_rate)
         if claimed is None:
             return None
         return Task(claimed.assignment_id, claimed.prompt_id, claimed.prompt, claimed.order, claimed.texts)
@@ -111,14 +116,19 @@ def submit(db: str | os.PathLike, annotator: str, assignment_id: int, ranks: lis
 
 
 def submit_and_next(
-    db: str | os.PathLike, annotator: str, assignment_id: int, ranks: list[int], overlap: int = 1
+    db: str | os.PathLike,
+    annotator: str,
+    assignment_id: int,
+    ranks: list[int],
+    overlap: int = 1,
+    gold_rate: float = 0.0,
 ) -> tuple[Task | None, Progress]:
     """What the Submit button does, in one transaction: store the ranking, hand out the next task, count."""
     with write(db) as con:
         _, stored_now = _submit(con, annotator, assignment_id, ranks)
         # an annotator holds one open task at a time: having just answered it, they hold none (a repeated submit
         # of an answered task may find the one handed out after it)
-        task = _next(con, annotator, overlap, holds=not stored_now)
+        task = _next(con, annotator, overlap, holds=not stored_now, gold_rate=gold_rate)
         return task, Progress(*annotation_counts(con, annotator, SOURCE, overlap))
 
 

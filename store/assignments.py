@@ -36,13 +36,21 @@ class Claimed:
     texts: list[str]
 
 
-def claim_next(con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng: random.Random) -> Claimed | None:
-    """Assign the next prompt this annotator has not had and fewer than `overlap` annotators have had.
+def claim_next(
+    con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng: random.Random, gold_rate: float = 0.0
+) -> Claimed | None:
+    """Assign the next prompt this annotator has not had and fewer than `overlap` annotators have had; with
+    probability `gold_rate`, a gold prompt (store/gold.py) they have not had instead, whatever its overlap, shown as
+    any task is (nothing tells the two apart).
 
     Every browser ranking comes from an assignment, so assignments alone say who has (had) a prompt. A prompt asked
     again in a later round (store/rounds.py) is a new task: only its latest round's responses are shown, and only
     that round's assignments count. Prompts with the fewest annotators go first, then the newest round's, in the
     order its selection chose them, then the oldest. Returns the task, or None."""
+    if gold_rate > 0 and rng.random() < gold_rate:
+        gold = _gold_task(con, annotator)
+        if gold is not None:
+            return _assign(con, annotator, *gold, rng)
     mine = (  # at overlap 1 a task handed to anyone is not handed out again, so it cannot be this annotator's
         ""
         if overlap <= 1
@@ -71,7 +79,37 @@ def claim_next(con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng
         if row is not None:
             break
         refresh_tasks(con, [task[0]])  # the counters said rankable and the responses do not: mend, pick again
-    prompt_id, round_, prompt, ids, texts = row
+    return _assign(con, annotator, *row, rng)
+
+
+def _gold_task(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
+    """(prompt id, round, prompt, response ids, texts) of a gold prompt the annotator has neither been handed nor
+    ranked (the gold ranking's author included): the responses its gold ranking ranked. Each annotator meets the
+    gold prompts in an order of their own."""
+    return con.execute(
+        """SELECT g.prompt_id, coalesce(min(x.round), 1), p.text, list(r.response_id ORDER BY r.response_id),
+                  list(r.text ORDER BY r.response_id)
+           FROM gold g JOIN prompts p USING (prompt_id) JOIN ranking_items i ON i.ranking_id = g.ranking_id
+           JOIN responses r ON r.response_id = i.response_id
+           LEFT JOIN response_rounds x ON x.response_id = r.response_id
+           WHERE NOT EXISTS (SELECT 1 FROM assignments a WHERE a.annotator = $a AND a.prompt_id = g.prompt_id)
+             AND NOT EXISTS (SELECT 1 FROM rankings k WHERE k.annotator = $a AND k.prompt_id = g.prompt_id)
+           GROUP BY g.prompt_id, p.text ORDER BY hash(g.prompt_id, $a) LIMIT 1""",
+        {"a": annotator},
+    ).fetchone()
+
+
+def _assign(
+    con: duckdb.DuckDBPyConnection,
+    annotator: str,
+    prompt_id: int,
+    round_: int,
+    prompt: str,
+    ids: list,
+    texts: list,
+    rng: random.Random,
+) -> Claimed:
+    """Hand the prompt's responses to the annotator in an order of their own; counted in `tasks`."""
     shown = list(zip(ids, texts, strict=True))
     rng.shuffle(shown)  # each annotator sees their own order; it is stored with the ranking
     ids = [i for i, _ in shown]
@@ -184,7 +222,10 @@ def undone(con: duckdb.DuckDBPyConnection, annotator: str | None = None) -> list
 
 
 def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
+    from store.gold import unmark_ranking
+
     uncount_ranking(con, ranking_id)
+    unmark_ranking(con, ranking_id)  # an undone gold ranking is its prompt's gold no more
     con.execute("DELETE FROM ranking_items WHERE ranking_id = ?", [ranking_id])
     con.execute("DELETE FROM rankings WHERE ranking_id = ?", [ranking_id])
 

@@ -64,10 +64,17 @@ def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: i
     return splits
 
 
-def _pair_filter(con: duckdb.DuckDBPyConnection, drop_flagged: bool, rounds: list[int] | None) -> str:
+def _pair_filter(
+    con: duckdb.DuckDBPyConnection, drop_flagged: bool, rounds: list[int] | None, left_out: list[str] | None = None
+) -> str:
     """The WHERE clause's tail that picks the snapshot's pairs; a round the store lacks is a UserError. (A vote has
-    no round: a snapshot of some rounds leaves the votes out.)"""
+    no round: a snapshot of some rounds leaves the votes out.) left_out: annotators whose pairs stay out (the temp
+    table snapshot_left_out holds them)."""
     where = "AND NOT p.flagged" if drop_flagged else ""
+    if left_out:
+        con.execute("CREATE OR REPLACE TEMP TABLE snapshot_left_out (annotator VARCHAR)")
+        con.executemany("INSERT INTO snapshot_left_out VALUES (?)", [[a] for a in left_out])
+        where += " AND p.annotator NOT IN (SELECT annotator FROM snapshot_left_out)"
     if rounds is not None:
         have = {r for (r,) in con.execute("SELECT DISTINCT round FROM pairs").fetchall()}
         if not set(rounds) & have:
@@ -130,6 +137,7 @@ def freeze_snapshot(
     drop_flagged: bool = False,
     rounds: list[int] | None = None,
     with_votes: bool = False,
+    left_out: dict | None = None,
 ) -> tuple[Path, dict]:
     """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns (folder, manifest).
     With `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt. With
@@ -138,9 +146,20 @@ def freeze_snapshot(
     It only reads: run it in a read transaction (`store.connect` + `transaction`, so both splits and the manifest
     see the same pairs), and annotators keep submitting while the files are written; then record the result with
     `record_snapshot` in a short write. The folder
-    appears whole (written aside, fsynced, then renamed) and its files are read-only."""
+    appears whole (written aside, fsynced, then renamed) and its files are read-only.
+
+    left_out: {"annotators": [...], and why (e.g. "min_gold_accuracy": 0.7)}: those annotators' pairs stay out;
+    the manifest records it with the pairs that removed."""
     options = {"drop_flagged": drop_flagged, **({"rounds": sorted(rounds)} if rounds is not None else {})}
     options |= {"with_votes": True} if with_votes else {}
+    if left_out is not None:
+        annotators = sorted(left_out.get("annotators", []))
+        source = pairs_source(with_votes)
+        removed = con.execute(
+            f"SELECT count(*) FROM {source} p WHERE p.annotator IN (SELECT unnest(?::VARCHAR[]))",
+            [annotators],
+        ).fetchone()[0]
+        options["left_out"] = {**left_out, "annotators": annotators, "pairs_removed": removed}
     return _freeze(con, root, eval_fraction, seed, pairs_source(with_votes), options)
 
 
@@ -213,7 +232,9 @@ def _freeze(
 
 def _frozen_splits(con, folder: Path, eval_fraction, seed, options: dict, source: str) -> dict[str, dict]:
     _assign_splits(con, eval_fraction, seed, source)
-    where = _pair_filter(con, options["drop_flagged"], options.get("rounds"))
+    where = _pair_filter(
+        con, options["drop_flagged"], options.get("rounds"), options.get("left_out", {}).get("annotators")
+    )
     votes = options.get("with_votes", False)
     return {split: _write_split(con, folder, split, where, source, votes) for split in SPLITS}
 

@@ -124,6 +124,33 @@ def seed_store(db, n_prompts: int, k: int = 4, duplicate_last: bool = False):
         add_samples(con, samples, model_id="test")
 
 
+# A small labeling campaign: each annotator ranks the same 5 prompts' 4 responses (shown in stored order) the same
+# way every time, with these lead times; dee also skips a sixth prompt after 4 s (tests/test_dashboard.py works
+# out every number of it by hand).
+CAMPAIGN_ORDERS = {"ann": [1, 2, 3, 4], "bob": [2, 1, 3, 4], "dee": [1, 2, 4, 3], "cy": [4, 3, 2, 1]}
+CAMPAIGN_LEADS = {"ann": [1, 3, 5, 7, 9], "bob": [10] * 5, "dee": [None] * 5, "cy": [30] * 5}
+
+
+def campaign_store(db):
+    from annotation.ranker_view import is_shown_order
+    from store.rankings import add_ranking, add_skip
+
+    seed_store(db, 6)
+    with write(db) as con:
+        rows = con.execute("SELECT prompt_id, response_id FROM responses ORDER BY response_id").fetchall()
+        responses = {}
+        for prompt_id, response_id in rows:
+            responses.setdefault(prompt_id, []).append(response_id)
+        prompts = sorted(responses)
+        for name, ranks in CAMPAIGN_ORDERS.items():
+            for i, prompt_id in enumerate(prompts[:5]):
+                flags = ["shown_order"] if is_shown_order(ranks) else []
+                lead = CAMPAIGN_LEADS[name][i]
+                add_ranking(con, prompt_id, name, "ui", f"{name}:{i}", lead, responses[prompt_id], ranks, flags)
+        add_skip(con, prompts[5], "dee", "ui", "dee:skip", 4.0, "cannot judge")
+    return db
+
+
 WORDS = "apple river stone cloud green quick music paper light window garden simple".split()
 
 

@@ -97,6 +97,8 @@ DB_AFTER = {
     "rounds": ["rounds"],
     "round": ["round", "start", "--policy", "default"],
     "pairs": ["pairs", "--stats"],
+    "annotators": ["annotators", "--json"],
+    "gold": ["gold", "add", "3", "--annotator", "lead"],
 }
 
 

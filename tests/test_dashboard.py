@@ -6,34 +6,13 @@ import json
 import pytest
 
 from annotation.dashboard import annotator_rows, over_time, table, text_table
-from annotation.ranker_view import is_shown_order
 from app.faces.cli import main
-from store.db import write
-from store.rankings import add_ranking, add_skip
-from tests.builders import seed_store
-from tests.conftest import query
-
-# Each annotator ranks the same 5 prompts' 4 responses (shown in stored order) the same way every time:
-ORDERS = {"ann": [1, 2, 3, 4], "bob": [2, 1, 3, 4], "dee": [1, 2, 4, 3], "cy": [4, 3, 2, 1]}
-LEADS = {"ann": [1, 3, 5, 7, 9], "bob": [10] * 5, "dee": [None] * 5, "cy": [30] * 5}
+from tests.builders import campaign_store
 
 
 @pytest.fixture
 def campaign(db):
-    seed_store(db, 6)
-    responses = {}
-    for prompt_id, response_id in query(db, "SELECT prompt_id, response_id FROM responses ORDER BY response_id"):
-        responses.setdefault(prompt_id, []).append(response_id)
-    prompts = sorted(responses)
-    with write(db) as con:
-        for name, ranks in ORDERS.items():
-            for i, prompt_id in enumerate(prompts[:5]):
-                flags = ["shown_order"] if is_shown_order(ranks) else []
-                add_ranking(
-                    con, prompt_id, name, "ui", f"{name}:{i}", LEADS[name][i], responses[prompt_id], ranks, flags
-                )
-        add_skip(con, prompts[5], "dee", "ui", "dee:skip", 4.0, "cannot judge")
-    return db
+    return campaign_store(db)
 
 
 def test_every_number_of_the_dashboard_by_hand(campaign):
@@ -56,7 +35,7 @@ def test_every_number_of_the_dashboard_by_hand(campaign):
     assert ann.watch == ["fast: 20% of rankings under 2 s", "shown order: 100% of rankings"]
     assert bob.watch == [] and dee.watch == []
     assert cy.watch == ["low agreement: tau -0.78 on 5 prompts, others 0.11"]
-    assert table([cy])[0] == ["cy", 5, 0, 30.0, 120, -0.78, 5, "0%", "0%", cy.watch[0]]
+    assert table([cy])[0] == ["cy", 5, 0, 30.0, 120, -0.78, 5, "0%", "0%", "", 0, cy.watch[0]]
 
 
 def test_rlhf_annotators_prints_the_table_and_json(campaign, capsys):

@@ -48,10 +48,16 @@ class PairsConfig(ConfigFile):
     with_votes: bool = field(
         default=False, metadata={"help": "also train on the Compare tab's decided votes (a pair each)"}
     )
+    min_gold_accuracy: float = field(
+        default=0.0,
+        metadata={"help": "leave out the pairs of annotators under this gold accuracy (0 = keep all; rlhf gold)"},
+    )
     seed: int = field(default=0, metadata={"help": "seed for the data order and the split"})
 
     def check(self) -> None:
         check_dtype(self.dtype)
+        if not 0 <= self.min_gold_accuracy <= 1:
+            raise ValueError(f"min_gold_accuracy must be from 0 to 1, got {self.min_gold_accuracy}")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"zero_stage must be 0..3, got {self.zero_stage}")
         if self.lr_schedule not in ("cosine", "linear", "constant"):

@@ -70,7 +70,7 @@ def _view(
 
 
 def on_load(ctx, annotator: str, admin: bool = True) -> View:
-    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap), "", admin=admin)
+    return _view(ctx, annotator, next_task(ctx.db, annotator, ctx.overlap, gold_rate=ctx.gold_rate), "", admin=admin)
 
 
 def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bool, admin: bool = True) -> View:
@@ -81,7 +81,7 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
         view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
         view.confirm = True
         return view
-    nxt, counts = submit_and_next(ctx.db, annotator, task["assignment_id"], ranks, ctx.overlap)
+    nxt, counts = submit_and_next(ctx.db, annotator, task["assignment_id"], ranks, ctx.overlap, ctx.gold_rate)
     return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts, admin)
 
 
@@ -94,7 +94,7 @@ def on_skip(ctx, annotator: str, task: dict | None, reason: str, admin: bool = T
     if not task:
         return on_load(ctx, annotator, admin)
     skip(ctx.db, annotator, task["assignment_id"], reason)
-    nxt = next_task(ctx.db, annotator, ctx.overlap)
+    nxt = next_task(ctx.db, annotator, ctx.overlap, gold_rate=ctx.gold_rate)
     return _view(ctx, annotator, nxt, f"Skipped ({reason.strip()}).", admin=admin)
 
 

@@ -157,8 +157,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     (preference pairs: a snapshot of the store or --pairs; prompts: the store's or --prompts)."""
     from pathlib import Path
 
-    from app.jobs.training import prepare_run, recorded_run, resume_run, run_training
-    from training.registry import trainer
+    from app.jobs.training import left_out_line, prepare_run, recorded_run, resume_run, run_training
+    from training.registry import run_config, trainer
 
     spec = trainer(args.config_class.KIND)
     show = _progress(spec.kind)
@@ -170,6 +170,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         data = args.pairs if spec.data == "pairs" else args.prompts
         run = prepare_run(args.db, cfg, Path(args.runs_dir), data)
         print(f"run {run.name}: {run}, {dtype_line}", flush=True)
+        if getattr(cfg, "min_gold_accuracy", 0):
+            print(left_out_line(run_config(run).get("data", "")), flush=True)
         status = run_training(spec.kind, run, args.num_accelerators, args.hostfile, on_metrics=show)
     if status.get("state") == "stopped":
         print(f"run {run.name} stopped at step {status.get('step')}; continue it with --resume {run}")
@@ -325,6 +327,39 @@ def cmd_annotators(args: argparse.Namespace) -> None:
         print(text_table(rows))
 
 
+def cmd_gold_add(args: argparse.Namespace) -> None:
+    from annotation.gold import mark
+
+    print(mark(args.db, args.ranking_ids, args.annotator or "", args.by))
+
+
+def cmd_gold_list(args: argparse.Namespace) -> None:
+    """`rlhf gold list`: the gold prompts, whose ranking each is and who marked it."""
+    from store.db import connect
+    from store.gold import gold_list
+
+    with connect(args.db, create=False) as con:
+        rows = gold_list(con)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
+        return
+    if not rows:
+        print("no gold prompts: mark some with `rlhf gold add RANKING_ID ...` or `--annotator NAME`")
+    for r in rows:
+        print(
+            f"prompt {r.prompt_id}  ranking {r.ranking_id} by {r.annotator}  marked by {r.marked_by} {r.marked_at[:19]}"
+        )
+
+
+def cmd_gold_remove(args: argparse.Namespace) -> None:
+    from store.db import write
+    from store.gold import unmark_gold
+
+    with write(args.db) as con:
+        n = unmark_gold(con, args.prompt_ids)
+    print(f"gold: {n} prompt{'s' if n != 1 else ''} unmarked")
+
+
 def cmd_rounds(args: argparse.Namespace) -> None:
     from store.db import connect
     from store.rounds import list_rounds
@@ -370,6 +405,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
         auth=args.auth,
         model=args.model,
         overlap=args.overlap,
+        gold_rate=args.gold_rate,
         runs_dir=args.runs_dir,
         admins=args.admins,
         allowed_hosts=args.allowed_hosts,
@@ -440,6 +476,9 @@ def _add_data_commands(sub) -> None:
     )
     s.add_argument("--model", default="default", help="SFT model used by the app's sampling")
     s.add_argument("--overlap", type=int, default=1, help="annotators per prompt (2+ measures agreement)")
+    s.add_argument(
+        "--gold-rate", type=float, default=0.0, help="share of each annotator's tasks drawn from gold prompts (0-0.5)"
+    )
     s.add_argument("--runs-dir", default="runs", help="where the Train tab's run folders go (default ./runs)")
     s.add_argument(
         "--allowed-hosts",
@@ -559,6 +598,20 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument("--annotator", help="only this annotator's")
     s.add_argument("--json", action="store_true", help="one JSON object a line")
     s.set_defaults(func=cmd_undone)
+
+    s = sub.add_parser("gold", help="gold prompts: rankings trusted as their prompt's answer, mixed into the queue")
+    gs = s.add_subparsers(dest="gold_command", required=True, metavar="ACTION")
+    a = gs.add_parser("add", help="mark rankings as their prompts' gold answers")
+    a.add_argument("ranking_ids", nargs="*", type=int, help="ranking ids (`rlhf pairs` and the store name them)")
+    a.add_argument("--annotator", help="also mark this annotator's latest ranking of every prompt they ranked")
+    a.add_argument("--by", default="admin", help="who marks them (recorded)")
+    a.set_defaults(func=cmd_gold_add)
+    a = gs.add_parser("list", help="list the gold prompts")
+    a.add_argument("--json", action="store_true", help="print JSON")
+    a.set_defaults(func=cmd_gold_list)
+    a = gs.add_parser("remove", help="unmark gold prompts")
+    a.add_argument("prompt_ids", nargs="+", type=int)
+    a.set_defaults(func=cmd_gold_remove)
 
     s = sub.add_parser("annotators", help="per annotator: answers, speed, agreement, flags, and whom to look at")
     s.add_argument("--json", action="store_true", help="print JSON")

@@ -32,6 +32,7 @@ class AppContext:
         model: str = "default",
         overlap: int = 1,
         auth: bool = False,
+        gold_rate: float = 0.0,
         sampling: SamplingConfig | None = None,
         runs_dir: str | Path = "runs",
         admins: set[str] | frozenset[str] = frozenset(),
@@ -54,6 +55,7 @@ class AppContext:
         self.model = model
         self.sampling = sampling or SamplingConfig(model=model)  # what the Sample button uses
         self.overlap = overlap  # annotators per prompt
+        self.gold_rate = gold_rate  # the share of an annotator's new tasks that are gold prompts (store/gold.py)
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
         self._sampler: Sampler | VllmSampler | None = None
@@ -174,6 +176,7 @@ def launch(
     auth: str | None = None,
     model: str = "default",
     overlap: int = 1,
+    gold_rate: float = 0.0,
     runs_dir: str = "runs",
     admins: str | None = None,
     allowed_hosts: str | None = None,
@@ -201,6 +204,8 @@ def launch(
         raise UserError(f"--admins names {unknown[0]}, who is not in the auth file")
     if overlap < 1:
         raise UserError(f"--overlap must be at least 1, got {overlap}")
+    if not 0 <= gold_rate <= 0.5:
+        raise UserError(f"--gold-rate must be from 0 to 0.5 (a share of the tasks), got {gold_rate}")
     limits = limits or ServeLimits()
     boundary = serving_boundary(host, port, allowed_hosts, token=not users)
     uploads = Uploads(bool(users), frozenset(admin_set), limits.max_upload_mb_per_hour)
@@ -209,6 +214,7 @@ def launch(
         store,
         model,
         overlap=overlap,
+        gold_rate=gold_rate,
         auth=bool(users),
         runs_dir=runs_dir,
         admins=admin_set,

@@ -65,6 +65,30 @@ def _local(ref: str) -> str:
     return ref if ref in ("", "default") else str(Path(ref).resolve())
 
 
+def _under_gold(db: str, threshold: float) -> dict | None:
+    """What a snapshot leaves out for --min-gold-accuracy (annotators never scored on gold are kept)."""
+    if not threshold:
+        return None
+    from annotation.gold import below, scores
+
+    return {"min_gold_accuracy": threshold, "annotators": below(scores(db), threshold)}
+
+
+def left_out_line(data: str) -> str:
+    """The line that says what a snapshot left out for --min-gold-accuracy ('' when nothing was asked)."""
+    try:
+        left = json.loads((Path(data) / "manifest.json").read_text()).get("left_out")
+    except (OSError, ValueError):
+        return ""
+    if not left:
+        return ""
+    who = ", ".join(left["annotators"]) or "nobody"
+    return (
+        f"left out {left['pairs_removed']} pairs of {len(left['annotators'])} annotators under gold accuracy "
+        f"{left['min_gold_accuracy']:g}: {who}"
+    )
+
+
 def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | None = None) -> Path:
     """A run that trains on preference pairs (the reward model, DPO): check the inputs, freeze the data (a snapshot
     of the store, or the pairs file given), write RUN/config.json and record the run; returns the run folder."""
@@ -80,11 +104,14 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
         raise UserError("--rounds picks pairs from the store by round; a pairs file has no rounds")
     if pairs and cfg.with_votes:
         raise UserError("--with-votes takes the votes from the store; a pairs file has none")
+    if pairs and cfg.min_gold_accuracy:
+        raise UserError("--min-gold-accuracy scores the store's annotators; a pairs file has none")
     if pairs and Path(pairs).is_dir():  # a snapshot folder is taken as it is
         data = str(Path(pairs).resolve())
     elif pairs:  # a pairs file is frozen before the store is opened: the store is held only for the record
         frozen = _frozen_pairs_file(Path(pairs), cfg, runs_dir.parent / "snapshots")
     else:  # frozen on a read connection: annotators keep submitting while the files are written
+        left_out = _under_gold(db, cfg.min_gold_accuracy)
         with connect(db) as con, transaction(con):
             frozen = freeze_snapshot(
                 con,
@@ -93,6 +120,7 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
                 seed=cfg.seed,
                 rounds=round_numbers(cfg.rounds),
                 with_votes=cfg.with_votes,
+                left_out=left_out,
             )
     if frozen:
         data = str(frozen[0].resolve())  # the ranks run in the run folder
