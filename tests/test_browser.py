@@ -224,3 +224,32 @@ def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_mo
         app.stop()
     stored = "SELECT i.rank FROM ranking_items i JOIN responses r USING (response_id) WHERE r.text = ?"
     assert query(db, stored, [HOSTILE]) == [(int(rank),)]  # the response's own text, ranked as the page showed it
+
+
+@pytest.mark.browser
+def test_the_lead_sees_who_to_look_at_on_the_data_tab(browser, db):
+    """The annotator dashboard renders in the Data tab: cy, who disagrees with everyone and fails the gold
+    prompts, has both reasons in the 'look at' column (tests/test_dashboard.py works out the numbers)."""
+    from annotation.gold import mark
+    from tests.builders import campaign_store
+
+    campaign_store(db)
+    mark(db, [], annotator="ann", by="lead")
+    app = AppServer(db)
+    page = browser.new_page(viewport={"width": 1300, "height": 1100})
+    try:
+        page.goto(app.page_url)
+        page.click("button[role=tab]:has-text('Data')")
+        page.wait_for_function(
+            "document.querySelector('#annotators') && document.querySelector('#annotators').innerText"
+            ".includes('low agreement')",
+            timeout=30_000,
+        )
+        table = page.inner_text("#annotators")
+        assert "gold: 0% right on 5 gold prompts" in table and "ann" in table and "dee" in table
+        page.wait_for_selector("#answers-over-time", state="visible", timeout=30_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator("#annotators").screenshot(path=str(ARTIFACTS / "annotators.png"))
+    finally:
+        page.close()
+        app.stop()

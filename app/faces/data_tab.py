@@ -165,10 +165,17 @@ def build_data_tab(ctx, demo) -> None:
     prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"], height=120)
     ls = _labelstudio_section()
     gr.Markdown(
-        "### Annotators (`rlhf annotators`): how much, how fast, agreement with the others (Kendall tau-b on shared "
-        "prompts), rankings too fast to have read or left in the shown order, and whom to look at"
+        "### Annotators (`rlhf annotators`): how much, how fast (median seconds a task, tasks an hour), agreement "
+        "with the others (mean Kendall tau-b, on how many shared prompts), rankings under 2 s or left in the shown "
+        "order, accuracy on gold prompts (on how many), and whom to look at"
     )
-    annotators_df = gr.Dataframe(headers=ANNOTATOR_HEADERS, interactive=False, elem_id="annotators", wrap=True)
+    annotators_df = gr.Dataframe(
+        headers=ANNOTATOR_HEADERS,
+        interactive=False,
+        elem_id="annotators",
+        wrap=True,
+        column_widths=["9%", "7%", "5%", "7%", "6%", "8%", "6%", "5%", "7%", "5%", "5%", "30%"],
+    )
     answers_plot = gr.LinePlot(
         x="time", y="answers", color="annotator", height=220, visible=False, elem_id="answers-over-time"
     )
