@@ -1,8 +1,11 @@
 """The native ranking format, one JSON object per line:
 
-    {"prompt": str, "responses": [str, ...], "ranks": [int, ...], "annotator": str (optional)}
+    {"prompt": str, "responses": [str, ...], "ranks": [int, ...], "annotator": str (optional),
+     "strengths": [int, ...] (optional)}
 
-ranks[i] is the rank of responses[i]; 1 = best; equal numbers are a tie."""
+ranks[i] is the rank of responses[i]; 1 = best; equal numbers are a tie. strengths: how much better each group of
+equal rank is than the next one down, best first (one fewer than the distinct ranks), each a level 0..3
+(store/strengths.py: negligibly better or unsure, slightly better, better, significantly better)."""
 
 from __future__ import annotations
 
@@ -37,6 +40,9 @@ def parse_line(obj: object, where: str) -> RankingIn:
         raise UserError(f"{where}: 'ranks' must be a list of integers")
     if len(ranks) != len(responses):
         raise UserError(f"{where}: {len(ranks)} ranks for {len(responses)} responses")
+    strengths = obj.get("strengths")
+    if strengths is not None and not isinstance(strengths, list):
+        raise UserError(f"{where}: 'strengths' must be a list of levels 0..3")
     annotator = obj.get("annotator", DEFAULT_ANNOTATOR)
     if not isinstance(annotator, str) or not annotator.strip():
         raise UserError(f"{where}: 'annotator' must be a non-empty string")
@@ -48,6 +54,7 @@ def parse_line(obj: object, where: str) -> RankingIn:
         annotator=annotator,
         source="native",
         external_key=_key(obj),
+        strengths=obj.get("strengths"),
     )
     problem = ranking.problem()
     if problem:

@@ -16,7 +16,8 @@ from store.durable import rename_durably
 from store.errors import UserError
 
 PAIR_COLUMNS = (
-    "prompt, chosen, rejected, margin, annotator, source, prompt_id, ranking_id, chosen_id, rejected_id, flagged"
+    "prompt, chosen, rejected, margin, annotator, source, prompt_id, ranking_id, chosen_id, rejected_id, flagged, "
+    "strength"
 )
 
 

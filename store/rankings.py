@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from store.prompts import next_ids, prompt_ids
+from store.strengths import steps_problem, strength_pairs
 from store.tasks import count_rankings, pairs_of_ranks, refresh_tasks
 
 
@@ -37,6 +38,7 @@ class RankingIn:
     flags: list[str] = field(default_factory=list)
     skipped: bool = False
     skip_reason: str | None = None
+    strengths: list[int] | None = None  # how much better, per step down the order (store/strengths.py)
 
     def problem(self) -> str | None:
         """Why this ranking cannot be stored, or None. Parsers prefix it with the line or task it came from."""
@@ -56,6 +58,8 @@ class RankingIn:
             seen[it.text] = i
             if isinstance(it.rank, bool) or not isinstance(it.rank, int) or not 1 <= it.rank <= k:
                 return f"rank {it.rank!r} of response {i} is out of range 1..{k}"
+        if self.strengths is not None:
+            return steps_problem([it.rank for it in self.items], self.strengths)
         return None
 
     @property
@@ -129,9 +133,38 @@ def insert_rankings(
                 [pos for _, _, _, pos in items],
             ],
         )
+    resolved = [(n, response_ids[-rid - 1] if rid < 0 else rid) for n, rid, _, _ in items]
+    by_ranking: dict[int, list[int]] = {}
+    for n, rid in resolved:
+        by_ranking.setdefault(n, []).append(rid)
+    add_strengths(
+        con,
+        [
+            (ranking_ids[n], by_ranking[n], [it.rank for it in r.items], r.strengths)
+            for n, r in enumerate(todo)
+            if r.strengths is not None and not r.skipped
+        ],
+    )
     count_rankings(con, [(r.annotator, r.source, r.skipped, r.n_pairs) for r in todo])
     refresh_tasks(con, {pid for pid, *_ in new_responses})
     return result
+
+
+def add_strengths(con: duckdb.DuckDBPyConnection, rankings: list[tuple[int, list[int], list[int], list[int]]]) -> int:
+    """(ranking id, response ids, ranks, steps) -> each ordered pair's strength (store/strengths.py), one INSERT;
+    returns the rows written."""
+    rows = [
+        (ranking_id, ids[i], ids[j], level)
+        for ranking_id, ids, ranks, steps in rankings
+        for i, j, level in strength_pairs(ranks, steps)
+    ]
+    if rows:
+        con.execute(
+            "INSERT INTO pair_strengths SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::BIGINT[]), "
+            "unnest(?::INTEGER[])",
+            [list(col) for col in zip(*rows, strict=True)],
+        )
+    return len(rows)
 
 
 def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], result: InsertResult) -> list:
@@ -265,10 +298,12 @@ def add_ranking(
     response_ids: list[int],
     ranks: list[int],
     flags: list[str],
+    strengths: list[int] | None = None,
 ) -> int:
     """One ranking of stored responses as they were shown (ranks[i] is the rank of response_ids[i], shown at
-    position i), counted in ranking_counts; returns its id. The Annotate tab's submit: two statements whatever K,
-    as DuckDB's fixed cost per statement is most of a small insert."""
+    position i), with its strengths where the annotator gave them, counted in ranking_counts; returns its id. The
+    Annotate tab's submit: two statements whatever K (three with strengths), as DuckDB's fixed cost per statement
+    is most of a small insert."""
     ranking_id = con.execute(
         """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
            VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
@@ -279,6 +314,8 @@ def add_ranking(
         "SELECT ?, unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
         [ranking_id, response_ids, ranks, list(range(len(response_ids)))],
     )
+    if strengths is not None:
+        add_strengths(con, [(ranking_id, response_ids, ranks, strengths)])
     count_rankings(con, [(annotator, source, False, pairs_of_ranks(ranks))])
     return ranking_id
 

@@ -174,14 +174,14 @@ def freeze_pairs_file(
         con.execute(
             """CREATE TEMP TABLE file_pairs (prompt VARCHAR, chosen VARCHAR, rejected VARCHAR, margin DOUBLE,
                annotator VARCHAR, source VARCHAR, prompt_id BIGINT, ranking_id BIGINT, chosen_id BIGINT,
-               rejected_id BIGINT, flagged BOOLEAN)"""  # PAIR_COLUMNS, typed
+               rejected_id BIGINT, flagged BOOLEAN, strength INTEGER)"""  # PAIR_COLUMNS, typed
         )
         con.execute(
-            """INSERT INTO file_pairs (prompt, chosen, rejected, margin, ranking_id, source, flagged)
+            """INSERT INTO file_pairs (prompt, chosen, rejected, margin, ranking_id, strength, source, flagged)
                SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::DOUBLE[]),
-                      unnest(?::BIGINT[]), 'file', false""",
+                      unnest(?::BIGINT[]), unnest(?::INTEGER[]), 'file', false""",
             [[r[k] for r in rows] for k in ("prompt", "chosen", "rejected")]
-            + [[r.get("margin") for r in rows], [r.get("ranking_id") for r in rows]],
+            + [[r.get(k) for r in rows] for k in ("margin", "ranking_id", "strength")],
         )
         return _freeze(con, root, eval_fraction, seed, "file_pairs", {"drop_flagged": False, "from": origin})
     finally:

@@ -12,11 +12,15 @@ from tests.builders import WORDS, separable_pairs
 from tests.conftest import query, store_rows, write_jsonl
 
 
-def train_rm(tmp, model, n_pairs: int, *flags: str, db: str | None = None):
-    """`rlhf train-rm` on `n_pairs` separable pairs; returns the run folder."""
+def train_rm(tmp, model, n_pairs: int, *flags: str, db: str | None = None, strengths: bool = False):
+    """`rlhf train-rm` on `n_pairs` separable pairs (strengths: pair i has strength i % 4); returns the run
+    folder."""
     from app.faces.cli import main
 
-    pairs = write_jsonl(tmp / "pairs.jsonl", separable_pairs(n_pairs))
+    rows = separable_pairs(n_pairs)
+    if strengths:
+        rows = [{**r, "strength": i % 4} for i, r in enumerate(rows)]
+    pairs = write_jsonl(tmp / "pairs.jsonl", rows)
     args = [
         "--db",
         db or str(tmp / "s.duckdb"),
@@ -49,6 +53,7 @@ def trained(tmp_path_factory, tiny_model_dir):
         "--save-every",
         "10",
         db=db,
+        strengths=True,  # the evaluation reports accuracy by strength
     )
     return db, run
 
@@ -59,6 +64,8 @@ def test_reaches_high_accuracy_on_held_out_prompts(trained):
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "finished"
     assert status["final"]["eval/rm_accuracy"] >= 0.95 and status["final"]["eval/pairs"] >= 20
+    by_strength = [status["final"].get(f"eval/rm_accuracy_strength_{s}") for s in range(4)]
+    assert all(a is not None and 0 <= a <= 1 for a in by_strength), status["final"]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss/rm"] for r in rows if "loss/rm" in r]
     assert losses[-1] < losses[0]  # it learned

@@ -45,6 +45,9 @@ def _check(rows: list[dict], where: str) -> list[dict]:
             raise DataError(f"{where} row {n}: prompt, chosen and rejected must be text")
         if not _number_or_none(r.get("margin"), float) or not _number_or_none(r.get("ranking_id"), int):
             raise DataError(f"{where} row {n}: margin must be a number and ranking_id an integer, where given")
+        strength = r.get("strength")
+        if strength is not None and (not _number_or_none(strength, int) or not 0 <= strength <= 3):
+            raise DataError(f"{where} row {n}: strength must be a level 0..3 (store/strengths.py), where given")
     return rows
 
 
@@ -53,8 +56,8 @@ def _number_or_none(x: object, kind: type) -> bool:
 
 
 def read_pairs_file(path: str | Path) -> list[dict]:
-    """A pairs file's rows (.jsonl or .parquet: prompt, chosen and rejected text; margin and ranking_id where
-    given), checked; `rlhf train-*` freezes them into a snapshot (store/snapshot.py::freeze_pairs_file)."""
+    """A pairs file's rows (.jsonl or .parquet: prompt, chosen and rejected text; margin, ranking_id and strength
+    where given), checked; `rlhf train-*` freezes them into a snapshot (store/snapshot.py::freeze_pairs_file)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such snapshot or pairs file")
@@ -91,6 +94,7 @@ class Tokenised:
     truncated: bool
     chosen_start: int = 0  # index of the first response token (DPO's log-probs are over the response only)
     rejected_start: int = 0
+    strength: int | None = None  # the annotator's preference strength (store/strengths.py), where given
 
 
 class PairEncoder:
@@ -118,12 +122,21 @@ class PairEncoder:
         kept = p[-keep:]
         return kept + r, len(kept), len(p) > keep
 
-    def pair(self, row: dict, margin_scale: float) -> Tokenised:
+    def pair(self, row: dict, margin_scale: float, margin_from: str = "rank") -> Tokenised:
+        """margin_from: 'rank' (scale x the rank gap, 1 where none is given) or 'strength' (scale x Llama 2's
+        margin for the pair's strength, 0 where none is given)."""
+        from training.reward.losses import STRENGTH_MARGINS
+
         c, cs, tc = self.encode_response(row["prompt"], row["chosen"])
         r, rs, tr = self.encode_response(row["prompt"], row["rejected"])
-        margin = margin_scale * float(row.get("margin") or 1)
+        strength = row.get("strength")
+        strength = None if strength is None or strength != strength else int(strength)  # NaN: a parquet null
+        if margin_from == "strength":
+            margin = margin_scale * (0.0 if strength is None else STRENGTH_MARGINS[strength])
+        else:
+            margin = margin_scale * float(row.get("margin") or 1)
         group = row.get("ranking_id")  # a vote's or a file's pair without one is a unit of its own
-        return Tokenised(c, r, margin, id(row) if group is None else group, tc or tr, cs, rs)
+        return Tokenised(c, r, margin, id(row) if group is None else group, tc or tr, cs, rs, strength)
 
 
 def batches(pairs: list, batch_pairs: int, seed: int, epoch: int, group: bool) -> list[list]:

@@ -14,6 +14,13 @@ class RewardConfig(PairsConfig):
     KIND = "reward"
     seed: int = field(default=0, metadata={"help": "seed for the head, the data order and the split"})
     margin_scale: float = field(default=0.0, metadata={"help": "margin = scale x rank gap in the loss (0 = off)"})
+    margin_from: str = field(
+        default="rank",
+        metadata={
+            "help": "with margin_scale: 'rank' (the rank gap) or 'strength' (Llama 2's margin by the annotator's "
+            "preference strength: 0, 1/3, 2/3, 1; pairs without one get 0)"
+        },
+    )
     center_coef: float = field(default=0.0, metadata={"help": "weight of the score-centring term (0 = off)"})
     ensemble: int = field(
         default=1,
@@ -26,5 +33,7 @@ class RewardConfig(PairsConfig):
 
     def check(self) -> None:
         super().check()
+        if self.margin_from not in ("rank", "strength"):
+            raise ValueError(f"margin_from must be rank or strength, got {self.margin_from}")
         if self.ensemble < 1 or not 0 <= self.member < self.ensemble:
             raise ValueError(f"ensemble must be >= 1 (got {self.ensemble}) and member in 0..ensemble-1")

@@ -32,3 +32,22 @@ def pairwise_loss(
 def pair_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
     """Share of pairs the model orders like the annotator (ties count as wrong), as a 0-dim tensor."""
     return (chosen > rejected).float().mean()
+
+
+# Llama 2's margins by preference strength (Touvron et al. 2023, table 27, "margin small"): negligibly better or
+# unsure 0, slightly better 1/3, better 2/3, significantly better 1 (levels of store/strengths.py)
+STRENGTH_MARGINS = (0.0, 1 / 3, 2 / 3, 1.0)
+
+
+def accuracy_by_strength(
+    chosen: list[float], rejected: list[float], strengths: list[int | None]
+) -> dict[int, tuple[float, int]]:
+    """{strength: (share of its pairs scored chosen > rejected, pairs)} over the pairs that have a strength: Llama 2
+    reports its reward models' accuracy this way (high on significantly better, near chance on negligible)."""
+    right: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    for c, r, s in zip(chosen, rejected, strengths, strict=True):
+        if s is not None:
+            seen[s] = seen.get(s, 0) + 1
+            right[s] = right.get(s, 0) + (c > r)
+    return {s: (right[s] / seen[s], seen[s]) for s in sorted(seen)}

@@ -22,7 +22,7 @@ from training.pairs import load_pairs, rank_batches, step_plan
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, shared_rows
 from training.reward.ensemble import half_of, train_ensemble
-from training.reward.losses import pair_accuracy, pairwise_loss
+from training.reward.losses import accuracy_by_strength, pair_accuracy, pairwise_loss
 from training.reward.model import load_reward_model, scores
 from training.runs import RunFiles
 
@@ -42,24 +42,31 @@ def evaluate(engine, eval_batches, rank, world, device) -> dict:
     """Every rank scores its share in lockstep (ZeRO-3 gathers weights collectively); rank 0 gets all scores."""
     mine = eval_batches[rank::world]
     rounds = math.ceil(len(eval_batches) / world)
-    chosen, rejected = [], []
+    chosen, rejected, strengths = [], [], []
     engine.eval()
     with torch.no_grad():
         for i in range(rounds):
-            batch = mine[i] if i < len(mine) else eval_batches[0]  # a spare forward keeps ranks in step
+            batch, levels = mine[i] if i < len(mine) else eval_batches[0]  # a spare forward keeps ranks in step
             c, r, _ = forward_scores(engine, batch, device)
             if i < len(mine):
                 chosen += c.tolist()
                 rejected += r.tolist()
+                strengths += levels
     engine.train()
     gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, (chosen, rejected))
+    torch.distributed.all_gather_object(gathered, (chosen, rejected, strengths))
     c = torch.tensor([x for g in gathered for x in g[0]])
     r = torch.tensor([x for g in gathered for x in g[1]])
+    levels = [x for g in gathered for x in g[2]]
     both = torch.cat([c, r])
+    by_strength = {
+        f"eval/rm_accuracy_strength_{s}": acc
+        for s, (acc, _) in accuracy_by_strength(c.tolist(), r.tolist(), levels).items()
+    }
     return {
         "eval/loss": pairwise_loss(c, r).item(),
         "eval/rm_accuracy": pair_accuracy(c, r).item(),
+        **by_strength,
         "eval/margin_mean": (c - r).mean().item(),
         "eval/score_mean": both.mean().item(),
         "eval/score_std": both.std().item(),
@@ -110,10 +117,11 @@ def train_one(cfg: RewardConfig) -> None:
     train_rows, eval_rows = load_pairs(cfg.data)  # one held-out split for all members
     if cfg.ensemble > 1:
         train_rows = half_of(train_rows, cfg.member % 2)
-    train_pairs = [enc.pair(r, cfg.margin_scale) for r in train_rows]
+    train_pairs = [enc.pair(r, cfg.margin_scale, cfg.margin_from) for r in train_rows]
     eval_pairs = [enc.pair(r, 0.0) for r in eval_rows]
     pad = tokenizer.pad_token_id
-    eval_batches = [collate(b, pad) for b in batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)]
+    raw_eval = batches(eval_pairs, cfg.batch_pairs, cfg.seed, -1, False)
+    eval_batches = [(collate(b, pad), [p.strength for p in b]) for b in raw_eval]
     per_epoch, total = step_plan(cfg, train_pairs, world)
     # 2. the reward model on DeepSpeed
     engine, sched = initialize(cfg, model, total)
