@@ -11,14 +11,35 @@ from annotation.response_html import response_html
 from store.errors import UserError
 
 
-def widget_value(response_ids: list[int], texts: list[str], ranks: list[int] | None = None) -> dict:
+def widget_value(
+    response_ids: list[int], texts: list[str], ranks: list[int] | None = None, ask_strength: bool = False
+) -> dict:
+    """ask_strength: the widget asks how much better each group is than the next (store/strengths.py)."""
     ranks = ranks or list(range(1, len(response_ids) + 1))
     return {
         "items": [
             {"id": rid, "text": text, "html": response_html(text), "pos": pos, "rank": rank}
             for pos, (rid, text, rank) in enumerate(zip(response_ids, texts, ranks, strict=True))
-        ]
+        ],
+        "ask": ask_strength,
+        "strengths": [None] * (len(set(ranks)) - 1) if ask_strength else [],
     }
+
+
+def strengths_from_value(value: dict | None, ranks: list[int]) -> list[int] | None:
+    """The strengths the annotator gave with `ranks` (None: none given: the question is optional); some but not
+    all of them is a UserError, as is anything but a level 0..3 for each step."""
+    from store.strengths import steps_problem
+
+    given = (value or {}).get("strengths") or []
+    if not any(s is not None for s in given):
+        return None
+    if any(s is None for s in given) or len(given) != len(set(ranks)) - 1:
+        raise UserError("say how much better for every step between your ranks (0-3), or for none")
+    problem = steps_problem(ranks, list(given))
+    if problem:
+        raise UserError(f"the strengths do not fit the ranking: {problem}; reload the page")
+    return list(given)
 
 
 def ranks_from_value(value: dict | None, response_ids: list[int]) -> list[int]:

@@ -28,6 +28,7 @@ from store.errors import UserError
 from store.prompts import prompt_text
 from store.rankings import add_ranking, add_skip, ranks_of
 from store.responses import response_texts
+from store.strengths import steps_problem
 
 SOURCE = "ui"
 
@@ -122,24 +123,31 @@ def submit_and_next(
     ranks: list[int],
     overlap: int = 1,
     gold_rate: float = 0.0,
+    strengths: list[int] | None = None,
 ) -> tuple[Task | None, Progress]:
-    """What the Submit button does, in one transaction: store the ranking, hand out the next task, count."""
+    """What the Submit button does, in one transaction: store the ranking (with its strengths, where given),
+    hand out the next task, count."""
     with write(db) as con:
-        _, stored_now = _submit(con, annotator, assignment_id, ranks)
+        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths)
         # an annotator holds one open task at a time: having just answered it, they hold none (a repeated submit
         # of an answered task may find the one handed out after it)
         task = _next(con, annotator, overlap, holds=not stored_now, gold_rate=gold_rate)
         return task, Progress(*annotation_counts(con, annotator, SOURCE, overlap))
 
 
-def _submit(con, annotator: str, assignment_id: int, ranks: list[int]) -> tuple[int, bool]:
+def _submit(
+    con, annotator: str, assignment_id: int, ranks: list[int], strengths: list[int] | None = None
+) -> tuple[int, bool]:
     """(ranking id, whether it was stored now: False for a task already answered)."""
     _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
     if status == "done":
         return ranking_id, False
     check_ranks(ranks, len(order))
+    if strengths is not None and (problem := steps_problem(ranks, strengths)):
+        raise UserError(problem)
     flags = ["shown_order"] if is_shown_order(ranks) else []
-    ranking_id = add_ranking(con, prompt_id, annotator, SOURCE, f"ui:{assignment_id}", lead_time, order, ranks, flags)
+    key = f"ui:{assignment_id}"
+    ranking_id = add_ranking(con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, strengths)
     close_assignment(con, assignment_id, ranking_id)
     return ranking_id, True
 

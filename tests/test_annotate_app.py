@@ -201,7 +201,9 @@ def test_an_annotator_can_neither_read_nor_change_anyone_elses_work(server, db):
     assert {"/download_pairs", "/export_ls", "/import_ls", "/add_prompts", "/sample", "/train_rm", "/stop_run"} <= set(
         refused
     )
-    assert quiet and all(n.startswith(("/counts", "/lambda", "/refresh", "/choices")) for n in quiet), quiet
+    assert quiet and all(n.startswith(("/counts", "/annotators", "/lambda", "/refresh", "/choices")) for n in quiet), (
+        quiet
+    )
     assert len(refused) >= 12, refused
     assert store_rows(db)["rankings"] == before["rankings"] and store_rows(db)["prompts"] == before["prompts"]
     assert query(db, "SELECT annotator, count(*) FROM rankings GROUP BY ALL") == [("ann", 1)]

@@ -36,11 +36,11 @@ def test_log_in_rank_by_drag_and_keyboard_and_submit(browser, db, tmp_path):
         tabs = [t.inner_text().strip() for t in page.query_selector_all("button[role=tab]") if t.is_visible()]
         assert "Annotate" in tabs and "Compare" in tabs and "Data" not in tabs and "Train" not in tabs, tabs
         # drag the third response to the top: ranks 1..4 follow the new order
-        page.drag_and_drop("#ranker .card:nth-child(3)", "#ranker .card:nth-child(1)")
+        page.drag_and_drop(":nth-match(#ranker .card, 3)", ":nth-match(#ranker .card, 1)")
         page.wait_for_function("document.querySelector('#ranker .card .text').innerText === " + repr(shown[2]))
         assert [t for _, t in _cards(page)] == [shown[2], shown[0], shown[1], shown[3]]
         # keyboard: focus the last card and give it rank 1: a tie with the top card
-        page.focus("#ranker .card:nth-child(4)")
+        page.focus(":nth-match(#ranker .card, 4)")
         page.keyboard.press("1")
         page.wait_for_function("document.querySelectorAll('#ranker .card.tie').length === 2")
         final = dict((t, r) for r, t in _cards(page))
@@ -253,3 +253,38 @@ def test_the_lead_sees_who_to_look_at_on_the_data_tab(browser, db):
     finally:
         page.close()
         app.stop()
+
+
+@pytest.mark.browser
+def test_a_whole_task_by_keyboard_with_strengths(browser, db):
+    """Rank and say how much better, by keyboard only: Arrow Down moves the first card below the second (order
+    B, A, C, D), then digits on the rows between them give the steps 3, 1, 0, and Enter on Submit stores them.
+    Each pair gets the largest step between its responses: B>A 3, B>C 3, B>D 3, A>C 1, A>D 1, C>D 0."""
+    seed_store(db, 2)
+    app = AppServer(db)
+    page = browser.new_page(viewport={"width": 1200, "height": 1200})
+    try:
+        page.goto(app.page_url)
+        page.focus("#annotator-name textarea")
+        page.keyboard.type("kim")
+        page.focus("#annotate-start")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#ranker .card", timeout=30_000)
+        shown = [t for _, t in _cards(page)]
+        assert page.locator("#ranker .gap").count() == 3  # one row between each response and the next
+        page.focus(":nth-match(#ranker .card, 1)")
+        page.keyboard.press("ArrowDown")
+        page.wait_for_function("document.querySelector('#ranker .card .text').innerText === " + repr(shown[1]))
+        for gap, level in ((0, "3"), (1, "1"), (2, "0")):
+            page.focus(f"#ranker .gap[data-gap='{gap}']")
+            page.keyboard.press(level)
+            page.wait_for_selector(f"#ranker .gap[data-gap='{gap}'] button.on", timeout=10_000)
+        page.focus("#annotate-submit")
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('#annotate-progress').innerText.includes('you: 1 ranked')")
+    finally:
+        page.close()
+        app.stop()
+    got = dict(((c, r), s) for c, r, s in query(db, "SELECT chosen, rejected, strength FROM pairs"))
+    a, b, c, d = shown
+    assert got == {(b, a): 3, (b, c): 3, (b, d): 3, (a, c): 1, (a, d): 1, (c, d): 0}

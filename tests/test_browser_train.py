@@ -294,7 +294,7 @@ def test_the_next_round_starts_from_the_train_tab_and_is_ranked_in_the_annotate_
         page.click("#annotate-start")
         page.wait_for_selector("#ranker .card", timeout=30_000)
         assert len(page.query_selector_all("#ranker .card")) == 3  # 2 from the actor, 1 from the SFT model
-        page.focus("#ranker .card:nth-child(3)")
+        page.focus(":nth-match(#ranker .card, 3)")
         page.keyboard.press("1")
         page.click("#annotate-submit")
         page.wait_for_selector("#annotate-progress:has-text('you: 5 ranked')", timeout=30_000)

@@ -60,5 +60,8 @@ def test_the_ranker_value_carries_each_responses_html_beside_its_text():
         "items": [
             {"id": 7, "text": "**hi**", "html": "<p><strong>hi</strong></p>\n", "pos": 0, "rank": 2},
             {"id": 3, "text": "<b>x</b>", "html": "<p>&lt;b&gt;x&lt;/b&gt;</p>\n", "pos": 1, "rank": 1},
-        ]
+        ],
+        "ask": False,
+        "strengths": [],
     }
+    assert widget_value([7, 3], ["a", "b"], [2, 1], ask_strength=True)["strengths"] == [None]  # one step to ask

@@ -91,3 +91,14 @@ def test_the_reward_models_margin_from_strength(tiny_model_dir):
     assert enc.pair(row, 3.0).margin == 6.0 and enc.pair(row, 3.0).strength == 2  # the rank gap, as before
     with pytest.raises(ValueError, match="margin_from must be rank or strength"):
         RewardConfig(margin_from="size").check()
+
+
+def test_the_widgets_strengths_are_all_or_nothing():
+    from annotation.ranker_view import strengths_from_value
+
+    assert strengths_from_value({"strengths": [None, None]}, [1, 2, 3]) is None  # not answered: optional
+    assert strengths_from_value({"strengths": [2, 0]}, [1, 2, 3]) == [2, 0]
+    with pytest.raises(UserError, match="for every step between your ranks"):
+        strengths_from_value({"strengths": [2, None]}, [1, 2, 3])
+    with pytest.raises(UserError, match="do not fit the ranking"):
+        strengths_from_value({"strengths": [7, 1]}, [1, 2, 3])

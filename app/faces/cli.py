@@ -406,6 +406,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
         model=args.model,
         overlap=args.overlap,
         gold_rate=args.gold_rate,
+        ask_strength=not args.no_strength,
         runs_dir=args.runs_dir,
         admins=args.admins,
         allowed_hosts=args.allowed_hosts,
@@ -478,6 +479,9 @@ def _add_data_commands(sub) -> None:
     s.add_argument("--overlap", type=int, default=1, help="annotators per prompt (2+ measures agreement)")
     s.add_argument(
         "--gold-rate", type=float, default=0.0, help="share of each annotator's tasks drawn from gold prompts (0-0.5)"
+    )
+    s.add_argument(
+        "--no-strength", action="store_true", help="do not ask how much better each response is (Llama 2's levels)"
     )
     s.add_argument("--runs-dir", default="runs", help="where the Train tab's run folders go (default ./runs)")
     s.add_argument(

@@ -3,6 +3,10 @@
 Drag a card to reorder (ranks become 1..K top to bottom), or focus a card (Tab or click) and press a number key to
 give it that rank: two cards with the same number are a tie. Arrow Up/Down move the focused card.
 
+When the value asks for strengths (`ask`), a row between each group of equal rank and the next one down asks how
+much better the group above is (store/strengths.py's four levels): click a level, or focus the row (Tab) and press
+0-3. Reordering clears them (the steps are new).
+
 A card shows the item's `html`: the response as Markdown, rendered on the server with the response's own HTML
 escaped and only http(s)/mailto links (annotation/response_html.py). Without it the text goes in as textContent."""
 
@@ -24,14 +28,23 @@ CSS = """
 .text > :first-child { margin-top: 0; }
 .text > :last-child { margin-bottom: 0; }
 .text pre { white-space: pre-wrap; padding: 8px; border-radius: 6px; background: var(--code-background-fill, #f3f4f6); }
+.gap { display: flex; gap: 6px; align-items: center; padding: 2px 12px; font-size: 0.85em; color: #667085; }
+.gap:focus { outline: 2px solid #f97316; outline-offset: 1px; border-radius: 6px; }
+.gap button { border: 1px solid #d0d5dd; border-radius: 12px; padding: 1px 10px; background: transparent;
+              cursor: pointer; font-size: 0.95em; }
+.gap button.on { background: #f97316; border-color: #f97316; color: #fff; }
 """
 
 JS = """
 const root = () => element.querySelector('.ranker');
 function items() { return ((props.value || {}).items || []).map(x => ({...x})); }
 function sorted(list) { return list.sort((a, b) => a.rank - b.rank || a.pos - b.pos); }
+const LEVELS = ['negligibly or unsure', 'slightly better', 'better', 'significantly better'];
+function groupsOf(list) { return new Set(list.map(x => x.rank)).size; }
 function commit(list, focusId) {
-  props.value = {...(props.value || {}), items: list};
+  const old = props.value || {};
+  const steps = old.ask ? Array(Math.max(groupsOf(list) - 1, 0)).fill(null) : (old.strengths || []);
+  props.value = {...old, items: list, strengths: steps};
   trigger('change');
   setTimeout(() => { render(); if (focusId !== undefined) focusCard(focusId); }, 0);
 }
@@ -40,14 +53,49 @@ function focusCard(id) {
   if (card) card.focus();
 }
 function strictFrom(order) { return order.map((it, i) => ({...it, rank: i + 1})); }
+function setStrength(g, level) {
+  const v = props.value || {};
+  const steps = (v.strengths || []).slice();
+  steps[g] = level;
+  props.value = {...v, strengths: steps};
+  trigger('change');
+  setTimeout(() => {
+    render();
+    const gap = root() && root().querySelector(`[data-gap="${g}"]`);
+    if (gap) gap.focus();
+  }, 0);
+}
+function gapRow(g, level) {
+  const row = document.createElement('div');
+  row.className = 'gap'; row.tabIndex = 0; row.dataset.gap = g; row.setAttribute('role', 'radiogroup');
+  row.setAttribute('aria-label', 'How much better is the response above? 0-3');
+  row.append('above is ');
+  LEVELS.forEach((name, k) => {
+    const b = document.createElement('button');
+    b.type = 'button'; b.textContent = `${k} ${name}`; b.className = level === k ? 'on' : '';
+    b.addEventListener('click', () => setStrength(g, k));
+    row.appendChild(b);
+  });
+  row.addEventListener('keydown', e => {
+    if (/^[0-3]$/.test(e.key)) { e.preventDefault(); setStrength(g, Number(e.key)); }
+  });
+  return row;
+}
 function render() {
   const box = root();
   if (!box) return;
   const list = sorted(items());
   const counts = {};
   list.forEach(it => counts[it.rank] = (counts[it.rank] || 0) + 1);
+  const ask = !!(props.value || {}).ask;
+  const steps = (props.value || {}).strengths || [];
+  const ranks = [...new Set(list.map(x => x.rank))];
   box.innerHTML = '';
-  list.forEach(it => {
+  list.forEach((it, n) => {
+    if (ask && n > 0 && list[n - 1].rank !== it.rank) {
+      const g = ranks.indexOf(list[n - 1].rank);
+      box.appendChild(gapRow(g, steps[g] === undefined ? null : steps[g]));
+    }
     const card = document.createElement('div');
     card.className = 'card' + (counts[it.rank] > 1 ? ' tie' : '');
     card.tabIndex = 0; card.draggable = true; card.dataset.id = it.id; card.setAttribute('role', 'listitem');

@@ -33,6 +33,7 @@ class AppContext:
         overlap: int = 1,
         auth: bool = False,
         gold_rate: float = 0.0,
+        ask_strength: bool = True,
         sampling: SamplingConfig | None = None,
         runs_dir: str | Path = "runs",
         admins: set[str] | frozenset[str] = frozenset(),
@@ -56,6 +57,7 @@ class AppContext:
         self.sampling = sampling or SamplingConfig(model=model)  # what the Sample button uses
         self.overlap = overlap  # annotators per prompt
         self.gold_rate = gold_rate  # the share of an annotator's new tasks that are gold prompts (store/gold.py)
+        self.ask_strength = ask_strength  # the Annotate tab asks how much better, step by step (store/strengths.py)
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
         self._sampler: Sampler | VllmSampler | None = None
@@ -177,6 +179,7 @@ def launch(
     model: str = "default",
     overlap: int = 1,
     gold_rate: float = 0.0,
+    ask_strength: bool = True,
     runs_dir: str = "runs",
     admins: str | None = None,
     allowed_hosts: str | None = None,
@@ -215,6 +218,7 @@ def launch(
         model,
         overlap=overlap,
         gold_rate=gold_rate,
+        ask_strength=ask_strength,
         auth=bool(users),
         runs_dir=runs_dir,
         admins=admin_set,
