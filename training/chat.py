@@ -77,9 +77,10 @@ class HfChatModel:
 
 
 class VllmChatModel:
-    """A vLLM engine over the model (its own process) and the model's tokenizer. The reply ends at the tokenizer's
-    EOS or generation_config's, as transformers' generate ends it. `vllm`: an engine already open over `folder`
-    with those stop ids (a sampler's), shared rather than started again; its owner closes it."""
+    """A vLLM engine over the model and the model's tokenizer; the engine's core runs in a process of its own, or
+    in this one under VLLM_ENABLE_V1_MULTIPROCESSING=0 (the app's chat process sets it). The reply ends at the
+    tokenizer's EOS or generation_config's, as transformers' generate ends it. `vllm`: an engine already open over
+    `folder` with those stop ids (a sampler's), shared rather than started again; its owner closes it."""
 
     engine = "vllm"
 
