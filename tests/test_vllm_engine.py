@@ -329,3 +329,19 @@ def test_the_apps_chat_process_streams_on_vllm_in_its_own_process(graded, monkey
     finally:
         worker.release()
     assert not child.is_running()
+
+
+def test_rollouts_under_auto_use_the_own_decode_on_a_cpu(tiny_model_dir, monkeypatch):
+    """bench/ppo.py measured vLLM rollouts no faster than the trainers' own decode on this CPU: `auto` keeps the
+    faster path there and says why; asking for vLLM by name (or RLHF_ENGINE) still gets it where it loads."""
+    from training.ppo.config import PPOConfig
+    from training.prompt_run import CPU_ROLLOUTS, rollout_engine
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU auto takes vLLM")
+    monkeypatch.delenv("RLHF_ENGINE", raising=False)
+    assert rollout_engine(PPOConfig(actor=str(tiny_model_dir)), 2) == (None, f"hf (auto: {CPU_ROLLOUTS})")
+    monkeypatch.setenv("RLHF_ENGINE", "hf")
+    assert rollout_engine(PPOConfig(actor=str(tiny_model_dir)), 2) == (None, "hf (auto, pinned by RLHF_ENGINE)")
+    with pytest.raises(ValueError, match="cannot sample with vLLM"):  # head size 8: named, it is one line
+        rollout_engine(PPOConfig(actor=str(tiny_model_dir), rollout_engine="vllm"), 2)
