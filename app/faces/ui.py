@@ -171,6 +171,17 @@ def build_app(ctx: AppContext):
     return demo
 
 
+def admin_logins(admins: str | None, users) -> set[str]:
+    """--admins as a set of logins, each of them in the users file (and none without --auth)."""
+    admin_set = {a.strip() for a in (admins or "").split(",") if a.strip()}
+    if admin_set and not users:
+        raise UserError("--admins needs --auth: without logins everyone using the app is its admin")
+    unknown = sorted(admin_set - set(users.secrets if users else ()))
+    if unknown:
+        raise UserError(f"--admins names {unknown[0]}, who is not in the auth file")
+    return admin_set
+
+
 def launch(
     db: Store | str,
     host: str = "127.0.0.1",
@@ -199,12 +210,7 @@ def launch(
         raise UserError("TLS takes both --ssl-keyfile and --ssl-certfile")
     if session_hours <= 0:
         raise UserError(f"--session-hours must be above 0, got {session_hours}")
-    admin_set = {a.strip() for a in (admins or "").split(",") if a.strip()}
-    unknown = sorted(admin_set - set(users.secrets if users else ()))
-    if admin_set and not users:
-        raise UserError("--admins needs --auth: without logins everyone using the app is its admin")
-    if unknown:
-        raise UserError(f"--admins names {unknown[0]}, who is not in the auth file")
+    admin_set = admin_logins(admins, users)
     if overlap < 1:
         raise UserError(f"--overlap must be at least 1, got {overlap}")
     if not 0 <= gold_rate <= 0.5:
