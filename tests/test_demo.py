@@ -113,6 +113,31 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert set(r["equal_kl"]["win_rates"]) == {"PPO", "best-of-N", "RLOO", "DPO"} and r["equal_kl"]["kl"] > 0
     assert "at equal KL (" in report and "at equal KL (" in out
     assert all(len(json.loads(line)["rloo"]) == r["config"]["k"] for line in (folder / "samples.jsonl").open())
+    # --resume: a demo that stopped after PPO trained but before its stage was recorded, and before the evaluation,
+    # goes on without training anything again (app/studies/demo_stages.py)
+    stages = json.loads((folder / "stages.json").read_text())
+    assert list(stages["done"]) == [
+        "set-up",
+        "sampling",
+        "reward",
+        "ppo",
+        "evaluation",
+        "checkpoints and best-of-N",
+        "dpo",
+        "rloo",
+    ]
+    del stages["done"]["ppo"], stages["done"]["evaluation"]
+    stages["started"]["ppo"] = r["ppo_run"]
+    (folder / "stages.json").write_text(json.dumps(stages))
+    (folder / "results.json").unlink()
+    run_folders = sorted(p.name for p in (folder / "runs").iterdir())
+    assert main(["demo", "--resume", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"{r['ppo_run']}: trained before, kept" in out and "reward: done before" in out
+    assert sorted(p.name for p in (folder / "runs").iterdir()) == run_folders  # nothing trained again
+    again = json.loads((folder / "results.json").read_text())
+    assert again["ppo_run"] == r["ppo_run"] and again["win_rate"] == r["win_rate"]  # the same seeded samples
+    assert again["timings_s"].keys() == r["timings_s"].keys() and all(again["checks"].values())
 
 
 @pytest.mark.parametrize(

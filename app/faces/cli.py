@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import sys
+from pathlib import Path
 
 from app.faces.config_args import add_dataclass_args, dataclass_from_args, given_args
 from app.faces.limits import ServeLimits
@@ -187,20 +188,39 @@ def cmd_train(args: argparse.Namespace) -> None:
             print(fresh_pairs_line(fresh))
 
 
-def cmd_demo(args: argparse.Namespace) -> None:
-    from pathlib import Path
+def demo_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
+    """A new demo folder with its settings written (a bad setting is one line, before the folder exists), or with
+    --resume the folder of a demo that stopped and the settings it started with (sets args.quick and args.seeds)."""
+    from app.studies.demo import check, new_demo_dir
+    from app.studies.demo_stages import load_settings, save_settings
 
-    from app.studies.demo import check, new_demo_dir, run_demo
-    from app.studies.demo_report import headline
-
+    if args.resume:  # finished stages are kept (app/studies/demo_stages.py)
+        given = given_args(DemoConfig, args) | ({"quick": True} if args.quick else {})
+        given |= {"seeds": args.seeds} if args.seeds is not None else {}
+        folder = Path(args.resume)
+        cfg, args.quick, args.seeds = load_settings(folder, DemoConfig, given)
+        if cfg.rounds > 1:
+            raise UserError("the rounds study does not resume yet: start it again")
+        print(f"demo {folder.name}: resuming {folder}", flush=True)
+        return cfg, folder
     cfg = demo_config(args)
-    check(cfg)  # a bad setting is one line, before the demo folder exists
+    check(cfg)
+    args.seeds = 1 if args.seeds is None else args.seeds
     if not 1 <= args.seeds <= 20:
         raise UserError(f"--seeds takes 1 to 20 seeds, got {args.seeds}")
     if args.seeds > 1 and cfg.rounds > 1:
         raise UserError("--seeds does not run the rounds study yet: run one seed per --seed and compare the reports")
     folder = new_demo_dir(Path(args.runs_dir))
-    print(f"demo {folder.name}: {folder}", flush=True)
+    save_settings(folder, cfg, args.quick, args.seeds)
+    print(f"demo {folder.name}: {folder} (if it stops, go on with --resume {folder})", flush=True)
+    return cfg, folder
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from app.studies.demo import run_demo
+    from app.studies.demo_report import headline
+
+    cfg, folder = demo_folder(args)
     if cfg.rounds > 1:
         from app.studies.demo_rounds import answer_lines, run_rounds_study
 
@@ -216,7 +236,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
         runs, failed = [], []
         for seed in range(cfg.seed, cfg.seed + args.seeds):
-            (folder / f"seed-{seed}").mkdir()
+            (folder / f"seed-{seed}").mkdir(exist_ok=True)
             r = run_demo(dataclasses.replace(cfg, seed=seed), folder / f"seed-{seed}", args.quick, print)
             print("\n".join(headline(r)), flush=True)
             runs.append(r)
@@ -581,7 +601,8 @@ def _add_store_and_run_commands(sub) -> None:
     s = sub.add_parser("demo", help="the whole loop with a scripted annotator on the bundled prompts, and a report")
     s.add_argument("--quick", action="store_true", help="tiny models and a few dozen prompts (minutes; for CI)")
     s.add_argument("--runs-dir", default="runs", help="where the demo folder goes (default ./runs)")
-    s.add_argument("--seeds", type=int, default=1, help="run the demo for seeds --seed, --seed + 1, ... and combine")
+    s.add_argument("--seeds", type=int, help="run the demo for seeds --seed, --seed + 1, ... and combine (default 1)")
+    s.add_argument("--resume", metavar="FOLDER", help="go on with a demo that stopped, keeping its finished stages")
     add_dataclass_args(s, DemoConfig, given_only=True)
     s.set_defaults(func=cmd_demo)
 

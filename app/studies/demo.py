@@ -113,40 +113,52 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
+    from app.studies.demo_stages import Stages, run_stage
     from app.studies.demo_watch import at_equal_kl, method_curves, run_watch_part
     from training.precision import with_resolved_dtype
 
     t0 = time.time()
-    timings: dict[str, float] = {}
     cfg, dtype_line = with_resolved_dtype(cfg)  # every step, and results.json, name the dtype it ran in
     log(dtype_line)
+    stages, runs = Stages(folder), folder / "runs"  # what an earlier sitting finished (rlhf demo --resume) is kept
 
-    def lap(name: str, since: float) -> float:
-        timings[name] = round(time.time() - since, 1)
-        log(f"[{time.time() - t0:6.0f} s] {name}: {timings[name]:.0f} s")
-        return time.time()
+    def stage(name: str, fn: Callable, encode: Callable = lambda v: v, decode: Callable = lambda v: v):
+        return run_stage(stages, name, fn, lambda line: log(f"[{time.time() - t0:6.0f} s] {line}"), encode, decode)
 
-    t = time.time()
-    model, reward_base, train, heldout, db = set_up(cfg, folder)
-    t = lap("set-up", t)
-    reference, ranked = sample_and_rank(cfg, db, model, heldout, log)
-    t = lap("sampling (training prompts, and the reference on held-out prompts)", t)
-    runs = folder / "runs"
-    rm_cfg, rm_run, rm_final = train_reward(cfg, db, reward_base, runs, log)
-    t = lap("reward model", t)
-    ppo_run = train_ppo(cfg, db, model, rm_run, runs, log)
-    t = lap("PPO", t)
-    actor, scored = evaluate_actor(cfg, rm_run, ppo_run, heldout, reference, rm_cfg.max_length)
-    t = lap("evaluation", t)
+    model, reward_base, train, heldout, db = stage("set-up", lambda: set_up(cfg, folder))
+    reference, ranked = stage(
+        "sampling",
+        lambda: sample_and_rank(cfg, db, model, heldout, log),
+        encode=lambda v: [v[0], v[1].added, v[1].pairs],
+        decode=lambda v: (v[0], ImportSummary(added=v[1], pairs=v[2])),
+    )
+    rm_cfg, rm_run, rm_final = stage(
+        "reward",
+        lambda: train_reward(cfg, db, reward_base, runs, log),
+        encode=lambda v: [dataclasses.asdict(v[0]), v[1].name, v[2]],
+        decode=lambda v: (RewardConfig(**v[0]), runs / v[1], v[2]),
+    )
+    ppo_run = stage(
+        "ppo", lambda: train_ppo(cfg, db, model, rm_run, runs, log, stages), lambda v: v.name, lambda v: runs / v
+    )
+    actor, scored = stage(
+        "evaluation", lambda: evaluate_actor(cfg, rm_run, ppo_run, heldout, reference, rm_cfg.max_length)
+    )
     texts = {"reference": reference, "ppo": actor}
-    watch = run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log)
-    t = lap("checkpoints and best-of-N", t)
-    dpo = run_dpo(cfg, db, model, rm_run, ppo_run, heldout, texts, log) if "dpo" in methods_of(cfg) else {}
-    if dpo:
-        t = lap("DPO (training and evaluation)", t)
-    rloo = run_rloo(cfg, db, model, rm_run, ppo_run, heldout, texts, log) if "rloo" in methods_of(cfg) else {}
-    if rloo:
-        t = lap("RLOO (training and evaluation)", t)
+    watch = stage(
+        "checkpoints and best-of-N",
+        lambda: run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log),
+    )
+
+    def method(kind: str, fn: Callable) -> dict:  # a method's results, and its held-out samples into texts
+        result, texts[kind] = stage(
+            kind, lambda: (fn(cfg, db, model, rm_run, ppo_run, heldout, texts, log, stages), texts[kind])
+        )
+        return result
+
+    dpo = method("dpo", run_dpo) if "dpo" in methods_of(cfg) else {}
+    rloo = method("rloo", run_rloo) if "rloo" in methods_of(cfg) else {}
+    timings = stages.seconds()
 
     results = {
         "quick": quick,
@@ -166,7 +178,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         **dpo,
         **rloo,
         "timings_s": timings,
-        "total_s": round(time.time() - t0, 1),
+        "total_s": round(sum(timings.values()), 1),  # the stages' own times, over every sitting
     }
     results["equal_kl"] = at_equal_kl(method_curves(results))
     results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)
@@ -239,18 +251,23 @@ def sample_and_rank(
     return reference, ranked
 
 
-def train_ppo(cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, log: Callable[[str], None]) -> Path:
+def train_ppo(
+    cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, log: Callable[[str], None], stages=None
+) -> Path:
     """PPO from the SFT model against the reward run (its ensemble's member 0, the last member watching),
-    checkpointing every cfg.save_every steps, through the launcher as `rlhf train-ppo` runs it."""
+    checkpointing every cfg.save_every steps, through the launcher as `rlhf train-ppo` runs it. A run an earlier
+    sitting started goes on from its last checkpoint (app/studies/demo_stages.py)."""
+    from app.studies.demo_stages import prepared_run, train_run
+
     ppo_cfg = ppo_config(cfg, model, rm_run, cfg.ppo_steps, cfg.seed, save_every=cfg.save_every)
-    ppo_run = prepare_run(db, ppo_cfg, runs)
+    ppo_run, mode = prepared_run(stages, "ppo", runs, lambda: prepare_run(db, ppo_cfg, runs))
 
     def show(row: dict) -> None:
         line = trainer("ppo").progress(row)
         if line:
             log(f"PPO {line}")
 
-    _finished("PPO", ppo_run, run_training("ppo", ppo_run, on_metrics=show))
+    _finished("PPO", ppo_run, train_run("ppo", ppo_run, mode, show, log))
     return ppo_run
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from app.jobs.training import prepare_pairs_run, prepare_run, run_training
+from app.jobs.training import prepare_pairs_run, prepare_run
 from app.studies.demo_config import DemoConfig
+from app.studies.demo_stages import Stages, prepared_run
 from app.studies.demo_watch import checkpoint_points
 from store.errors import UserError
 from training.dpo.config import DPOConfig
@@ -32,11 +33,19 @@ def methods_of(cfg: DemoConfig) -> list[str]:
 
 
 def train_and_sample(
-    kind: str, run: Path, cfg: DemoConfig, heldout: list[str], texts: dict, seed: int, log: Callable[[str], None]
+    kind: str,
+    run: Path,
+    cfg: DemoConfig,
+    heldout: list[str],
+    texts: dict,
+    seed: int,
+    log: Callable[[str], None],
+    mode: str = "new",
 ) -> dict:
-    """Train a prepared run through the launcher (its progress logged), then sample its policy on the held-out
-    prompts into texts[kind]; returns the run's final status."""
+    """Train a prepared run through the launcher (its progress logged; mode as demo_stages.prepared_run says),
+    then sample its policy on the held-out prompts into texts[kind]; returns the run's final status."""
     from app.studies.demo_common import sample_texts, sampling_config
+    from app.studies.demo_stages import train_run
     from training.generation import open_sampler
 
     spec = trainer(kind)
@@ -46,7 +55,7 @@ def train_and_sample(
         if line:
             log(f"{spec.title} {line}")
 
-    status = run_training(kind, run, on_metrics=show)
+    status = train_run(kind, run, mode, show, log)
     if status.get("state") != "finished":
         raise UserError(f"the demo's {spec.title} run {run.name} {status.get('state')}: {status.get('error', run)}")
     with open_sampler(sampling_config(cfg, str(run / spec.output))) as sampler:
@@ -63,6 +72,7 @@ def run_dpo(
     heldout: list[str],
     texts: dict[str, list[list[str]]],
     log: Callable[[str], None],
+    stages: Stages | None = None,
 ) -> dict:
     """Train DPO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
     against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'. Its KL is
@@ -73,8 +83,10 @@ def run_dpo(
     dpo_cfg = DPOConfig(
         model=model, beta=cfg.dpo_beta, lr=cfg.dpo_lr, epochs=cfg.dpo_epochs, dtype=cfg.dtype, seed=cfg.seed
     )
-    run = prepare_pairs_run(db, dpo_cfg, rm_run.parent, data)
-    status = train_and_sample("dpo", run, cfg, heldout, texts, cfg.seed + 3 * 10**6, log)
+    run, mode = prepared_run(
+        stages, "dpo", rm_run.parent, lambda: prepare_pairs_run(db, dpo_cfg, rm_run.parent, data), resumable=False
+    )
+    status = train_and_sample("dpo", run, cfg, heldout, texts, cfg.seed + 3 * 10**6, log, mode)
     point = policy_point(run / trainer("dpo").output, ppo_run, texts["dpo"], texts["reference"], cfg.seed)
     log(f"DPO policy: KL {point['kl']:.2f}, win rate {point['win_rate']:.1%}")
     return {
@@ -96,6 +108,7 @@ def run_rloo(
     heldout: list[str],
     texts: dict[str, list[list[str]]],
     log: Callable[[str], None],
+    stages: Stages | None = None,
 ) -> dict:
     """RLOO with PPO's settings where they mean the same (reward model, prompts, lengths, learning rate, KL
     coefficient), RLOO_K responses per prompt, and PPO's sequences per step and steps (so as many sequences
@@ -114,8 +127,10 @@ def run_rloo(
         epochs=10**6,  # max_steps decides; RLOO sees fewer distinct prompts, each k times
         **{key: ppo[key] for key in shared},
     )
-    run = prepare_run(db, rloo_cfg, ppo_run.parent)
-    status = train_and_sample("rloo", run, cfg, heldout, texts, cfg.seed + 4 * 10**6, log)
+    run, mode = prepared_run(
+        stages, "rloo", rm_run.parent, lambda: prepare_run(db, rloo_cfg, ppo_run.parent), resumable=True
+    )
+    status = train_and_sample("rloo", run, cfg, heldout, texts, cfg.seed + 4 * 10**6, log, mode)
     return {
         "rloo_run": run.name,
         "rloo_checkpoints": checkpoint_points(cfg, run, heldout, texts, log, method="rloo"),
