@@ -38,6 +38,7 @@ HEADERS = [
     "annotator",
     "rankings",
     "skips",
+    "edits",
     "median s",
     "tasks/h",
     "agreement",
@@ -63,6 +64,7 @@ class AnnotatorRow:
     shown_order_share: float | None
     gold_accuracy: float | None = None  # against the gold rankings of the gold prompts they ranked (None: none)
     gold_tasks: int = 0
+    edits: int = 0  # rankings with their edit of the best response (store/edits.py)
     watch: list[str] = field(default_factory=list)
 
 
@@ -109,6 +111,7 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
             shown_order_share=w.shown_order / w.rankings if w.rankings else None,
             gold_accuracy=gold.get(w.annotator, (None, 0))[0],
             gold_tasks=gold.get(w.annotator, (None, 0))[1],
+            edits=w.edited,
         )
         rows.append(row)
     for row in rows:
@@ -131,6 +134,7 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
             r.annotator,
             r.rankings,
             r.skipped,
+            r.edits,
             num(r.median_s, 1),
             "" if r.tasks_per_hour is None else round(r.tasks_per_hour),
             num(r.agreement, 2),

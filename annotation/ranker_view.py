@@ -12,9 +12,15 @@ from store.errors import UserError
 
 
 def widget_value(
-    response_ids: list[int], texts: list[str], ranks: list[int] | None = None, ask_strength: bool = False
+    response_ids: list[int],
+    texts: list[str],
+    ranks: list[int] | None = None,
+    ask_strength: bool = False,
+    edit_ok: bool = False,
+    edit: str | None = None,
 ) -> dict:
-    """ask_strength: the widget asks how much better each group is than the next (store/strengths.py)."""
+    """ask_strength: the widget asks how much better each group is than the next (store/strengths.py); edit_ok: it
+    offers to correct the best response (store/edits.py), starting from `edit` (an undone answer's)."""
     ranks = ranks or list(range(1, len(response_ids) + 1))
     return {
         "items": [
@@ -23,7 +29,22 @@ def widget_value(
         ],
         "ask": ask_strength,
         "strengths": [None] * (len(set(ranks)) - 1) if ask_strength else [],
+        "edit_ok": edit_ok,
+        "edit": edit or "",
     }
+
+
+def edit_from_value(value: dict | None, edit_ok: bool) -> str | None:
+    """The annotator's edit of the best response (None: none, or only blanks); an edit where the campaign takes
+    none, or one that is not text, is a UserError."""
+    edit = (value or {}).get("edit") or ""
+    if not isinstance(edit, str):
+        raise UserError("the ranking widget sent an unreadable edit; reload the page")
+    if not edit.strip():
+        return None
+    if not edit_ok:
+        raise UserError("this campaign takes no edits of the responses (the app was started without --edits)")
+    return edit
 
 
 def strengths_from_value(value: dict | None, ranks: list[int]) -> list[int] | None:

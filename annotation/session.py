@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from annotation.ranker_view import is_shown_order
 from store.assignments import (
     annotation_counts,
+    assignment_round,
     claim_next,
     close_assignment,
     delete_ranking,
@@ -24,6 +25,7 @@ from store.assignments import (
     reopen,
 )
 from store.db import connect, write
+from store.edits import add_edit, edit_in, edit_problem
 from store.errors import UserError
 from store.prompts import prompt_text
 from store.rankings import add_ranking, add_skip, ranks_of
@@ -43,6 +45,7 @@ class Task:
     response_ids: list[int]
     responses: list[str]
     previous_ranks: list[int] | None = None  # set when the task is an undone submission being edited
+    previous_edit: str | None = None  # that submission's edit of its best response (store/edits.py), if it had one
 
 
 @dataclass
@@ -56,9 +59,10 @@ class Progress:
         return f"you: {self.mine} ranked · team: {self.team} · prompts waiting: {self.pending} · pairs: {self.pairs}"
 
 
-def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None) -> Task:
+def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None, edit=None) -> Task:
     texts = response_texts(con, order)
-    return Task(assignment_id, prompt_id, prompt_text(con, prompt_id), list(order), [texts[i] for i in order], previous)
+    shown = [texts[i] for i in order]
+    return Task(assignment_id, prompt_id, prompt_text(con, prompt_id), list(order), shown, previous, edit)
 
 
 def next_task(
@@ -124,11 +128,12 @@ def submit_and_next(
     overlap: int = 1,
     gold_rate: float = 0.0,
     strengths: list[int] | None = None,
+    edit: str | None = None,
 ) -> tuple[Task | None, Progress]:
-    """What the Submit button does, in one transaction: store the ranking (with its strengths, where given),
-    hand out the next task, count."""
+    """What the Submit button does, in one transaction: store the ranking (with its strengths, and the edit of its
+    best response, where given), hand out the next task, count."""
     with write(db) as con:
-        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths)
+        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths, edit)
         # an annotator holds one open task at a time: having just answered it, they hold none (a repeated submit
         # of an answered task may find the one handed out after it)
         task = _next(con, annotator, overlap, holds=not stored_now, gold_rate=gold_rate)
@@ -136,20 +141,39 @@ def submit_and_next(
 
 
 def _submit(
-    con, annotator: str, assignment_id: int, ranks: list[int], strengths: list[int] | None = None
+    con,
+    annotator: str,
+    assignment_id: int,
+    ranks: list[int],
+    strengths: list[int] | None = None,
+    edit: str | None = None,
 ) -> tuple[int, bool]:
-    """(ranking id, whether it was stored now: False for a task already answered)."""
+    """(ranking id, whether it was stored now: False for a task already answered). edit: the annotator's correction
+    of the response they ranked best (blank: none), stored as a response ranked above all (store/edits.py)."""
     _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
     if status == "done":
         return ranking_id, False
     check_ranks(ranks, len(order))
     if strengths is not None and (problem := steps_problem(ranks, strengths)):
         raise UserError(problem)
-    flags = ["shown_order"] if is_shown_order(ranks) else []
+    edit_id = _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit) if edit and edit.strip() else None
+    flags = (["shown_order"] if is_shown_order(ranks) else []) + (["edited"] if edit_id else [])
     key = f"ui:{assignment_id}"
-    ranking_id = add_ranking(con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, strengths)
+    ranking_id = add_ranking(con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, strengths, edit_id)
     close_assignment(con, assignment_id, ranking_id)
     return ranking_id, True
+
+
+def _edit(
+    con, annotator: str, assignment_id: int, prompt_id: int, order: list[int], ranks: list[int], edit: str
+) -> int:
+    """Store the edit of the best-ranked response (checked against the shown texts); returns its response id."""
+    texts = response_texts(con, order)
+    edit = edit.strip()
+    if problem := edit_problem(edit, ranks, [texts[i] for i in order]):
+        raise UserError(problem)
+    best = order[ranks.index(min(ranks))]
+    return add_edit(con, prompt_id, best, annotator, edit, assignment_round(con, assignment_id))
 
 
 def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str) -> int:
@@ -187,8 +211,9 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         delete_ranking(con, ranking_id)
         reopen(con, assignment_id)
         _, prompt_id, order, *_ = get_assignment(con, assignment_id)
-        previous = [ranks[i] for i in order] if ranks else None
-        return _task(con, assignment_id, prompt_id, order, previous)
+        edit = edit_in(con, list(ranks))  # an edit was ranked 1 above the shown responses' own ranks + 1
+        previous = [ranks[i] - (1 if edit else 0) for i in order] if ranks else None
+        return _task(con, assignment_id, prompt_id, order, previous, edit[1] if edit else None)
 
 
 def progress(db: str | os.PathLike, annotator: str, overlap: int = 1) -> Progress:

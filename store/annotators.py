@@ -21,6 +21,7 @@ class AnnotatorWork:
     total_s: float  # the sum of those lead times
     fast: int  # rankings made in under the fast threshold, or flagged 'fast' by their source
     shown_order: int  # rankings identical to the order the responses were shown in
+    edited: int = 0  # rankings with the annotator's edit of the best response (flag 'edited', store/edits.py)
 
 
 def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[AnnotatorWork]:
@@ -33,13 +34,14 @@ def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[Annota
                   median(lead_time_s),
                   coalesce(sum(lead_time_s), 0),
                   count(*) FILTER (WHERE NOT skipped AND (lead_time_s < ? OR list_contains(flags, 'fast'))),
-                  count(*) FILTER (WHERE NOT skipped AND list_contains(flags, 'shown_order'))
+                  count(*) FILTER (WHERE NOT skipped AND list_contains(flags, 'shown_order')),
+                  count(*) FILTER (WHERE list_contains(flags, 'edited'))
            FROM rankings GROUP BY annotator ORDER BY annotator""",
         [fast_s],
     ).fetchall()
     return [
-        AnnotatorWork(a, n, s, t, None if m is None else float(m), float(tot), f, o)
-        for a, n, s, t, m, tot, f, o in rows
+        AnnotatorWork(a, n, s, t, None if m is None else float(m), float(tot), f, o, e)
+        for a, n, s, t, m, tot, f, o, e in rows
     ]
 
 

@@ -9,10 +9,14 @@ import duckdb
 
 from store.tasks import count_assignment, refresh_tasks, uncount_ranking
 
-# Responses an annotator can rank: not an identical repeat of another sample, not empty. ltrim, not trim: the same
-# test (blank = spaces only), but it stops at the first other character where trim reads every text to its end,
-# and this runs over every response twice per submit (10x less CPU on 10,000 responses).
-RANKABLE = "r.duplicate_of IS NULL AND ltrim(r.text) <> ''"
+# Responses an annotator can rank: not an identical repeat of another sample, not empty, not an annotator's edit
+# (store/edits.py). ltrim, not trim: the same test (blank = spaces only), but it stops at the first other character
+# where trim reads every text to its end, and this runs over every response twice per submit (10x less CPU on
+# 10,000 responses). The edits test is a lookup by primary key.
+RANKABLE = (
+    "r.duplicate_of IS NULL AND ltrim(r.text) <> '' "
+    "AND NOT EXISTS (SELECT 1 FROM edits e WHERE e.response_id = r.response_id)"
+)
 
 
 def open_assignment(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
@@ -93,6 +97,7 @@ def _gold_task(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
            JOIN responses r ON r.response_id = i.response_id
            LEFT JOIN response_rounds x ON x.response_id = r.response_id
            WHERE NOT EXISTS (SELECT 1 FROM assignments a WHERE a.annotator = $a AND a.prompt_id = g.prompt_id)
+             AND NOT EXISTS (SELECT 1 FROM edits e WHERE e.response_id = r.response_id)
              AND NOT EXISTS (SELECT 1 FROM rankings k WHERE k.annotator = $a AND k.prompt_id = g.prompt_id)
            GROUP BY g.prompt_id, p.text ORDER BY hash(g.prompt_id, $a) LIMIT 1""",
         {"a": annotator},
@@ -120,6 +125,13 @@ def _assign(
     ).fetchone()[0]
     count_assignment(con, prompt_id, round_, assigned=1, done=0)
     return Claimed(assignment_id, prompt_id, ids, prompt, [t for _, t in shown])
+
+
+def assignment_round(con: duckdb.DuckDBPyConnection, assignment_id: int) -> int:
+    """The round of the task an assignment was for (1 for assignments made before rounds were recorded)."""
+    return con.execute(
+        "SELECT coalesce(round, 1) FROM assignments WHERE assignment_id = ?", [assignment_id]
+    ).fetchone()[0]
 
 
 def get_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> tuple | None:

@@ -299,24 +299,32 @@ def add_ranking(
     ranks: list[int],
     flags: list[str],
     strengths: list[int] | None = None,
+    edit_id: int | None = None,
 ) -> int:
     """One ranking of stored responses as they were shown (ranks[i] is the rank of response_ids[i], shown at
     position i), with its strengths where the annotator gave them, counted in ranking_counts; returns its id. The
     Annotate tab's submit: two statements whatever K (three with strengths), as DuckDB's fixed cost per statement
-    is most of a small insert."""
+    is most of a small insert.
+
+    edit_id: the annotator's edit of their best response (store/edits.py), ranked above all of them (after the shown
+    responses, at position K); the strengths are the annotator's steps between the shown responses, so the edit's
+    pairs have none."""
     ranking_id = con.execute(
         """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
            VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
         [prompt_id, annotator, source, external_key, lead_time_s, flags],
     ).fetchone()[0]
+    ids, all_ranks = (
+        (response_ids, ranks) if edit_id is None else ([*response_ids, edit_id], [r + 1 for r in ranks] + [1])
+    )
     con.execute(
         "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) "
         "SELECT ?, unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
-        [ranking_id, response_ids, ranks, list(range(len(response_ids)))],
+        [ranking_id, ids, all_ranks, list(range(len(ids)))],
     )
     if strengths is not None:
         add_strengths(con, [(ranking_id, response_ids, ranks, strengths)])
-    count_rankings(con, [(annotator, source, False, pairs_of_ranks(ranks))])
+    count_rankings(con, [(annotator, source, False, pairs_of_ranks(all_ranks))])
     return ranking_id
 
 

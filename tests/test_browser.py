@@ -256,12 +256,14 @@ def test_the_lead_sees_who_to_look_at_on_the_data_tab(browser, db):
 
 
 @pytest.mark.browser
-def test_a_whole_task_by_keyboard_with_strengths(browser, db):
+def test_a_whole_task_by_keyboard_with_strengths_and_an_edit(browser, db):
     """Rank and say how much better, by keyboard only: Arrow Down moves the first card below the second (order
     B, A, C, D), then digits on the rows between them give the steps 3, 1, 0, and Enter on Submit stores them.
-    Each pair gets the largest step between its responses: B>A 3, B>C 3, B>D 3, A>C 1, A>D 1, C>D 0."""
+    Each pair gets the largest step between its responses: B>A 3, B>C 3, B>D 3, A>C 1, A>D 1, C>D 0. Then Tab from
+    the last card to "Start from the best", Enter copies B into the edit box, and typing adds to it: the edit is
+    stored ranked above all four (store/edits.py), its pairs without a strength."""
     seed_store(db, 2)
-    app = AppServer(db)
+    app = AppServer(db, "--edits")
     page = browser.new_page(viewport={"width": 1200, "height": 1200})
     try:
         page.goto(app.page_url)
@@ -279,6 +281,12 @@ def test_a_whole_task_by_keyboard_with_strengths(browser, db):
             page.focus(f"#ranker .gap[data-gap='{gap}']")
             page.keyboard.press(level)
             page.wait_for_selector(f"#ranker .gap[data-gap='{gap}'] button.on", timeout=10_000)
+        page.focus(":nth-match(#ranker .card, 4)")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.className") == "edit-start"
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.activeElement.tagName === 'TEXTAREA'")
+        page.keyboard.type(" Fixed.")
         page.focus("#annotate-submit")
         page.keyboard.press("Enter")
         page.wait_for_function("document.querySelector('#annotate-progress').innerText.includes('you: 1 ranked')")
@@ -287,4 +295,6 @@ def test_a_whole_task_by_keyboard_with_strengths(browser, db):
         app.stop()
     got = dict(((c, r), s) for c, r, s in query(db, "SELECT chosen, rejected, strength FROM pairs"))
     a, b, c, d = shown
-    assert got == {(b, a): 3, (b, c): 3, (b, d): 3, (a, c): 1, (a, d): 1, (c, d): 0}
+    e = b + " Fixed."
+    assert got == {(b, a): 3, (b, c): 3, (b, d): 3, (a, c): 1, (a, d): 1, (c, d): 0, **{(e, x): None for x in shown}}
+    assert query(db, "SELECT annotator FROM edits") == [("kim",)]

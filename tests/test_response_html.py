@@ -63,5 +63,7 @@ def test_the_ranker_value_carries_each_responses_html_beside_its_text():
         ],
         "ask": False,
         "strengths": [],
+        "edit_ok": False,
+        "edit": "",
     }
     assert widget_value([7, 3], ["a", "b"], [2, 1], ask_strength=True)["strengths"] == [None]  # one step to ask

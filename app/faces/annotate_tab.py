@@ -8,7 +8,13 @@ No `from __future__ import annotations` here: Gradio finds the `gr.Request` para
 from dataclasses import dataclass
 
 from annotation.actions import store_stats
-from annotation.ranker_view import is_shown_order, ranks_from_value, strengths_from_value, widget_value
+from annotation.ranker_view import (
+    edit_from_value,
+    is_shown_order,
+    ranks_from_value,
+    strengths_from_value,
+    widget_value,
+)
 from annotation.response_html import response_html
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
 from store.errors import UserError
@@ -63,7 +69,14 @@ def _view(
     return View(
         {"assignment_id": task.assignment_id, "response_ids": task.response_ids},
         task.prompt,
-        widget_value(task.response_ids, task.responses, task.previous_ranks, ctx.ask_strength),
+        widget_value(
+            task.response_ids,
+            task.responses,
+            task.previous_ranks,
+            ctx.ask_strength,
+            ctx.allow_edits,
+            task.previous_edit,
+        ),
         p,
         status,
     )
@@ -78,12 +91,13 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
         return on_load(ctx, annotator, admin)
     ranks = ranks_from_value(value, task["response_ids"])
     strengths = strengths_from_value(value, ranks) if ctx.ask_strength else None
+    edit = edit_from_value(value, ctx.allow_edits)
     if is_shown_order(ranks) and not confirmed:
         view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
         view.confirm = True
         return view
     nxt, counts = submit_and_next(
-        ctx.db, annotator, task["assignment_id"], ranks, ctx.overlap, ctx.gold_rate, strengths
+        ctx.db, annotator, task["assignment_id"], ranks, ctx.overlap, ctx.gold_rate, strengths, edit
     )
     return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts, admin)
 
@@ -166,6 +180,12 @@ def build_annotate_tab(ctx, demo) -> None:
             " Then, between each response and the next one down, say how much better it is: click a level, or "
             "Tab to the row and press 0 (negligibly or unsure), 1 (slightly), 2 (better) or 3 (significantly)."
             if ctx.ask_strength
+            else ""
+        )
+        + (
+            " If even the best response could be better, write your version under the responses (Start from the "
+            "best copies it there): it is stored as a response of its own, ranked first."
+            if ctx.allow_edits
             else ""
         )
     )

@@ -427,6 +427,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
         overlap=args.overlap,
         gold_rate=args.gold_rate,
         ask_strength=not args.no_strength,
+        allow_edits=args.edits,
         runs_dir=args.runs_dir,
         admins=args.admins,
         allowed_hosts=args.allowed_hosts,
@@ -502,6 +503,9 @@ def _add_data_commands(sub) -> None:
     )
     s.add_argument(
         "--no-strength", action="store_true", help="do not ask how much better each response is (Llama 2's levels)"
+    )
+    s.add_argument(
+        "--edits", action="store_true", help="annotators may correct the best response; the edit is ranked first"
     )
     s.add_argument("--runs-dir", default="runs", help="where the Train tab's run folders go (default ./runs)")
     s.add_argument(

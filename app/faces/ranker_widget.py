@@ -7,12 +7,16 @@ When the value asks for strengths (`ask`), a row between each group of equal ran
 much better the group above is (store/strengths.py's four levels): click a level, or focus the row (Tab) and press
 0-3. Reordering clears them (the steps are new).
 
+When the value allows an edit (`edit_ok`, `rlhf ui --edits`), a text box under the cards takes the annotator's
+correction of the best response (store/edits.py); "Start from the best" copies the top card's text into it. The box
+is built once and kept across renders, so typing in it keeps its focus and caret.
+
 A card shows the item's `html`: the response as Markdown, rendered on the server with the response's own HTML
 escaped and only http(s)/mailto links (annotation/response_html.py). Without it the text goes in as textContent."""
 
 from __future__ import annotations
 
-HTML = "<div class='ranker' role='list' aria-label='Responses, best first'></div>"
+HTML = "<div class='ranker' role='list' aria-label='Responses, best first'></div><div class='edit-box'></div>"
 
 CSS = """
 .ranker { display: flex; flex-direction: column; gap: 8px; }
@@ -33,6 +37,12 @@ CSS = """
 .gap button { border: 1px solid #d0d5dd; border-radius: 12px; padding: 1px 10px; background: transparent;
               cursor: pointer; font-size: 0.95em; }
 .gap button.on { background: #f97316; border-color: #f97316; color: #fff; }
+.edit-box { display: flex; flex-direction: column; gap: 6px; margin-top: 10px; }
+.edit-box textarea { width: 100%; min-height: 6em; padding: 8px; border: 1px solid #d0d5dd; border-radius: 8px;
+                     font: inherit; box-sizing: border-box; }
+.edit-box textarea:focus, .edit-box button:focus { outline: 2px solid #f97316; outline-offset: 1px; }
+.edit-box button { align-self: flex-start; border: 1px solid #d0d5dd; border-radius: 12px; padding: 2px 12px;
+                   background: transparent; cursor: pointer; }
 """
 
 JS = """
@@ -136,8 +146,37 @@ function render() {
     box.appendChild(card);
   });
 }
+function setEdit(text) {
+  props.value = {...(props.value || {}), edit: text};
+  trigger('change');
+}
+function renderEdit() {
+  const host = element.querySelector('.edit-box');
+  if (!host) return;
+  const v = props.value || {};
+  if (!v.edit_ok || !(v.items || []).length) { host.innerHTML = ''; return; }
+  let box = host.querySelector('textarea');
+  if (!box) {
+    const label = document.createElement('label');
+    label.textContent = 'Your version of the best response (optional): stored as a response of its own, ranked first';
+    const start = document.createElement('button');
+    start.type = 'button'; start.className = 'edit-start'; start.textContent = 'Start from the best';
+    box = document.createElement('textarea');
+    box.setAttribute('aria-label', 'Your version of the best response (optional)');
+    box.addEventListener('input', () => setEdit(box.value));
+    start.addEventListener('click', () => {
+      const best = sorted(items())[0];
+      if (!best) return;
+      box.value = best.text; setEdit(box.value); box.focus();
+      box.setSelectionRange(box.value.length, box.value.length);
+    });
+    host.append(label, start, box);
+  }
+  if ((v.edit || '') !== box.value) box.value = v.edit || '';
+}
 render();
-watch('value', render);
+renderEdit();
+watch('value', () => { render(); renderEdit(); });
 """
 
 

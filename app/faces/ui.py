@@ -34,6 +34,7 @@ class AppContext:
         auth: bool = False,
         gold_rate: float = 0.0,
         ask_strength: bool = True,
+        allow_edits: bool = False,
         sampling: SamplingConfig | None = None,
         runs_dir: str | Path = "runs",
         admins: set[str] | frozenset[str] = frozenset(),
@@ -58,6 +59,7 @@ class AppContext:
         self.overlap = overlap  # annotators per prompt
         self.gold_rate = gold_rate  # the share of an annotator's new tasks that are gold prompts (store/gold.py)
         self.ask_strength = ask_strength  # the Annotate tab asks how much better, step by step (store/strengths.py)
+        self.allow_edits = allow_edits  # annotators may correct the best response (store/edits.py)
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
         self._sampler: Sampler | VllmSampler | None = None
@@ -191,6 +193,7 @@ def launch(
     overlap: int = 1,
     gold_rate: float = 0.0,
     ask_strength: bool = True,
+    allow_edits: bool = False,
     runs_dir: str = "runs",
     admins: str | None = None,
     allowed_hosts: str | None = None,
@@ -225,6 +228,7 @@ def launch(
         overlap=overlap,
         gold_rate=gold_rate,
         ask_strength=ask_strength,
+        allow_edits=allow_edits,
         auth=bool(users),
         runs_dir=runs_dir,
         admins=admin_set,

@@ -1,0 +1,51 @@
+"""Edits (migration 0012; Llama 3's edited > chosen > rejected): an annotator's correction of the response they
+ranked best becomes a response of its own, ranked first in their ranking (store/rankings.py::add_ranking's
+`edit_id`). The queue never hands an edit out (store/assignments.py::RANKABLE). All functions run inside the
+caller's transaction."""
+
+from __future__ import annotations
+
+import duckdb
+
+EDIT_MODEL = "edit"  # an edit's model_id: what the pairs view's policy columns show for it
+MAX_EDIT_CHARS = 20_000  # the longest edit a server takes (as long as a prompt may be: annotation/prompt_files.py)
+
+
+def edit_problem(edit: str, ranks: list[int], texts: list[str]) -> str | None:
+    """Why `edit` cannot go with this ranking of these shown texts (None: it can). ranks and texts in shown order."""
+    if len(edit) > MAX_EDIT_CHARS:
+        return f"the edit has {len(edit):,} characters; the most is {MAX_EDIT_CHARS:,}"
+    if ranks.count(min(ranks)) != 1:
+        return "rank one response best to edit it (the best rank is tied)"
+    same = next((i for i, t in enumerate(texts) if t.strip() == edit), None)
+    if same is not None:
+        return f"the edit is the same as response {same + 1}: change it, or clear it"
+    return None
+
+
+def add_edit(
+    con: duckdb.DuckDBPyConnection, prompt_id: int, edit_of: int, annotator: str, text: str, round_: int
+) -> int:
+    """Store the edit as a response of the prompt (in the round of the task it was made in); returns its id."""
+    position = con.execute(
+        "SELECT coalesce(max(position), -1) + 1 FROM responses WHERE prompt_id = ?", [prompt_id]
+    ).fetchone()[0]
+    response_id = con.execute(
+        "INSERT INTO responses (prompt_id, text, model_id, position) VALUES (?, ?, ?, ?) RETURNING response_id",
+        [prompt_id, text, EDIT_MODEL, position],
+    ).fetchone()[0]
+    con.execute(
+        "INSERT INTO edits (response_id, edit_of, annotator) VALUES (?, ?, ?)", [response_id, edit_of, annotator]
+    )
+    if round_ > 1:  # no row reads as round 1
+        con.execute("INSERT INTO response_rounds VALUES (?, ?)", [response_id, round_])
+    return response_id
+
+
+def edit_in(con: duckdb.DuckDBPyConnection, response_ids: list[int]) -> tuple[int, str] | None:
+    """(response id, text) of the edit among these responses (a ranking's items), if one is."""
+    return con.execute(
+        """SELECT r.response_id, r.text FROM edits e JOIN responses r USING (response_id)
+           WHERE e.response_id IN (SELECT unnest(?::BIGINT[]))""",
+        [response_ids],
+    ).fetchone()
