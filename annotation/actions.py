@@ -75,3 +75,32 @@ def stats_lines(s: dict) -> list[str]:
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def set_guideline_text(db: str | os.PathLike, text: str, author: str) -> str:
+    """Make `text` the campaign's guideline (store/guidelines.py): a new version, shown with every task handed out
+    from now on; the same text as the current one keeps its version."""
+    from store.errors import UserError
+    from store.guidelines import current_guideline, guideline_problem, set_guideline
+
+    if problem := guideline_problem(text):
+        raise UserError(problem)
+    with write(db) as con:
+        before = current_guideline(con)
+        version = set_guideline(con, text, author)
+    if before is not None and before[0] == version:
+        return f"guideline: unchanged (version {version})"
+    return f"guideline: version {version} set by {author}; tasks handed out from now on show it"
+
+
+def guideline_lines(db: str | os.PathLike) -> list[str]:
+    """The current guideline and every version's author and rankings, for `rlhf guideline`."""
+    from store.guidelines import current_guideline, guideline_versions
+
+    with connect(db, create=False) as con:
+        current = current_guideline(con)
+        versions = guideline_versions(con)
+    if current is None:
+        return ["no guideline set: `rlhf guideline --set FILE.md` (or the Data tab) sets one"]
+    lines = [f"version {v}: set by {who} at {at:%Y-%m-%d %H:%M}, {n} rankings" for v, who, at, n in versions]
+    return [*lines, "", current[1]]

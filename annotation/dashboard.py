@@ -25,6 +25,7 @@ from annotation.labelstudio import FAST_LEAD_TIME_S
 from store.annotators import annotator_work, answer_span_s, answers_over_time
 from store.db import connect
 from store.gold import gold_answers
+from store.guidelines import TAGS, tag_counts
 from store.pairs import rankings_for_agreement
 
 FAST_S = FAST_LEAD_TIME_S  # the same threshold as Label Studio imports' 'fast' flag
@@ -39,6 +40,7 @@ HEADERS = [
     "rankings",
     "skips",
     "edits",
+    "tags",
     "median s",
     "tasks/h",
     "agreement",
@@ -65,6 +67,7 @@ class AnnotatorRow:
     gold_accuracy: float | None = None  # against the gold rankings of the gold prompts they ranked (None: none)
     gold_tasks: int = 0
     edits: int = 0  # rankings with their edit of the best response (store/edits.py)
+    tags: dict[str, int] = field(default_factory=dict)  # tag -> responses they gave it (store/guidelines.py)
     watch: list[str] = field(default_factory=list)
 
 
@@ -96,6 +99,7 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
         work = annotator_work(con, FAST_S)
         agreement = agreement_by_annotator(rankings_for_agreement(con))
         gold = gold_accuracy(gold_answers(con))
+        tags = tag_counts(con)
     rows = []
     for w in work:
         tau, shared = agreement.get(w.annotator, (None, 0))
@@ -112,6 +116,7 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
             gold_accuracy=gold.get(w.annotator, (None, 0))[0],
             gold_tasks=gold.get(w.annotator, (None, 0))[1],
             edits=w.edited,
+            tags=tags.get(w.annotator, {}),
         )
         rows.append(row)
     for row in rows:
@@ -135,6 +140,7 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
             r.rankings,
             r.skipped,
             r.edits,
+            tag_line(r.tags),
             num(r.median_s, 1),
             "" if r.tasks_per_hour is None else round(r.tasks_per_hour),
             num(r.agreement, 2),
@@ -147,6 +153,11 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
         ]
         for r in rows
     ]
+
+
+def tag_line(tags: dict[str, int]) -> str:
+    """'unsafe 2, off topic 1': the tags an annotator gave, in TAGS' order ('' for none)."""
+    return ", ".join(f"{t} {tags[t]}" for t in TAGS if tags.get(t))
 
 
 def as_json(rows: list[AnnotatorRow]) -> list[dict]:

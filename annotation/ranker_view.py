@@ -1,14 +1,15 @@
 """The ranking widget's value <-> ranks, as pure functions (the widget itself is app/faces/ranker_widget.py).
 
-The widget's value is {"items": [{"id": response id, "text": str, "html": str, "pos": shown position, "rank": int},
-...]}: `html` is the text as Markdown rendered on the server (annotation/response_html.py), what the card shows.
-A fresh task starts ranked in the order shown (1..K), as Label Studio's Ranker does; submitting it unchanged is
-flagged and asks for a confirmation first."""
+The widget's value is {"items": [{"id": response id, "text": str, "html": str, "pos": shown position, "rank": int,
+"tags": [tag, ...]}, ...]}: `html` is the text as Markdown rendered on the server (annotation/response_html.py),
+what the card shows. A fresh task starts ranked in the order shown (1..K), as Label Studio's Ranker does;
+submitting it unchanged is flagged and asks for a confirmation first."""
 
 from __future__ import annotations
 
 from annotation.response_html import response_html
 from store.errors import UserError
+from store.guidelines import TAGS, tags_problem
 
 
 def widget_value(
@@ -18,15 +19,19 @@ def widget_value(
     ask_strength: bool = False,
     edit_ok: bool = False,
     edit: str | None = None,
+    tags: list[list[str]] | None = None,
 ) -> dict:
     """ask_strength: the widget asks how much better each group is than the next (store/strengths.py); edit_ok: it
-    offers to correct the best response (store/edits.py), starting from `edit` (an undone answer's)."""
+    offers to correct the best response (store/edits.py), starting from `edit` (an undone answer's); tags: each
+    response's tags so far (store/guidelines.py; an undone answer's), in shown order."""
     ranks = ranks or list(range(1, len(response_ids) + 1))
+    tags = tags or [[] for _ in response_ids]
     return {
         "items": [
-            {"id": rid, "text": text, "html": response_html(text), "pos": pos, "rank": rank}
-            for pos, (rid, text, rank) in enumerate(zip(response_ids, texts, ranks, strict=True))
+            {"id": rid, "text": text, "html": response_html(text), "pos": pos, "rank": rank, "tags": list(given)}
+            for pos, (rid, text, rank, given) in enumerate(zip(response_ids, texts, ranks, tags, strict=True))
         ],
+        "tag_names": list(TAGS),
         "ask": ask_strength,
         "strengths": [None] * (len(set(ranks)) - 1) if ask_strength else [],
         "edit_ok": edit_ok,
@@ -45,6 +50,24 @@ def edit_from_value(value: dict | None, edit_ok: bool) -> str | None:
     if not edit_ok:
         raise UserError("this campaign takes no edits of the responses (the app was started without --edits)")
     return edit
+
+
+def tags_from_value(value: dict | None, response_ids: list[int]) -> list[list[str]] | None:
+    """Each shown response's tags from the widget's value, in shown order (None: no response has any); anything but
+    the known tags is a UserError."""
+    items = (value or {}).get("items") or []
+    by_id = {}
+    for it in items:
+        try:
+            by_id[int(it["id"])] = it.get("tags") or []
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise UserError("the ranking widget sent an unreadable value; reload the page") from None
+    tags = [by_id.get(rid, []) for rid in response_ids]
+    if not any(tags):
+        return None
+    if problem := tags_problem(tags, len(response_ids)):
+        raise UserError(f"the tags do not fit the task: {problem}; reload the page")
+    return [sorted(given, key=TAGS.index) for given in tags]
 
 
 def strengths_from_value(value: dict | None, ranks: list[int]) -> list[int] | None:

@@ -27,6 +27,7 @@ from store.assignments import (
 from store.db import connect, write
 from store.edits import add_edit, edit_in, edit_problem
 from store.errors import UserError
+from store.guidelines import current_guideline, tags_of, tags_problem
 from store.prompts import prompt_text
 from store.rankings import add_ranking, add_skip, ranks_of
 from store.responses import response_texts
@@ -46,6 +47,8 @@ class Task:
     responses: list[str]
     previous_ranks: list[int] | None = None  # set when the task is an undone submission being edited
     previous_edit: str | None = None  # that submission's edit of its best response (store/edits.py), if it had one
+    previous_tags: list[list[str]] | None = None  # that submission's tags, per response in shown order
+    guideline: tuple[int, str] | None = None  # (version, Markdown) of the campaign's guideline when it was handed out
 
 
 @dataclass
@@ -59,10 +62,20 @@ class Progress:
         return f"you: {self.mine} ranked · team: {self.team} · prompts waiting: {self.pending} · pairs: {self.pairs}"
 
 
-def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None, edit=None) -> Task:
+def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None, edit=None, tags=None) -> Task:
     texts = response_texts(con, order)
     shown = [texts[i] for i in order]
-    return Task(assignment_id, prompt_id, prompt_text(con, prompt_id), list(order), shown, previous, edit)
+    return Task(
+        assignment_id,
+        prompt_id,
+        prompt_text(con, prompt_id),
+        list(order),
+        shown,
+        previous,
+        edit,
+        tags,
+        current_guideline(con),
+    )
 
 
 def next_task(
@@ -84,7 +97,14 @@ def _next(
         claimed = claim_next(con, annotator, overlap, random.Random(seed), gold_rate)
         if claimed is None:
             return None
-        return Task(claimed.assignment_id, claimed.prompt_id, claimed.prompt, claimed.order, claimed.texts)
+        return Task(
+            claimed.assignment_id,
+            claimed.prompt_id,
+            claimed.prompt,
+            claimed.order,
+            claimed.texts,
+            guideline=current_guideline(con),
+        )
     assignment_id, prompt_id, order = row[:3]
     return _task(con, assignment_id, prompt_id, order)
 
@@ -129,11 +149,14 @@ def submit_and_next(
     gold_rate: float = 0.0,
     strengths: list[int] | None = None,
     edit: str | None = None,
+    tags: list[list[str]] | None = None,
+    guideline_version: int | None = None,
 ) -> tuple[Task | None, Progress]:
-    """What the Submit button does, in one transaction: store the ranking (with its strengths, and the edit of its
-    best response, where given), hand out the next task, count."""
+    """What the Submit button does, in one transaction: store the ranking (with its strengths, the edit of its
+    best response and its tags, where given, and the guideline version shown with the task: None, the current one),
+    hand out the next task, count."""
     with write(db) as con:
-        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths, edit)
+        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths, edit, tags, guideline_version)
         # an annotator holds one open task at a time: having just answered it, they hold none (a repeated submit
         # of an answered task may find the one handed out after it)
         task = _next(con, annotator, overlap, holds=not stored_now, gold_rate=gold_rate)
@@ -147,6 +170,8 @@ def _submit(
     ranks: list[int],
     strengths: list[int] | None = None,
     edit: str | None = None,
+    tags: list[list[str]] | None = None,
+    guideline_version: int | None = None,
 ) -> tuple[int, bool]:
     """(ranking id, whether it was stored now: False for a task already answered). edit: the annotator's correction
     of the response they ranked best (blank: none), stored as a response ranked above all (store/edits.py)."""
@@ -156,12 +181,28 @@ def _submit(
     check_ranks(ranks, len(order))
     if strengths is not None and (problem := steps_problem(ranks, strengths)):
         raise UserError(problem)
+    if tags is not None and (problem := tags_problem(tags, len(order))):
+        raise UserError(problem)
+    version = _guideline_version(con, guideline_version)
     edit_id = _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit) if edit and edit.strip() else None
     flags = (["shown_order"] if is_shown_order(ranks) else []) + (["edited"] if edit_id else [])
     key = f"ui:{assignment_id}"
-    ranking_id = add_ranking(con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, strengths, edit_id)
+    ranking_id = add_ranking(
+        con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, strengths, edit_id, tags, version
+    )
     close_assignment(con, assignment_id, ranking_id)
     return ranking_id, True
+
+
+def _guideline_version(con, shown: int | None) -> int | None:
+    """The guideline version a ranking records: the one shown with its task, checked to exist (None: the current
+    one, or None when no guideline is set)."""
+    current = current_guideline(con)
+    if shown is None:
+        return current[0] if current else None
+    if isinstance(shown, bool) or not isinstance(shown, int) or current is None or not 1 <= shown <= current[0]:
+        raise UserError(f"guideline version {shown!r} was never set; reload the page")
+    return shown
 
 
 def _edit(
@@ -176,15 +217,20 @@ def _edit(
     return add_edit(con, prompt_id, best, annotator, edit, assignment_round(con, assignment_id))
 
 
-def skip(db: str | os.PathLike, annotator: str, assignment_id: int, reason: str) -> int:
-    """Close the task without a ranking; the reason is kept (a skipped ranking gives no pairs)."""
+def skip(
+    db: str | os.PathLike, annotator: str, assignment_id: int, reason: str, guideline_version: int | None = None
+) -> int:
+    """Close the task without a ranking; the reason is kept (a skipped ranking gives no pairs), with the guideline
+    version shown (None: the current one)."""
     if not reason or not reason.strip():
         raise UserError("say why you skip (e.g. 'all responses are bad', 'cannot judge')")
     with write(db) as con:
         _, prompt_id, _, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
         if status == "done":
             return ranking_id
-        ranking_id = add_skip(con, prompt_id, annotator, SOURCE, f"ui:{assignment_id}", lead_time, reason.strip())
+        version = _guideline_version(con, guideline_version)
+        key = f"ui:{assignment_id}"
+        ranking_id = add_skip(con, prompt_id, annotator, SOURCE, key, lead_time, reason.strip(), version)
         close_assignment(con, assignment_id, ranking_id)
         return ranking_id
 
@@ -205,6 +251,7 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
             raise UserError("nothing to undo yet")
         assignment_id, ranking_id = last
         ranks = ranks_of(con, ranking_id)
+        tags = tags_of(con, ranking_id)
         if current is not None:
             drop_assignment(con, current[0])
         keep_undone(con, ranking_id, assignment_id)
@@ -213,7 +260,8 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         _, prompt_id, order, *_ = get_assignment(con, assignment_id)
         edit = edit_in(con, list(ranks))  # an edit was ranked 1 above the shown responses' own ranks + 1
         previous = [ranks[i] - (1 if edit else 0) for i in order] if ranks else None
-        return _task(con, assignment_id, prompt_id, order, previous, edit[1] if edit else None)
+        previous_tags = [tags.get(i, []) for i in order] if tags else None
+        return _task(con, assignment_id, prompt_id, order, previous, edit[1] if edit else None, previous_tags)
 
 
 def progress(db: str | os.PathLike, annotator: str, overlap: int = 1) -> Progress:

@@ -240,6 +240,7 @@ def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
     unmark_ranking(con, ranking_id)  # an undone gold ranking is its prompt's gold no more
     con.execute("DELETE FROM ranking_items WHERE ranking_id = ?", [ranking_id])
     con.execute("DELETE FROM pair_strengths WHERE ranking_id = ?", [ranking_id])
+    con.execute("DELETE FROM response_tags WHERE ranking_id = ?", [ranking_id])
     con.execute("DELETE FROM rankings WHERE ranking_id = ?", [ranking_id])
 
 

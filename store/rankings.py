@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from store.guidelines import add_tags
 from store.prompts import next_ids, prompt_ids
 from store.strengths import steps_problem, strength_pairs
 from store.tasks import count_rankings, pairs_of_ranks, refresh_tasks
@@ -300,6 +301,8 @@ def add_ranking(
     flags: list[str],
     strengths: list[int] | None = None,
     edit_id: int | None = None,
+    tags: list[list[str]] | None = None,
+    guideline_version: int | None = None,
 ) -> int:
     """One ranking of stored responses as they were shown (ranks[i] is the rank of response_ids[i], shown at
     position i), with its strengths where the annotator gave them, counted in ranking_counts; returns its id. The
@@ -308,11 +311,12 @@ def add_ranking(
 
     edit_id: the annotator's edit of their best response (store/edits.py), ranked above all of them (after the shown
     responses, at position K); the strengths are the annotator's steps between the shown responses, so the edit's
-    pairs have none."""
+    pairs have none. tags: the annotator's tags of each shown response (store/guidelines.py); guideline_version:
+    the guideline shown with the task."""
     ranking_id = con.execute(
-        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags)
-           VALUES (?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
-        [prompt_id, annotator, source, external_key, lead_time_s, flags],
+        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version)
+           VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
+        [prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version],
     ).fetchone()[0]
     ids, all_ranks = (
         (response_ids, ranks) if edit_id is None else ([*response_ids, edit_id], [r + 1 for r in ranks] + [1])
@@ -324,6 +328,8 @@ def add_ranking(
     )
     if strengths is not None:
         add_strengths(con, [(ranking_id, response_ids, ranks, strengths)])
+    if tags:
+        add_tags(con, ranking_id, response_ids, tags)
     count_rankings(con, [(annotator, source, False, pairs_of_ranks(all_ranks))])
     return ranking_id
 
@@ -336,12 +342,14 @@ def add_skip(
     external_key: str,
     lead_time_s: float | None,
     reason: str,
+    guideline_version: int | None = None,
 ) -> int:
     """A skipped prompt: a ranking without items that keeps the reason (it gives no pairs); returns its id."""
     ranking_id = con.execute(
-        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, skipped, skip_reason)
-           VALUES (?, ?, ?, ?, ?, true, ?) RETURNING ranking_id""",
-        [prompt_id, annotator, source, external_key, lead_time_s, reason],
+        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, skipped, skip_reason,
+                                 guideline_version)
+           VALUES (?, ?, ?, ?, ?, true, ?, ?) RETURNING ranking_id""",
+        [prompt_id, annotator, source, external_key, lead_time_s, reason, guideline_version],
     ).fetchone()[0]
     count_rankings(con, [(annotator, source, True, 0)])
     return ranking_id

@@ -43,21 +43,21 @@ def _reverse(value):
 def test_submit_skip_undo_through_the_api(server, db):
     """gr.State (the task held) stays on the server: the API takes the name and the widget value only."""
     ann = _client(server, "ann")
-    prompt, value, progress, status = ann.predict("", api_name="/annotate_next")
-    assert prompt.startswith("<h3>Prompt</h3>") and len(value["items"]) == 4
+    prompt, value, progress, status, guideline = ann.predict("", api_name="/annotate_next")
+    assert prompt.startswith("<h3>Prompt</h3>") and len(value["items"]) == 4 and not guideline  # none set
     assert progress == "you: 0 ranked · team: 0 · prompts waiting: 6 · pairs: 0"
-    prompt2, value2, progress, status = ann.predict("", _reverse(value), api_name="/annotate_submit")
+    prompt2, value2, progress, status, _ = ann.predict("", _reverse(value), api_name="/annotate_submit")
     assert status == "Saved. Next prompt." and progress.startswith("you: 1 ranked · team: 1")
     assert prompt2 != prompt
     # the login, not the (empty) name field, is the annotator; the shown order and lead time are stored
     assert query(db, "SELECT annotator, source, lead_time_s IS NOT NULL FROM rankings") == [("ann", "ui", True)]
     shown = query(db, "SELECT response_id, shown_position FROM ranking_items ORDER BY shown_position")
     assert [rid for rid, _ in shown] == [it["id"] for it in value["items"]]
-    _, _, _, status = ann.predict("", "cannot judge", api_name="/annotate_skip")
+    _, _, _, status, _ = ann.predict("", "cannot judge", api_name="/annotate_skip")
     assert status == "Skipped (cannot judge)."
     assert query(db, "SELECT skipped FROM rankings ORDER BY ranking_id") == [(False,), (True,)]
     # undo brings the skipped task back
-    back_prompt, back_value, _, status = ann.predict("", api_name="/annotate_undo")
+    back_prompt, back_value, _, status, _ = ann.predict("", api_name="/annotate_undo")
     assert back_prompt == prompt2 and status.startswith("Your last answer is back")
     assert query(db, "SELECT count(*) FROM rankings") == [(1,)]
     # bob gets a prompt nobody holds (overlap 1)
@@ -105,7 +105,7 @@ def test_kill_9_keeps_every_acknowledged_ranking(server, db, users):
     again = AppServer(db, "--auth", users)
     try:
         ann = _client(again, "ann")
-        prompt2, value2, progress, _ = ann.predict("", api_name="/annotate_next")
+        prompt2, value2, progress, *_ = ann.predict("", api_name="/annotate_next")
         # the task open at the kill is handed back as it was
         assert (prompt2, value2) == (prompt, value) and progress.startswith(f"you: {acknowledged} ranked")
     finally:

@@ -3,6 +3,8 @@
 import pytest
 
 from bench.app_server import AppServer
+from store.db import write
+from store.guidelines import set_guideline
 from tests.builders import ARTIFACTS, seed_store
 from tests.conftest import query
 
@@ -256,13 +258,16 @@ def test_the_lead_sees_who_to_look_at_on_the_data_tab(browser, db):
 
 
 @pytest.mark.browser
-def test_a_whole_task_by_keyboard_with_strengths_and_an_edit(browser, db):
+def test_a_whole_task_by_keyboard_with_strengths_a_tag_and_an_edit(browser, db):
     """Rank and say how much better, by keyboard only: Arrow Down moves the first card below the second (order
     B, A, C, D), then digits on the rows between them give the steps 3, 1, 0, and Enter on Submit stores them.
-    Each pair gets the largest step between its responses: B>A 3, B>C 3, B>D 3, A>C 1, A>D 1, C>D 0. Then Tab from
-    the last card to "Start from the best", Enter copies B into the edit box, and typing adds to it: the edit is
-    stored ranked above all four (store/edits.py), its pairs without a strength."""
+    Each pair gets the largest step between its responses: B>A 3, B>C 3, B>D 3, A>C 1, A>D 1, C>D 0. On the last
+    card, "o" tags it off topic. Then Tab from the last card to "Start from the best", Enter copies B into the edit
+    box, and typing adds to it: the edit is stored ranked above all four (store/edits.py), its pairs without a
+    strength. The guideline set before is shown above the prompt, and the ranking records its version."""
     seed_store(db, 2)
+    with write(db) as con:
+        set_guideline(con, "Prefer **short** answers.", "lead")
     app = AppServer(db, "--edits")
     page = browser.new_page(viewport={"width": 1200, "height": 1200})
     try:
@@ -273,6 +278,8 @@ def test_a_whole_task_by_keyboard_with_strengths_and_an_edit(browser, db):
         page.keyboard.press("Enter")
         page.wait_for_selector("#ranker .card", timeout=30_000)
         shown = [t for _, t in _cards(page)]
+        assert page.locator("#annotate-guideline summary").inner_text() == "Guidelines (version 1)"
+        assert page.locator("#annotate-guideline strong").inner_text() == "short"
         assert page.locator("#ranker .gap").count() == 3  # one row between each response and the next
         page.focus(":nth-match(#ranker .card, 1)")
         page.keyboard.press("ArrowDown")
@@ -282,6 +289,9 @@ def test_a_whole_task_by_keyboard_with_strengths_and_an_edit(browser, db):
             page.keyboard.press(level)
             page.wait_for_selector(f"#ranker .gap[data-gap='{gap}'] button.on", timeout=10_000)
         page.focus(":nth-match(#ranker .card, 4)")
+        page.keyboard.press("o")
+        page.wait_for_selector(":nth-match(#ranker .card, 4) .tags button.on", timeout=10_000)
+        assert page.evaluate("document.activeElement.classList.contains('card')")  # the card keeps the focus
         page.keyboard.press("Tab")
         assert page.evaluate("document.activeElement.className") == "edit-start"
         page.keyboard.press("Enter")
@@ -298,3 +308,7 @@ def test_a_whole_task_by_keyboard_with_strengths_and_an_edit(browser, db):
     e = b + " Fixed."
     assert got == {(b, a): 3, (b, c): 3, (b, d): 3, (a, c): 1, (a, d): 1, (c, d): 0, **{(e, x): None for x in shown}}
     assert query(db, "SELECT annotator FROM edits") == [("kim",)]
+    assert query(db, "SELECT r.text, t.tag FROM response_tags t JOIN responses r USING (response_id)") == [
+        (d, "off topic")
+    ]
+    assert query(db, "SELECT guideline_version FROM rankings") == [(1,)]

@@ -58,9 +58,10 @@ def test_the_ranker_value_carries_each_responses_html_beside_its_text():
     value = widget_value([7, 3], ["**hi**", "<b>x</b>"], [2, 1])
     assert value == {
         "items": [
-            {"id": 7, "text": "**hi**", "html": "<p><strong>hi</strong></p>\n", "pos": 0, "rank": 2},
-            {"id": 3, "text": "<b>x</b>", "html": "<p>&lt;b&gt;x&lt;/b&gt;</p>\n", "pos": 1, "rank": 1},
+            {"id": 7, "text": "**hi**", "html": "<p><strong>hi</strong></p>\n", "pos": 0, "rank": 2, "tags": []},
+            {"id": 3, "text": "<b>x</b>", "html": "<p>&lt;b&gt;x&lt;/b&gt;</p>\n", "pos": 1, "rank": 1, "tags": []},
         ],
+        "tag_names": ["unsafe", "factually wrong", "off topic", "other"],
         "ask": False,
         "strengths": [],
         "edit_ok": False,

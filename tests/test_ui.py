@@ -163,9 +163,9 @@ def test_sampling_in_the_app_does_not_block_annotators(app, db):
     seed_store(db, 3)
     app.predict(api_name="/load_examples")
     job = app.submit(4, 0, api_name="/sample")  # K = 4 for every pending prompt, in the background
-    prompt, value, _, _ = app.predict("ann", api_name="/annotate_next")
+    prompt, value, *_ = app.predict("ann", api_name="/annotate_next")
     ranked = {"items": [{**it, "rank": len(value["items"]) - it["pos"]} for it in value["items"]]}
-    _, _, progress, status = app.predict("ann", ranked, api_name="/annotate_submit")
+    _, _, progress, status, _ = app.predict("ann", ranked, api_name="/annotate_submit")
     assert status == "Saved. Next prompt." and progress.startswith("you: 1 ranked")
     assert not job.done()  # the annotator did not wait for the sampling run
     assert job.result().startswith("sampled 160 responses for 40 prompts")

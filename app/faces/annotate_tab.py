@@ -13,6 +13,7 @@ from annotation.ranker_view import (
     is_shown_order,
     ranks_from_value,
     strengths_from_value,
+    tags_from_value,
     widget_value,
 )
 from annotation.response_html import response_html
@@ -37,6 +38,19 @@ class View:
     progress: str
     status: str
     confirm: bool = False  # the next Submit confirms a ranking left in the shown order
+    guideline: str | None = None  # the campaign's guideline as HTML (None: leave what is shown)
+
+
+def guideline_html(guideline: tuple[int, str] | None) -> str:
+    """The guideline shown beside the ranker: Markdown rendered as the responses are (its own HTML escaped), open,
+    under a summary with its version; '' before an admin sets one."""
+    if guideline is None:
+        return ""
+    version, text = guideline
+    return (
+        f"<details open class='guideline'><summary>Guidelines (version {version})</summary>"
+        f"{response_html(text)}</details>"
+    )
 
 
 def empty_store_line(db: str, admin: bool) -> str | None:
@@ -67,7 +81,11 @@ def _view(
     if task is None:
         return View(None, _nothing_to_rank(ctx, admin), {"items": []}, p, status)
     return View(
-        {"assignment_id": task.assignment_id, "response_ids": task.response_ids},
+        {
+            "assignment_id": task.assignment_id,
+            "response_ids": task.response_ids,
+            "guideline_version": task.guideline[0] if task.guideline else None,
+        },
         task.prompt,
         widget_value(
             task.response_ids,
@@ -76,9 +94,11 @@ def _view(
             ctx.ask_strength,
             ctx.allow_edits,
             task.previous_edit,
+            task.previous_tags,
         ),
         p,
         status,
+        guideline=guideline_html(task.guideline),
     )
 
 
@@ -92,12 +112,22 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
     ranks = ranks_from_value(value, task["response_ids"])
     strengths = strengths_from_value(value, ranks) if ctx.ask_strength else None
     edit = edit_from_value(value, ctx.allow_edits)
+    tags = tags_from_value(value, task["response_ids"])
     if is_shown_order(ranks) and not confirmed:
         view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
         view.confirm = True
         return view
     nxt, counts = submit_and_next(
-        ctx.db, annotator, task["assignment_id"], ranks, ctx.overlap, ctx.gold_rate, strengths, edit
+        ctx.db,
+        annotator,
+        task["assignment_id"],
+        ranks,
+        ctx.overlap,
+        ctx.gold_rate,
+        strengths,
+        edit,
+        tags,
+        task.get("guideline_version"),
     )
     return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts, admin)
 
@@ -110,7 +140,7 @@ def _view_same(ctx, annotator: str, task: dict, value: dict, status: str) -> Vie
 def on_skip(ctx, annotator: str, task: dict | None, reason: str, admin: bool = True) -> View:
     if not task:
         return on_load(ctx, annotator, admin)
-    skip(ctx.db, annotator, task["assignment_id"], reason)
+    skip(ctx.db, annotator, task["assignment_id"], reason, task.get("guideline_version"))
     nxt = next_task(ctx.db, annotator, ctx.overlap, gold_rate=ctx.gold_rate)
     return _view(ctx, annotator, nxt, f"Skipped ({reason.strip()}).", admin=admin)
 
@@ -129,7 +159,8 @@ def annotator_name(name: str | None, request=None) -> str:
 
 
 def _show(view: View) -> tuple:
-    """The outputs of every action: task, prompt, ranker, progress, status, the shown-order confirmation."""
+    """The outputs of every action: task, prompt, ranker, progress, status, the shown-order confirmation, the
+    guideline."""
     import gradio as gr
 
     # the prompt is someone's text, rendered as the responses are (annotation/response_html.py: Markdown, its own
@@ -138,7 +169,8 @@ def _show(view: View) -> tuple:
         prompt = response_html(view.prompt)
     else:
         prompt = gr.update() if view.prompt == "" else PROMPT_HEADING + response_html(view.prompt)
-    return view.task, prompt, view.ranker, view.progress, view.status, view.confirm
+    guideline = gr.update() if view.guideline is None else view.guideline
+    return view.task, prompt, view.ranker, view.progress, view.status, view.confirm, guideline
 
 
 def _buttons() -> tuple:
@@ -172,10 +204,12 @@ def build_annotate_tab(ctx, demo) -> None:
         )
         progress_md = gr.Markdown(elem_id="annotate-progress")
     start = gr.Button("Start / next prompt", elem_id="annotate-start")
+    guideline = gr.HTML(elem_id="annotate-guideline")
     prompt_md = gr.HTML(elem_id="annotate-prompt")
     gr.Markdown(
         "Best first: drag the responses into order, or focus one (Tab) and press its rank number; "
-        "equal numbers are a tie."
+        "equal numbers are a tie. Mark a response that is unsafe, factually wrong or off topic with its tag "
+        "(click it, or press u, f, o or x on the focused response)."
         + (
             " Then, between each response and the next one down, say how much better it is: click a level, or "
             "Tab to the row and press 0 (negligibly or unsure), 1 (slightly), 2 (better) or 3 (significantly)."
@@ -192,7 +226,7 @@ def build_annotate_tab(ctx, demo) -> None:
     widget = ranker(elem_id="ranker")
     submit_btn, reason, skip_btn, undo_btn = _buttons()
     status_md = gr.Markdown(elem_id="annotate-status")
-    outputs = [task_state, prompt_md, widget, progress_md, status_md, confirm_state]
+    outputs = [task_state, prompt_md, widget, progress_md, status_md, confirm_state, guideline]
 
     def guarded(fn, request, *args):
         try:

@@ -347,6 +347,28 @@ def cmd_annotators(args: argparse.Namespace) -> None:
         print(text_table(rows))
 
 
+def cmd_guideline(args: argparse.Namespace) -> None:
+    """`rlhf guideline [--set FILE]`: set the campaign's guideline from a Markdown file, or show it."""
+    from annotation.actions import guideline_lines, set_guideline_text
+    from store.guidelines import MAX_GUIDELINE_CHARS
+
+    if args.set is None:
+        print("\n".join(guideline_lines(args.db)))
+        return
+    path = Path(args.set)
+    if not path.is_file():
+        raise UserError(f"no guideline file at {path}")
+    if path.stat().st_size > 4 * MAX_GUIDELINE_CHARS:
+        raise UserError(
+            f"{path} is {path.stat().st_size:,} bytes; a guideline is at most {MAX_GUIDELINE_CHARS:,} characters"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text") from None
+    print(set_guideline_text(args.db, text, args.by))
+
+
 def cmd_gold_add(args: argparse.Namespace) -> None:
     from annotation.gold import mark
 
@@ -641,6 +663,11 @@ def _add_store_and_run_commands(sub) -> None:
     a = gs.add_parser("remove", help="unmark gold prompts")
     a.add_argument("prompt_ids", nargs="+", type=int)
     a.set_defaults(func=cmd_gold_remove)
+
+    s = sub.add_parser("guideline", help="show the annotators' guideline, or set a new version (--set FILE.md)")
+    s.add_argument("--set", metavar="FILE", help="a Markdown file: the next version of the guideline")
+    s.add_argument("--by", default="admin", help="who sets it (kept with the version)")
+    s.set_defaults(func=cmd_guideline)
 
     s = sub.add_parser("annotators", help="per annotator: answers, speed, agreement, flags, and whom to look at")
     s.add_argument("--json", action="store_true", help="print JSON")

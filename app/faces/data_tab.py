@@ -15,6 +15,7 @@ from annotation.actions import (
     add_example_prompts,
     add_prompt_file,
     agreement,
+    set_guideline_text,
     stats_lines,
     store_stats,
     write_ls_export,
@@ -26,7 +27,9 @@ from annotation.imports import import_labelstudio_file, import_labelstudio_url
 from app.faces.handlers import admin_only
 from app.faces.rounds_ui import ROUND_HEADERS, rounds_rows
 from app.jobs.sampling import run_sampling
+from store.db import connect
 from store.errors import UserError
+from store.guidelines import MAX_GUIDELINE_CHARS, current_guideline
 
 
 def counts_markdown(db: str) -> str:
@@ -47,6 +50,13 @@ def annotators_view(db: str):
     frame = pd.DataFrame(points, columns=["annotator", "time", "answers"])
     plot = gr.LinePlot(value=frame, visible=bool(points), y_title=f"answers per {bucket}")
     return table(rows), plot
+
+
+def current_guideline_text(db: str) -> str:
+    """The guideline's current text, to edit ('' before one is set)."""
+    with connect(db) as con:
+        current = current_guideline(con)
+    return current[1] if current else ""
 
 
 def agreement_table(db: str) -> list[list]:
@@ -167,14 +177,14 @@ def build_data_tab(ctx, demo) -> None:
     gr.Markdown(
         "### Annotators (`rlhf annotators`): how much, how fast (median seconds a task, tasks an hour), agreement "
         "with the others (mean Kendall tau-b, on how many shared prompts), rankings under 2 s or left in the shown "
-        "order, accuracy on gold prompts (on how many), and whom to look at"
+        "order, the tags they gave, accuracy on gold prompts (on how many), and whom to look at"
     )
     annotators_df = gr.Dataframe(
         headers=ANNOTATOR_HEADERS,
         interactive=False,
         elem_id="annotators",
         wrap=True,
-        column_widths=["9%", "7%", "5%", "7%", "6%", "8%", "6%", "5%", "7%", "5%", "5%", "30%"],
+        column_widths=["9%", "6%", "5%", "5%", "10%", "6%", "6%", "6%", "5%", "5%", "6%", "5%", "4%", "22%"],
     )
     answers_plot = gr.LinePlot(
         x="time", y="answers", color="annotator", height=220, visible=False, elem_id="answers-over-time"
@@ -183,6 +193,14 @@ def build_data_tab(ctx, demo) -> None:
     agreement_df = gr.Dataframe(
         headers=["annotators", "shared prompts", "mean tau"], interactive=False, elem_id="agreement"
     )
+    gr.Markdown(
+        "### Guidelines (`rlhf guideline`): Markdown shown beside the ranker; each save is a new version, and each "
+        "ranking records the version its annotator saw"
+    )
+    guideline_text = gr.Textbox(
+        lines=6, max_lines=30, max_length=MAX_GUIDELINE_CHARS, label="Guideline", elem_id="guideline-text"
+    )
+    guideline_btn = gr.Button("Save as the next version", elem_id="guideline-save")
     gr.Markdown("### Rounds (`rlhf rounds`; start the next one from the Train tab)")
     rounds_df = gr.Dataframe(headers=ROUND_HEADERS, interactive=False, elem_id="rounds-table", wrap=True)
     gr.Markdown("### Pairs for reward-model training")
@@ -212,6 +230,17 @@ def build_data_tab(ctx, demo) -> None:
         trigger(admin_only(ctx, fn), inputs, outputs, api_name=name).then(refresh, None, shown).then(
             dashboard, None, [annotators_df, answers_plot]
         )
+
+    def on_guideline(text, request):
+        try:
+            ctx.check_admin(request)
+            return set_guideline_text(ctx.db, text or "", getattr(request, "username", None) or "admin")
+        except UserError as e:
+            raise gr.Error(str(e)) from None
+
+    on_guideline.__annotations__ = {"request": gr.Request}  # Gradio finds the request by it (no string annotation)
+    guideline_btn.click(on_guideline, [guideline_text], status, api_name="set_guideline")
+    demo.load(admin_only(ctx, lambda: current_guideline_text(ctx.db), quiet=1), outputs=[guideline_text])
     # Sampling runs one at a time (it holds the model); the rest of the app keeps answering meanwhile.
     sample_btn.click(admin_only(ctx, on_sample), [k, limit], status, api_name="sample", concurrency_limit=1).then(
         refresh, None, shown

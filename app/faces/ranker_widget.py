@@ -7,6 +7,10 @@ When the value asks for strengths (`ask`), a row between each group of equal ran
 much better the group above is (store/strengths.py's four levels): click a level, or focus the row (Tab) and press
 0-3. Reordering clears them (the steps are new).
 
+Each card has the campaign's tags (`tag_names`: unsafe, factually wrong, off topic, other; store/guidelines.py):
+click one to mark the response, or focus the card and press its key (u, f, o, x); again takes it off. Tags stay
+with a response when the order changes.
+
 When the value allows an edit (`edit_ok`, `rlhf ui --edits`), a text box under the cards takes the annotator's
 correction of the best response (store/edits.py); "Start from the best" copies the top card's text into it. The box
 is built once and kept across renders, so typing in it keeps its focus and caret.
@@ -37,6 +41,11 @@ CSS = """
 .gap button { border: 1px solid #d0d5dd; border-radius: 12px; padding: 1px 10px; background: transparent;
               cursor: pointer; font-size: 0.95em; }
 .gap button.on { background: #f97316; border-color: #f97316; color: #fff; }
+.body { display: flex; flex-direction: column; gap: 6px; min-width: 0; flex: 1; }
+.tags { display: flex; flex-wrap: wrap; gap: 4px; font-size: 0.8em; }
+.tags button { border: 1px solid #d0d5dd; border-radius: 10px; padding: 0 8px; background: transparent; color: #667085;
+               cursor: pointer; }
+.tags button.on { background: #b42318; border-color: #b42318; color: #fff; }
 .edit-box { display: flex; flex-direction: column; gap: 6px; margin-top: 10px; }
 .edit-box textarea { width: 100%; min-height: 6em; padding: 8px; border: 1px solid #d0d5dd; border-radius: 8px;
                      font: inherit; box-sizing: border-box; }
@@ -61,6 +70,32 @@ function commit(list, focusId) {
 function focusCard(id) {
   const card = root() && root().querySelector(`[data-id="${id}"]`);
   if (card) card.focus();
+}
+const TAG_KEYS = {u: 'unsafe', f: 'factually wrong', o: 'off topic', x: 'other'};
+function toggleTag(id, tag) {
+  const v = props.value || {};
+  const list = (v.items || []).map(x => {
+    if (String(x.id) !== String(id)) return {...x};
+    const has = (x.tags || []).includes(tag);
+    return {...x, tags: has ? x.tags.filter(t => t !== tag) : [...(x.tags || []), tag]};
+  });
+  props.value = {...v, items: list};
+  trigger('change');
+  setTimeout(() => { render(); focusCard(id); }, 0);
+}
+function tagRow(it) {
+  const row = document.createElement('div'); row.className = 'tags';
+  ((props.value || {}).tag_names || []).forEach(tag => {
+    const key = Object.keys(TAG_KEYS).find(k => TAG_KEYS[k] === tag);
+    const on = (it.tags || []).includes(tag);
+    const b = document.createElement('button');
+    b.type = 'button'; b.tabIndex = -1; b.className = on ? 'on' : ''; b.dataset.tag = tag;
+    b.setAttribute('aria-pressed', on ? 'true' : 'false');
+    b.textContent = key ? `${tag} (${key})` : tag;
+    b.addEventListener('click', e => { e.stopPropagation(); toggleTag(it.id, tag); });
+    row.appendChild(b);
+  });
+  return row;
 }
 function strictFrom(order) { return order.map((it, i) => ({...it, rank: i + 1})); }
 function setStrength(g, level) {
@@ -112,7 +147,9 @@ function render() {
     const badge = document.createElement('span'); badge.className = 'rank'; badge.textContent = it.rank;
     const text = document.createElement('div'); text.className = 'text';
     if (typeof it.html === 'string') text.innerHTML = it.html; else text.textContent = it.text;
-    card.append(badge, text);
+    const body = document.createElement('div'); body.className = 'body';
+    body.append(text, tagRow(it));
+    card.append(badge, body);
     card.addEventListener('dragstart', e => { e.dataTransfer.setData('text/plain', String(it.id));
                                               card.classList.add('dragging'); });
     card.addEventListener('dragend', () => card.classList.remove('dragging'));
@@ -141,6 +178,9 @@ function render() {
         if (j < 0 || j >= order.length) return;
         [order[i], order[j]] = [order[j], order[i]];
         commit(strictFrom(order), it.id);
+      } else if (TAG_KEYS[e.key] && !e.ctrlKey && !e.metaKey && !e.altKey) {
+        e.preventDefault();
+        toggleTag(it.id, TAG_KEYS[e.key]);
       }
     });
     box.appendChild(card);

@@ -1,0 +1,91 @@
+"""Guidelines and tags (migration 0013; issue 30). The guideline is the campaign's Markdown, set by an admin and
+kept in numbered versions; each ranking made in the Annotate tab records the version shown with its task. Tags are
+an annotator's marks on single responses of their ranking (TAGS), stored per ranking and counted on the dashboard.
+All functions but the pure checks run inside the caller's transaction."""
+
+from __future__ import annotations
+
+import duckdb
+
+TAGS = ("unsafe", "factually wrong", "off topic", "other")  # the CHECK of migration 0013 lists the same
+MAX_GUIDELINE_CHARS = 50_000  # the longest guideline the server takes (a long style guide is about 20,000)
+
+
+def guideline_problem(text: str) -> str | None:
+    """Why `text` cannot be a guideline (None: it can)."""
+    if not isinstance(text, str) or not text.strip():
+        return "the guideline is empty: write what annotators should prefer, in Markdown"
+    if len(text) > MAX_GUIDELINE_CHARS:
+        return f"the guideline has {len(text):,} characters; the most is {MAX_GUIDELINE_CHARS:,}"
+    return None
+
+
+def tags_problem(tags: list[list[str]], k: int) -> str | None:
+    """Why `tags` (one list per shown response, in shown order) cannot go with a ranking of k responses."""
+    if len(tags) != k:
+        return f"tags for {len(tags)} responses, but {k} were shown"
+    for i, given in enumerate(tags, 1):
+        if not isinstance(given, list):
+            return f"the tags of response {i} are not a list"
+        bad = next((t for t in given if t not in TAGS), None)
+        if bad is not None:
+            return f"response {i}: {bad!r} is not a tag ({', '.join(TAGS)})"
+        if len(set(given)) != len(given):
+            return f"response {i} has a tag twice"
+    return None
+
+
+def set_guideline(con: duckdb.DuckDBPyConnection, text: str, author: str) -> int:
+    """Store `text` as the next version (the same text as the current one adds none); returns the current
+    version. The caller checks guideline_problem first."""
+    current = current_guideline(con)
+    if current is not None and current[1] == text:
+        return current[0]
+    version = (current[0] if current else 0) + 1
+    con.execute("INSERT INTO guidelines (version, text, author) VALUES (?, ?, ?)", [version, text, author])
+    return version
+
+
+def current_guideline(con: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
+    """(version, text) of the latest guideline, or None before one is set."""
+    return con.execute("SELECT version, text FROM guidelines ORDER BY version DESC LIMIT 1").fetchone()
+
+
+def guideline_versions(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, object, int]]:
+    """(version, author, set at, rankings made under it) of every version, oldest first."""
+    return con.execute(
+        """SELECT g.version, g.author, g.created_at, count(r.ranking_id)
+           FROM guidelines g LEFT JOIN rankings r ON r.guideline_version = g.version
+           GROUP BY ALL ORDER BY g.version"""
+    ).fetchall()
+
+
+def add_tags(con: duckdb.DuckDBPyConnection, ranking_id: int, response_ids: list[int], tags: list[list[str]]) -> int:
+    """One row per (response, tag) of this ranking, response_ids and tags in shown order; returns the rows written."""
+    rows = [(rid, tag) for rid, given in zip(response_ids, tags, strict=True) for tag in given]
+    if rows:
+        con.execute(
+            "INSERT INTO response_tags SELECT ?, unnest(?::BIGINT[]), unnest(?::VARCHAR[])",
+            [ranking_id, [r for r, _ in rows], [t for _, t in rows]],
+        )
+    return len(rows)
+
+
+def tags_of(con: duckdb.DuckDBPyConnection, ranking_id: int) -> dict[int, list[str]]:
+    """response id -> its tags in this ranking (in TAGS' order); responses without tags are left out."""
+    rows = con.execute("SELECT response_id, tag FROM response_tags WHERE ranking_id = ?", [ranking_id]).fetchall()
+    out: dict[int, list[str]] = {}
+    for rid, tag in rows:
+        out.setdefault(rid, []).append(tag)
+    return {rid: sorted(given, key=TAGS.index) for rid, given in out.items()}
+
+
+def tag_counts(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
+    """annotator -> tag -> how many responses they gave it (one aggregate over the tags, none over responses)."""
+    out: dict[str, dict[str, int]] = {}
+    rows = con.execute(
+        "SELECT r.annotator, t.tag, count(*) FROM response_tags t JOIN rankings r USING (ranking_id) GROUP BY ALL"
+    ).fetchall()
+    for annotator, tag, n in rows:
+        out.setdefault(annotator, {})[tag] = n
+    return out
