@@ -1,7 +1,8 @@
 """The lead's view of a labeling campaign (`rlhf annotators`, the Data tab): per annotator, how much (rankings,
 skips), how fast (median seconds a task, tasks an hour of lead time), how well (agreement with the others on shared
-prompts, Kendall tau-b, with how many prompts it rests on) and how carefully (rankings made too fast to have read
-the responses, rankings left in the order shown), and the reasons, if any, to look at someone's work.
+prompts, Kendall tau-b, with how many prompts it rests on; agreement with the newest reward model scored, `rlhf
+rm-agreement`) and how carefully (rankings made too fast to have read the responses, rankings left in the order
+shown), and the reasons, if any, to look at someone's work.
 
 The reasons (`watch`) are fixed rules, stated here so that a lead knows what they mean:
 - fast: at least WATCH_FAST_SHARE of their rankings took under FAST_S seconds;
@@ -27,6 +28,7 @@ from store.db import connect
 from store.gold import gold_answers
 from store.guidelines import TAGS, tag_counts
 from store.pairs import rankings_for_agreement
+from store.rm_scores import rm_agreement, scored_runs
 
 FAST_S = FAST_LEAD_TIME_S  # the same threshold as Label Studio imports' 'fast' flag
 WATCH_FAST_SHARE = 0.2
@@ -49,6 +51,7 @@ HEADERS = [
     "shown order",
     "gold",
     "gold n",
+    "RM agree",
     "look at",
 ]
 
@@ -68,6 +71,8 @@ class AnnotatorRow:
     gold_tasks: int = 0
     edits: int = 0  # rankings with their edit of the best response (store/edits.py)
     tags: dict[str, int] = field(default_factory=dict)  # tag -> responses they gave it (store/guidelines.py)
+    rm_agreement: float | None = None  # share of their pairs the newest scored reward model orders as they did
+    rm_pairs: int = 0  # the pairs it rests on (`rlhf rm-agreement` scores them)
     watch: list[str] = field(default_factory=list)
 
 
@@ -100,6 +105,8 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
         agreement = agreement_by_annotator(rankings_for_agreement(con))
         gold = gold_accuracy(gold_answers(con))
         tags = tag_counts(con)
+        scored = scored_runs(con)
+        rm = rm_agreement(con, scored[0][0]) if scored else {}
     rows = []
     for w in work:
         tau, shared = agreement.get(w.annotator, (None, 0))
@@ -117,6 +124,8 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
             gold_tasks=gold.get(w.annotator, (None, 0))[1],
             edits=w.edited,
             tags=tags.get(w.annotator, {}),
+            rm_agreement=rm.get(w.annotator, (None, 0))[0],
+            rm_pairs=rm.get(w.annotator, (None, 0))[1],
         )
         rows.append(row)
     for row in rows:
@@ -149,6 +158,7 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
             share(r.shown_order_share),
             share(r.gold_accuracy),
             r.gold_tasks,
+            share(r.rm_agreement),
             "; ".join(r.watch),
         ]
         for r in rows

@@ -98,6 +98,7 @@ DB_AFTER = {
     "round": ["round", "start", "--policy", "default"],
     "pairs": ["pairs", "--stats"],
     "annotators": ["annotators", "--json"],
+    "rm-agreement": ["rm-agreement", "--reward", "rm-1"],
     "guideline": ["guideline", "--set", "g.md"],
     "gold": ["gold", "add", "3", "--annotator", "lead"],
 }

@@ -116,10 +116,10 @@ def reward_folder(ref: str) -> Path:
     path = Path(ref).expanduser()
     if (path / "model" / "config.json").is_file():
         return path / "model"
+    if (path / "status.json").is_file():  # a run folder (its config.json is the run's, not a model's)
+        raise ModelError(f"reward run {ref} has no model yet (did it finish?)")
     if (path / "config.json").is_file():
         return path
-    if (path / "status.json").is_file():
-        raise ModelError(f"reward run {ref} has no model yet (did it finish?)")
     raise ModelError(f"{ref} is neither a reward run folder nor a Hugging Face model folder")
 
 

@@ -369,6 +369,17 @@ def cmd_guideline(args: argparse.Namespace) -> None:
     print(set_guideline_text(args.db, text, args.by))
 
 
+def cmd_rm_agreement(args: argparse.Namespace) -> None:
+    """`rlhf rm-agreement [--reward RUN]`: score the ranked responses with a reward run (the newest finished one by
+    default), then print each annotator's agreement with it; the dashboard shows the same."""
+    from app.jobs.rm_agreement import agreement_lines, newest_reward_run, score_store
+
+    name = args.reward or newest_reward_run(args.db)
+    run_id, n = score_store(args.db, name, args.runs_dir, args.dtype, progress=lambda d: print(f"scored {d}"))
+    print(f"{run_id}: {n} responses scored now")
+    print("\n".join(agreement_lines(args.db, run_id)))
+
+
 def cmd_gold_add(args: argparse.Namespace) -> None:
     from annotation.gold import mark
 
@@ -668,6 +679,14 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument("--set", metavar="FILE", help="a Markdown file: the next version of the guideline")
     s.add_argument("--by", default="admin", help="who sets it (kept with the version)")
     s.set_defaults(func=cmd_guideline)
+
+    s = sub.add_parser(
+        "rm-agreement", help="score ranked responses with a reward run; each annotator's agreement with it"
+    )
+    s.add_argument("--reward", default="", help="a reward run's id (default: the newest finished one)")
+    s.add_argument("--runs-dir", default="runs", help="where run folders are (only runs recorded under it)")
+    s.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="the reward model's precision")
+    s.set_defaults(func=cmd_rm_agreement)
 
     s = sub.add_parser("annotators", help="per annotator: answers, speed, agreement, flags, and whom to look at")
     s.add_argument("--json", action="store_true", help="print JSON")

@@ -177,14 +177,15 @@ def build_data_tab(ctx, demo) -> None:
     gr.Markdown(
         "### Annotators (`rlhf annotators`): how much, how fast (median seconds a task, tasks an hour), agreement "
         "with the others (mean Kendall tau-b, on how many shared prompts), rankings under 2 s or left in the shown "
-        "order, the tags they gave, accuracy on gold prompts (on how many), and whom to look at"
+        "order, the tags they gave, accuracy on gold prompts (on how many), agreement with the newest reward model "
+        "scored (`rlhf rm-agreement`), and whom to look at"
     )
     annotators_df = gr.Dataframe(
         headers=ANNOTATOR_HEADERS,
         interactive=False,
         elem_id="annotators",
         wrap=True,
-        column_widths=["9%", "6%", "5%", "5%", "10%", "6%", "6%", "6%", "5%", "5%", "6%", "5%", "4%", "22%"],
+        column_widths=["9%", "6%", "5%", "5%", "10%", "6%", "6%", "6%", "5%", "5%", "6%", "5%", "4%", "5%", "17%"],
     )
     answers_plot = gr.LinePlot(
         x="time", y="answers", color="annotator", height=220, visible=False, elem_id="answers-over-time"
