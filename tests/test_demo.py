@@ -113,6 +113,15 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert set(r["equal_kl"]["win_rates"]) == {"PPO", "best-of-N", "RLOO", "DPO"} and r["equal_kl"]["kl"] > 0
     assert "at equal KL (" in report and "at equal KL (" in out
     assert all(len(json.loads(line)["rloo"]) == r["config"]["k"] for line in (folder / "samples.jsonl").open())
+    # the labeling campaign (on in --quick): the dashboard flags the noisy annotator alone, and the gold-filtered
+    # reward model left out its pairs and only those
+    c = r["campaign"]
+    assert c["flagged"] == ["noisy"] and c["dashboard"]["careful-a"]["gold_accuracy"] == 1.0
+    assert c["arms"]["gold-filtered"]["left_out"] == ["noisy"] and c["arms"]["all"]["left_out"] == []
+    removed = c["arms"]["gold-filtered"]["pairs_removed"]
+    assert removed > 0 and c["arms"]["all"]["pairs"] - c["arms"]["gold-filtered"]["pairs"] == removed
+    assert all(0 <= a["accuracy"] <= 1 and a["ci95"][0] <= a["accuracy"] <= a["ci95"][1] for a in c["arms"].values())
+    assert "## Labeling campaign" in report and "labeling campaign: the dashboard flags noisy" in out
     # --resume: a demo that stopped after PPO trained but before its stage was recorded, and before the evaluation,
     # goes on without training anything again (app/studies/demo_stages.py)
     stages = json.loads((folder / "stages.json").read_text())
@@ -125,6 +134,7 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         "checkpoints and best-of-N",
         "dpo",
         "rloo",
+        "campaign",
     ]
     del stages["done"]["ppo"], stages["done"]["evaluation"]
     stages["started"]["ppo"] = r["ppo_run"]

@@ -158,6 +158,13 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
 
     dpo = method("dpo", run_dpo) if "dpo" in methods_of(cfg) else {}
     rloo = method("rloo", run_rloo) if "rloo" in methods_of(cfg) else {}
+    campaign = {}
+    if cfg.campaign:
+        from app.studies.demo_campaign import run_campaign
+
+        campaign = {
+            "campaign": stage("campaign", lambda: run_campaign(cfg, db, folder, reward_base, heldout, reference, log))
+        }
     timings = stages.seconds()
 
     results = {
@@ -177,6 +184,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         **watch,
         **dpo,
         **rloo,
+        **campaign,
         "timings_s": timings,
         "total_s": round(sum(timings.values()), 1),  # the stages' own times, over every sitting
     }
@@ -296,6 +304,7 @@ def _bar(bar: float) -> str:
 def checks(r: dict, bars: dict) -> dict[str, bool]:
     """The demo's claims, each true or false (the watch's two only in the full demo: on tiny models they are noise,
     and the report states them either way)."""
+    from app.studies.demo_campaign import campaign_checks
     from app.studies.demo_watch import watch_checks
 
     kl = r["kl_per_step"]
@@ -316,4 +325,5 @@ def checks(r: dict, bars: dict) -> dict[str, bool]:
             else {}
         ),
         **(watch_checks(r["watch"]) if r.get("watch") and not r.get("quick") else {}),
+        **(campaign_checks(r["campaign"], r.get("quick", False)) if r.get("campaign") else {}),
     }

@@ -38,6 +38,13 @@ class DemoConfig:
         default="ppo,dpo",
         metadata={"help": "ppo, plus dpo (the same pairs) and rloo (the same reward model): ppo,dpo,rloo"},
     )
+    campaign: bool = field(
+        default=False,
+        metadata={
+            "help": "the labeling-campaign study: three scripted annotators (one noisy) and gold prompts, the "
+            "dashboard on them, and two more reward models (every pair; the noisy left out by gold); on in --quick"
+        },
+    )
     dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
     dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})
@@ -64,6 +71,7 @@ QUICK = dict(
     save_every=9,
     dpo_lr=5e-3,
     dpo_epochs=2,
+    campaign=True,
 )
 
 # The rounds study on the default model (`rlhf demo --rounds R`, not --quick): 200 training prompts, 120 labels, 48 PPO

@@ -103,6 +103,11 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
 
         plot_watch(folder, r, ppo_rows)
         watch = watch_section(r)
+    campaign = ""
+    if r.get("campaign"):
+        from app.studies.demo_campaign import campaign_section
+
+        campaign = campaign_section(r["campaign"])
     c = r["config"]
     kl_rows, examples = _curve_rows(ppo_rows), _examples(samples[:4])
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings_s"].items())
@@ -134,6 +139,7 @@ wrong).
 {kl_rows}
 
 {watch}
+{campaign}
 ## Held-out lengths
 
 ![held-out lengths](heldout_lengths.png)
@@ -172,6 +178,10 @@ def headline(r: dict) -> list[str]:
 
         lines += finding_lines(r["watch"], r["config"]["best_of"])
         lines += equal_kl_lines(r.get("equal_kl") or {})
+    if r.get("campaign"):
+        from app.studies.demo_campaign import campaign_lines
+
+        lines += campaign_lines(r["campaign"])
     lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
     lines.append(f"report: {Path(r['folder']) / 'report.md'} ({r['total_s'] / 60:.1f} min)")
     return lines
