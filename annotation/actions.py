@@ -41,6 +41,20 @@ def write_pairs_file(
     return f"wrote {n} pairs to {out}" + (" (the Compare tab's decided votes included)" if with_votes else "")
 
 
+def write_trl_pairs(
+    db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
+) -> str:
+    """The store's pairs in TRL's preference format (annotation/preference_files.py) to a .jsonl or .parquet file
+    or a `datasets` folder."""
+    from annotation.preference_files import trl_rows, write_trl
+    from store.pairs import pair_texts
+
+    with connect(db, create=False) as con:
+        rows = pair_texts(con, drop_flagged, with_votes)
+    write_trl(trl_rows(rows), out)
+    return f"wrote {len(rows)} pairs in TRL's format (prompt, chosen, rejected) to {out}"
+
+
 def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
     """Label Studio Ranker tasks + labeling config in folder OUT: (tasks file, config file, number of tasks)."""
     with connect(db, create=False) as con:

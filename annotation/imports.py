@@ -9,10 +9,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from annotation.files import read_text
+from annotation.files import loads_json, read_text
 from annotation.labelstudio import parse_export, server_url
 from annotation.native import parse_native
 from store.db import write
+from store.errors import UserError
 from store.imports import drop_import, open_import, set_import_summary
 from store.rankings import RankingIn, insert_rankings
 
@@ -86,6 +87,32 @@ def import_native(db: str | os.PathLike, path: str | os.PathLike) -> ImportSumma
     rankings = parse_native(text, Path(path).name)
     summary = ImportSummary(tasks=len(rankings), annotations=len(rankings))
     return store_rankings(db, rankings, summary, "native", str(path), _sha(text))
+
+
+def import_preferences(
+    db: str | os.PathLike, path: str | os.PathLike, fmt: str = "auto", annotator: str = ""
+) -> ImportSummary:
+    """`rlhf import`: a preference file in any shape annotation/preference_files.py reads (a native JSONL file goes
+    the native way, its errors naming lines). Every row or nothing; a re-import adds nothing."""
+    from annotation.preference_files import FORMATS, SOURCE, detect, parse_rows, read_rows
+
+    path = Path(path)
+    if fmt not in FORMATS:
+        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if path.suffix == ".jsonl" and path.is_file() and fmt in ("auto", "native") and not annotator:
+        first = next((line for line in read_text(path).splitlines() if line.strip()), "")
+        try:  # a first line that is no object is the native parser's to name
+            obj = loads_json(first, path.name)
+            native = fmt == "native" or not isinstance(obj, dict) or detect(obj) == "native"
+        except UserError:
+            native = True
+        if native:
+            return import_native(db, path)
+    rows = read_rows(path)
+    rankings = parse_rows(rows, path.name, fmt, annotator)
+    sha = _sha(read_text(path)) if path.is_file() and path.suffix in (".jsonl", ".json") else None
+    summary = ImportSummary(tasks=len(rows), annotations=len(rankings))
+    return store_rankings(db, rankings, summary, SOURCE, str(path), sha)
 
 
 def import_labelstudio_text(

@@ -82,6 +82,13 @@ def export_pairs(
     return count_pairs(con, drop_flagged, with_votes)
 
 
+def pair_texts(
+    con: duckdb.DuckDBPyConnection, drop_flagged: bool = False, with_votes: bool = False
+) -> list[tuple[str, str, str]]:
+    """(prompt, chosen, rejected) of every pair, in the export's order."""
+    return con.execute(f"SELECT prompt, chosen, rejected FROM ({pairs_query(drop_flagged, with_votes)})").fetchall()
+
+
 def count_pairs(con: duckdb.DuckDBPyConnection, drop_flagged: bool = False, with_votes: bool = False) -> int:
     return con.execute(f"SELECT count(*) FROM ({pairs_query(drop_flagged, with_votes)})").fetchone()[0]
 

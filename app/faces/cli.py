@@ -99,9 +99,9 @@ def _progress_bar(desc: str):
 
 
 def cmd_import(args: argparse.Namespace) -> None:
-    from annotation.imports import import_native
+    from annotation.imports import import_preferences
 
-    print(import_native(args.db, args.file).line())
+    print(import_preferences(args.db, args.file, args.format, args.annotator).line())
 
 
 def cmd_import_ls(args: argparse.Namespace) -> None:
@@ -132,7 +132,11 @@ def cmd_pairs(args: argparse.Namespace) -> None:
 
     if not args.out and not args.stats:
         raise UserError("give --out FILE.jsonl|.parquet|.csv and/or --stats")
-    if args.out:
+    if args.out and args.format == "trl":
+        from annotation.actions import write_trl_pairs
+
+        print(write_trl_pairs(args.db, args.out, drop_flagged=args.drop_flagged, with_votes=args.with_votes))
+    elif args.out:
         print(write_pairs_file(args.db, args.out, drop_flagged=args.drop_flagged, with_votes=args.with_votes))
     if args.stats:
         s = store_stats(args.db)
@@ -584,8 +588,18 @@ def _add_data_commands(sub) -> None:
     add_dataclass_args(s, SamplingConfig, skip=("model",))
     s.set_defaults(func=cmd_best_of_n)
 
-    s = sub.add_parser("import", help="import rankings in the native JSONL format")
-    s.add_argument("file")
+    s = sub.add_parser(
+        "import",
+        help="import rankings: native JSONL, TRL preference pairs, or responses with scores (a file or folder)",
+    )
+    s.add_argument("file", help=".jsonl, .json, .parquet, or a folder datasets' save_to_disk wrote")
+    s.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "native", "trl", "scores"],
+        help="the rows' shape (auto: told by each row's fields)",
+    )
+    s.add_argument("--annotator", default="", help="who the rows are by, where a row does not say (default: the file)")
     s.set_defaults(func=cmd_import)
 
     s = sub.add_parser("import-ls", help="import Label Studio results (a JSON/JSON_MIN/CSV/TSV file, or --url)")
@@ -707,6 +721,13 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument("--json", action="store_true", help="with --stats: print JSON")
     s.add_argument("--drop-flagged", action="store_true", help="leave out rankings flagged as suspicious")
     s.add_argument("--with-votes", action="store_true", help="also the Compare tab's decided votes, a pair each")
+    s.add_argument(
+        "--format",
+        default="store",
+        choices=["store", "trl"],
+        help="store: every column of the pairs view; trl: prompt/chosen/rejected for TRL (also .jsonl, .parquet, "
+        "or a folder: a datasets dataset)",
+    )
     s.set_defaults(func=cmd_pairs)
 
 

@@ -1,0 +1,280 @@
+"""Preference data in the shapes the ecosystem writes (issue 31), in and out.
+
+In (`rlhf import FILE`, the format detected from each row's fields, or named with --format):
+- native: {"prompt", "responses", "ranks"} (annotation/native.py);
+- trl: TRL's preference format, {"prompt", "chosen", "rejected"} (explicit prompt), or {"chosen", "rejected"} with
+  the prompt implicit in their common beginning (TRL's extract_prompt; for plain text the split is moved back to
+  the last "Assistant:" turn marker, HH-RLHF's, else to the last whitespace, so a shared first word of both
+  answers stays theirs). Each field a string, or a conversation ([{"role", "content"}, ...]);
+- scores: {"prompt", "responses", "scores"}, or UltraFeedback's {"prompt" (or "instruction"), "completions":
+  [{"response", "overall_score"}, ...]}: each prompt's responses ranked by score, the highest first, equal scores
+  tied.
+A conversation as the prompt must be one user turn for now (conversations as prompts are issue 31's next part): any
+other is refused with the row named, as is every malformed row; nothing is imported from a file with a bad row.
+From .jsonl, .json (a list of rows), .parquet, or a folder `datasets.Dataset.save_to_disk` wrote.
+
+Out (`rlhf pairs --format trl`): one row per pair, {"prompt", "chosen", "rejected"} strings, to .jsonl, .parquet, or
+a `datasets` folder (a path without a suffix)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from annotation.files import MAX_FILE_BYTES, loads_json, read_text
+from annotation.native import parse_line
+from store.errors import UserError
+from store.rankings import RankedItem, RankingIn
+
+FORMATS = ("auto", "native", "trl", "scores")
+SOURCE = "dataset"
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """The rows of a .jsonl, .json, .parquet file or a `datasets` folder, as dicts (a row that is not an object is
+    refused with its number)."""
+    path = Path(path)
+    if path.is_dir():
+        rows = _datasets_rows(path)
+    elif path.suffix == ".parquet":
+        rows = _parquet_rows(path)
+    elif path.suffix == ".json":
+        rows = loads_json(read_text(path), path.name)
+        if isinstance(rows, dict):
+            rows = [rows]
+        if not isinstance(rows, list):
+            raise UserError(f"{path.name}: expected a list of rows, got {type(rows).__name__}")
+    elif path.suffix == ".jsonl":
+        text = read_text(path)
+        rows = [loads_json(line, f"{path.name} row {n}") for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    else:
+        raise UserError(f"{path}: a preference file is .jsonl, .json, .parquet or a datasets folder")
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise UserError(f"{path.name} row {n}: expected an object, got {type(row).__name__}")
+    if not rows:
+        raise UserError(f"{path.name}: no rows")
+    return rows
+
+
+def _too_big(path: Path, size: int) -> None:
+    if size > MAX_FILE_BYTES:
+        raise UserError(f"{path}: {size / 2**20:.0f} MB is over the {MAX_FILE_BYTES // 2**20} MB import limit")
+
+
+def _parquet_rows(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    _too_big(path, path.stat().st_size)
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as e:  # pyarrow raises several types for a file that is not Parquet
+        raise UserError(f"{path.name}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+
+
+def _datasets_rows(path: Path) -> list[dict]:
+    _too_big(path, sum(p.stat().st_size for p in path.rglob("*") if p.is_file()))
+    try:
+        from datasets import Dataset, load_from_disk
+
+        data = load_from_disk(str(path))
+    except Exception as e:  # FileNotFoundError, or datasets' own errors for a folder it did not write
+        raise UserError(f"{path}: not a folder datasets' save_to_disk wrote ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, Dataset):
+        raise UserError(f"{path}: a DatasetDict (splits {', '.join(data)}): import one split's folder")
+    return data.to_list()
+
+
+def detect(row: dict) -> str:
+    """The format a row is in, from its fields (auto)."""
+    if "responses" in row and "ranks" in row:
+        return "native"
+    if "chosen" in row and "rejected" in row:
+        return "trl"
+    if "completions" in row or ("responses" in row and "scores" in row):
+        return "scores"
+    raise UserError(
+        f"fields {', '.join(sorted(row)) or 'none'}: not a preference row (native: prompt, responses, ranks; trl: "
+        "prompt, chosen, rejected; scores: prompt, responses, scores)"
+    )
+
+
+def _is_conversation(x: object) -> bool:
+    return isinstance(x, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in x)
+
+
+def _prompt_text(prompt: object) -> str:
+    """A prompt as the store keeps it: a string, or a conversation of one user turn."""
+    if isinstance(prompt, str):
+        return prompt
+    if _is_conversation(prompt):
+        roles = [m["role"] for m in prompt]
+        if roles == ["user"] and isinstance(prompt[0]["content"], str):
+            return prompt[0]["content"]
+        raise UserError(
+            f"a conversation of {len(prompt)} turns ({', '.join(roles)}) as the prompt: only one user turn is "
+            "taken for now"
+        )
+    raise UserError("'prompt' must be a string or a conversation of messages")
+
+
+def _answer_text(answer: object, field: str) -> str:
+    """A response: a string, or a conversation of one assistant turn."""
+    if isinstance(answer, str):
+        return answer
+    if _is_conversation(answer) and len(answer) == 1 and answer[0]["role"] == "assistant":
+        if isinstance(answer[0]["content"], str):
+            return answer[0]["content"]
+    raise UserError(f"'{field}' must be a string or one assistant message")
+
+
+def split_implicit(chosen: object, rejected: object) -> tuple[object, object, object]:
+    """(prompt, chosen answer, rejected answer) from two texts or conversations that share their beginning."""
+    if _is_conversation(chosen) and _is_conversation(rejected):
+        n = 0
+        while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+            n += 1
+        return chosen[:n], chosen[n:], rejected[n:]
+    if isinstance(chosen, str) and isinstance(rejected, str):
+        n = 0
+        while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+            n += 1
+        marker = chosen.rfind("Assistant:", 0, n)
+        if marker >= 0:
+            n = marker + len("Assistant:")
+        elif n < min(len(chosen), len(rejected)):  # both go on: end the prompt at a word boundary
+            n = max(chosen.rfind(" ", 0, n), chosen.rfind("\n", 0, n)) + 1
+        return chosen[:n].rstrip(), chosen[n:].strip(), rejected[n:].strip()
+    raise UserError("'chosen' and 'rejected' must both be strings or both conversations")
+
+
+def _trl(row: dict) -> tuple[str, list[str], list[int]]:
+    chosen, rejected = row["chosen"], row["rejected"]
+    if "prompt" in row and row["prompt"] is not None:
+        prompt = row["prompt"]
+    else:
+        prompt, chosen, rejected = split_implicit(chosen, rejected)
+        if not prompt:
+            raise UserError("'chosen' and 'rejected' share no beginning to take the prompt from: add a 'prompt'")
+    return _prompt_text(prompt), [_answer_text(chosen, "chosen"), _answer_text(rejected, "rejected")], [1, 2]
+
+
+def ranks_by_score(scores: list[float]) -> list[int]:
+    """Dense ranks, 1 = the highest score; equal scores tie."""
+    levels = sorted(set(scores), reverse=True)
+    return [levels.index(s) + 1 for s in scores]
+
+
+def _scores(row: dict) -> tuple[str, list[str], list[int]]:
+    prompt = row.get("prompt", row.get("instruction"))
+    if prompt is None:
+        raise UserError("missing field 'prompt'")
+    if "completions" in row:
+        completions = row["completions"]
+        if not isinstance(completions, list) or not all(isinstance(c, dict) for c in completions):
+            raise UserError("'completions' must be a list of objects with 'response' and 'overall_score'")
+        try:
+            texts = [c["response"] for c in completions]
+            scores = [c["overall_score"] for c in completions]
+        except KeyError as e:
+            raise UserError(f"a completion has no {e.args[0]!r}") from None
+    else:
+        texts, scores = row["responses"], row["scores"]
+    if not isinstance(texts, list) or not isinstance(scores, list) or len(texts) != len(scores):
+        raise UserError("'responses' and 'scores' must be lists of the same length")
+    bad = next((s for s in scores if isinstance(s, bool) or not isinstance(s, int | float) or s != s), None)
+    if bad is not None or any(s is None for s in scores):
+        raise UserError(f"score {bad!r} is not a number")
+    return _prompt_text(prompt), [_answer_text(t, "responses") for t in texts], ranks_by_score(scores)
+
+
+def _key(prompt: str, texts: list[str], ranks: list[int], annotator: str) -> str:
+    canon = json.dumps([prompt, texts, ranks, annotator], ensure_ascii=False)
+    return f"{SOURCE}:" + hashlib.sha256(canon.encode()).hexdigest()[:32]
+
+
+def parse_rows(rows: list[dict], name: str, fmt: str = "auto", annotator: str = "") -> list[RankingIn]:
+    """Every row as a ranking; the first bad row raises a UserError naming it (nothing is imported then)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    out = []
+    for n, row in enumerate(rows, 1):
+        where = f"{name} row {n}"
+        try:
+            kind = detect(row) if fmt == "auto" else fmt
+            if kind == "native":
+                out.append(parse_line(row, where))
+                continue
+            prompt, texts, ranks = (_trl if kind == "trl" else _scores)(row)
+            who = row.get("annotator") or annotator or name
+            if not isinstance(who, str):
+                raise UserError("'annotator' must be a string")
+        except KeyError as e:
+            raise UserError(f"{where}: missing field {e.args[0]!r}") from None
+        except UserError as e:
+            raise UserError(e.args[0] if str(e).startswith(where) else f"{where}: {e}") from None
+        ranking = RankingIn(
+            prompt=prompt,
+            items=[
+                RankedItem(text=t, rank=r, shown_position=i) for i, (t, r) in enumerate(zip(texts, ranks, strict=True))
+            ],
+            annotator=who,
+            source=SOURCE,
+            external_key=_key(prompt, texts, ranks, who),
+        )
+        if problem := ranking.problem():
+            raise UserError(f"{where}: {problem}")
+        out.append(ranking)
+    return out
+
+
+def trl_rows(pairs: list[tuple[str, str, str]]) -> list[dict]:
+    return [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]
+
+
+def write_trl(rows: list[dict], out: str | os.PathLike) -> Path:
+    """TRL-format rows to OUT: .jsonl, .parquet, or a `datasets` folder (no suffix); the file or folder appears
+    whole (written aside, then renamed)."""
+    from store.durable import rename_durably
+
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise UserError(f"cannot write {out}: folder {out.parent} does not exist")
+    if out.exists() and out.is_dir():
+        raise UserError(f"{out} exists: name a new folder for the dataset")
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        if out.suffix == ".jsonl":
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        elif out.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.Table.from_pylist(rows, schema=_TRL_SCHEMA()), tmp)
+        elif out.suffix == "":
+            from datasets import Dataset
+
+            Dataset.from_dict({k: [r[k] for r in rows] for k in ("prompt", "chosen", "rejected")}).save_to_disk(
+                str(tmp)
+            )
+        else:
+            raise UserError(f"{out}: TRL pairs go to .jsonl, .parquet or a folder (a datasets dataset)")
+        rename_durably(tmp, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+    finally:
+        if tmp.is_dir():
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+    return out
+
+
+def _TRL_SCHEMA():  # noqa: N802 (a constant, built when pyarrow is imported)
+    import pyarrow as pa
+
+    return pa.schema([("prompt", pa.string()), ("chosen", pa.string()), ("rejected", pa.string())])

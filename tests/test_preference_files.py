@@ -1,0 +1,146 @@
+"""Preference data in the ecosystem's shapes (annotation/preference_files.py; issue 31): TRL's pairs (explicit and
+implicit prompt, strings and conversations) and per-response scores into the store, and the store's pairs out in
+TRL's format, round trip; .jsonl, .json, .parquet and a datasets folder; every malformed row one line naming it,
+with nothing imported."""
+
+import json
+
+import pytest
+
+from annotation.preference_files import ranks_by_score, split_implicit
+from tests.conftest import query, store_rows, write_jsonl
+
+TRL_ROWS = [
+    {"prompt": "Name a colour.", "chosen": "Blue.", "rejected": "I like turtles."},
+    {"prompt": "Say hi.", "chosen": "Hi!", "rejected": "No."},
+    {"prompt": "Say hi.", "chosen": "Hello there!", "rejected": "No."},
+]
+
+
+def _out_rows(cli, tmp_path, name="out.jsonl") -> list[dict]:
+    code, out, err = cli("pairs", "--format", "trl", "--out", str(tmp_path / name))
+    assert code == 0, err
+    return [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+
+
+def _key(rows):
+    return sorted((r["prompt"], r["chosen"], r["rejected"]) for r in rows)
+
+
+def test_trl_pairs_in_then_out_are_the_same_pairs_and_a_reimport_adds_nothing(db, cli, tmp_path):
+    path = write_jsonl(tmp_path / "prefs.jsonl", TRL_ROWS)
+    code, out, err = cli("init")
+    code, out, err = cli("import", str(path))
+    assert code == 0, err
+    assert query(db, "SELECT count(*), min(source), min(annotator) FROM rankings") == [(3, "dataset", "prefs.jsonl")]
+    assert _key(_out_rows(cli, tmp_path)) == _key(TRL_ROWS)
+    before = store_rows(db)
+    code, out, _ = cli("import", str(path))
+    assert code == 0 and store_rows(db) == before  # the same rows again add nothing
+    # the import says where each ranking came from
+    assert query(db, "SELECT DISTINCT i.origin FROM rankings r JOIN imports i USING (import_id)") == [(str(path),)]
+
+
+def test_conversations_explicit_and_implicit_come_in_as_their_texts(db, cli, tmp_path):
+    user = {"role": "user", "content": "Name a colour."}
+    rows = [
+        {
+            "prompt": [user],
+            "chosen": [{"role": "assistant", "content": "Blue."}],
+            "rejected": [{"role": "assistant", "content": "Turtles."}],
+        },
+        {  # implicit: the prompt is the turns both share
+            "chosen": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"}],
+            "rejected": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "No."}],
+        },
+        {  # implicit plain text, HH-RLHF's way: the prompt ends at the last "Assistant:"
+            "chosen": "\n\nHuman: Say bye.\n\nAssistant: Bye, see you.",
+            "rejected": "\n\nHuman: Say bye.\n\nAssistant: Bye?",
+        },
+    ]
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(rows))
+    code, _, err = cli("import", str(path), "--annotator", "vendor")
+    assert code == 0, err
+    assert _key(_out_rows(cli, tmp_path)) == sorted(
+        [
+            ("Name a colour.", "Blue.", "Turtles."),
+            ("Say hi.", "Hi!", "No."),
+            ("\n\nHuman: Say bye.\n\nAssistant:", "Bye, see you.", "Bye?"),
+        ]
+    )
+    assert query(db, "SELECT DISTINCT annotator FROM rankings") == [("vendor",)]
+
+
+def test_the_implicit_split_by_hand():
+    assert split_implicit("Q: 2+2?\nA: four", "Q: 2+2?\nA: five") == ("Q: 2+2?\nA:", "four", "five")
+    # both answers begin with "Ye": the prompt ends at the word boundary before it, not inside the answers (a whole
+    # first word both share would go to the prompt: plain text cannot say where a turn ends without a marker)
+    assert split_implicit("Tell me. Yes indeed", "Tell me. Yellow") == ("Tell me.", "Yes indeed", "Yellow")
+
+
+def test_scores_rank_each_prompts_responses_ties_where_equal(db, cli, tmp_path):
+    assert ranks_by_score([7.5, 9, 7.5, 2]) == [2, 1, 2, 3]
+    rows = [
+        {"prompt": "Pick one.", "responses": ["a", "b", "c", "d"], "scores": [7.5, 9, 7.5, 2]},
+        {  # UltraFeedback's shape
+            "instruction": "Count to two.",
+            "completions": [{"response": "1 2", "overall_score": 8}, {"response": "one", "overall_score": 3}],
+        },
+    ]
+    code, _, err = cli("import", str(write_jsonl(tmp_path / "scored.jsonl", rows)))
+    assert code == 0, err
+    # b over a, c, d; a and c (tied) over d: 5 pairs, none between a and c; then 1 pair of the second prompt
+    assert _key(_out_rows(cli, tmp_path)) == sorted(
+        [("Pick one.", c, r) for c, r in [("b", "a"), ("b", "c"), ("b", "d"), ("a", "d"), ("c", "d")]]
+        + [("Count to two.", "1 2", "one")]
+    )
+
+
+def test_a_parquet_file_and_a_datasets_folder_import_and_pairs_go_out_to_both(db, cli, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Dataset, load_from_disk
+
+    pq.write_table(pa.Table.from_pylist(TRL_ROWS[:2]), tmp_path / "a.parquet")
+    Dataset.from_list(TRL_ROWS[2:]).save_to_disk(str(tmp_path / "ds"))
+    for src in ("a.parquet", "ds"):
+        code, _, err = cli("import", str(tmp_path / src))
+        assert code == 0, err
+    code, _, err = cli("pairs", "--format", "trl", "--out", str(tmp_path / "out-ds"))
+    assert code == 0, err
+    assert _key(load_from_disk(str(tmp_path / "out-ds")).to_list()) == _key(TRL_ROWS)
+    code, _, err = cli("pairs", "--format", "trl", "--out", str(tmp_path / "out.parquet"))
+    assert code == 0, err
+    assert _key(pq.read_table(tmp_path / "out.parquet").to_pylist()) == _key(TRL_ROWS)
+
+
+BAD_ROWS = [
+    ({"prompt": "p", "chosen": "a"}, "row 2: fields chosen, prompt: not a preference row"),
+    ({"prompt": "p", "chosen": "a", "rejected": "a"}, "row 2: responses 1 and 2 are identical"),
+    ({"prompt": "p", "chosen": 3, "rejected": "a"}, "row 2: 'chosen' must be a string or one assistant message"),
+    ({"prompt": "", "chosen": "a", "rejected": "b"}, "row 2: the prompt is empty"),
+    (
+        {
+            "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            "chosen": "a",
+            "rejected": "b",
+        },
+        "row 2: a conversation of 2 turns (system, user) as the prompt",
+    ),
+    ({"chosen": "abc", "rejected": "xyz"}, "row 2: 'chosen' and 'rejected' share no beginning"),
+    ({"prompt": "p", "responses": ["a", "b"], "scores": [1]}, "row 2: 'responses' and 'scores' must be lists"),
+    ({"prompt": "p", "responses": ["a", "b"], "scores": [1, "high"]}, "row 2: score 'high' is not a number"),
+    ({"prompt": "p", "completions": [{"response": "a"}]}, "row 2: a completion has no 'overall_score'"),
+    ({"prompt": "p", "chosen": "a", "rejected": "b", "annotator": 5}, "row 2: 'annotator' must be a string"),
+]
+
+
+@pytest.mark.parametrize("bad, message", BAD_ROWS)
+def test_a_malformed_row_is_one_line_naming_it_and_nothing_is_imported(db, cli, tmp_path, bad, message):
+    cli("init")
+    path = write_jsonl(tmp_path / "bad.jsonl", [TRL_ROWS[0], bad, TRL_ROWS[1]])
+    before = store_rows(db)
+    code, out, err = cli("import", str(path))
+    assert code != 0 and f"bad.jsonl {message}" in err and len(err.strip().splitlines()) == 1, err
+    assert store_rows(db) == before
