@@ -116,5 +116,5 @@ def guideline_lines(db: str | os.PathLike) -> list[str]:
         versions = guideline_versions(con)
     if current is None:
         return ["no guideline set: `rlhf guideline --set FILE.md` (or the Data tab) sets one"]
-    lines = [f"version {v}: set by {who} at {at:%Y-%m-%d %H:%M}, {n} rankings" for v, who, at, n in versions]
+    lines = [f"version {v}: set by {who} at {at:%Y-%m-%d %H:%M}, {n} answers" for v, who, at, n in versions]
     return [*lines, "", current[1]]

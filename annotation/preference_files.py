@@ -32,10 +32,13 @@ FORMATS = ("auto", "native", "trl", "scores")
 SOURCE = "dataset"
 
 
-def read_rows(path: str | os.PathLike) -> list[dict]:
-    """The rows of a .jsonl, .json, .parquet file or a `datasets` folder, as dicts (a row that is not an object is
-    refused with its number)."""
+def read_rows(path: str | os.PathLike) -> list[tuple[int, dict]]:
+    """(number, row) of each row of a .jsonl, .json, .parquet file or a `datasets` folder, the rows as dicts (one
+    that is not an object is refused with its number). A .jsonl row's number is its line's."""
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    numbered = None
     if path.is_dir():
         rows = _datasets_rows(path)
     elif path.suffix == ".parquet":
@@ -48,15 +51,17 @@ def read_rows(path: str | os.PathLike) -> list[dict]:
             raise UserError(f"{path.name}: expected a list of rows, got {type(rows).__name__}")
     elif path.suffix == ".jsonl":
         text = read_text(path)
-        rows = [loads_json(line, f"{path.name} row {n}") for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        numbered = [(n, loads_json(line, f"{path.name} row {n}")) for n, line in lines]
     else:
         raise UserError(f"{path}: a preference file is .jsonl, .json, .parquet or a datasets folder")
-    for n, row in enumerate(rows, 1):
+    numbered = numbered if numbered is not None else list(enumerate(rows, 1))
+    for n, row in numbered:
         if not isinstance(row, dict):
             raise UserError(f"{path.name} row {n}: expected an object, got {type(row).__name__}")
-    if not rows:
+    if not numbered:
         raise UserError(f"{path.name}: no rows")
-    return rows
+    return numbered
 
 
 def _too_big(path: Path, size: int) -> None:
@@ -195,22 +200,26 @@ def _key(prompt: str, texts: list[str], ranks: list[int], annotator: str) -> str
     return f"{SOURCE}:" + hashlib.sha256(canon.encode()).hexdigest()[:32]
 
 
-def parse_rows(rows: list[dict], name: str, fmt: str = "auto", annotator: str = "") -> list[RankingIn]:
-    """Every row as a ranking; the first bad row raises a UserError naming it (nothing is imported then)."""
+def parse_rows(rows: list[tuple[int, dict]], name: str, fmt: str = "auto", annotator: str = "") -> list[RankingIn]:
+    """Every (number, row) as a ranking; the first bad row raises a UserError naming it (nothing is imported then).
+    The rows are by the row's annotator, else `annotator`, else the file's name; a ranking's key is its content and
+    the annotator the row or `annotator` names (not the file's name: the same rows under another file name are
+    the same rankings)."""
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     out = []
-    for n, row in enumerate(rows, 1):
+    for n, row in rows:
         where = f"{name} row {n}"
         try:
             kind = detect(row) if fmt == "auto" else fmt
             if kind == "native":
-                out.append(parse_line(row, where))
+                out.append(parse_line({"annotator": annotator, **row} if annotator else row, where))
                 continue
             prompt, texts, ranks = (_trl if kind == "trl" else _scores)(row)
-            who = row.get("annotator") or annotator or name
-            if not isinstance(who, str):
+            named = row.get("annotator") or annotator
+            if not isinstance(named, str):
                 raise UserError("'annotator' must be a string")
+            who = named or name
         except KeyError as e:
             raise UserError(f"{where}: missing field {e.args[0]!r}") from None
         except UserError as e:
@@ -222,7 +231,7 @@ def parse_rows(rows: list[dict], name: str, fmt: str = "auto", annotator: str = 
             ],
             annotator=who,
             source=SOURCE,
-            external_key=_key(prompt, texts, ranks, who),
+            external_key=_key(prompt, texts, ranks, named),
         )
         if problem := ranking.problem():
             raise UserError(f"{where}: {problem}")

@@ -185,7 +185,7 @@ def _submit(
         raise UserError(problem)
     version = _guideline_version(con, guideline_version)
     edit_id = _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit) if edit and edit.strip() else None
-    flags = (["shown_order"] if is_shown_order(ranks) else []) + (["edited"] if edit_id else [])
+    flags = ["shown_order"] if is_shown_order(ranks) else []  # an edit is no flag: --drop-flagged keeps its pairs
     key = f"ui:{assignment_id}"
     ranking_id = add_ranking(
         con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, strengths, edit_id, tags, version

@@ -21,7 +21,7 @@ class AnnotatorWork:
     total_s: float  # the sum of those lead times
     fast: int  # rankings made in under the fast threshold, or flagged 'fast' by their source
     shown_order: int  # rankings identical to the order the responses were shown in
-    edited: int = 0  # rankings with the annotator's edit of the best response (flag 'edited', store/edits.py)
+    edited: int = 0  # rankings holding the annotator's edit of the best response (store/edits.py)
 
 
 def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[AnnotatorWork]:
@@ -35,8 +35,9 @@ def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[Annota
                   coalesce(sum(lead_time_s), 0),
                   count(*) FILTER (WHERE NOT skipped AND (lead_time_s < ? OR list_contains(flags, 'fast'))),
                   count(*) FILTER (WHERE NOT skipped AND list_contains(flags, 'shown_order')),
-                  count(*) FILTER (WHERE list_contains(flags, 'edited'))
-           FROM rankings GROUP BY annotator ORDER BY annotator""",
+                  (SELECT count(*) FROM ranking_items i JOIN edits e USING (response_id)
+                   WHERE i.ranking_id IN (SELECT ranking_id FROM rankings k WHERE k.annotator = r.annotator))
+           FROM rankings r GROUP BY annotator ORDER BY annotator""",
         [fast_s],
     ).fetchall()
     return [

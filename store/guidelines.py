@@ -52,7 +52,7 @@ def current_guideline(con: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
 
 
 def guideline_versions(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, object, int]]:
-    """(version, author, set at, rankings made under it) of every version, oldest first."""
+    """(version, author, set at, answers (rankings and skips) made under it) of every version, oldest first."""
     return con.execute(
         """SELECT g.version, g.author, g.created_at, count(r.ranking_id)
            FROM guidelines g LEFT JOIN rankings r ON r.guideline_version = g.version

@@ -21,7 +21,8 @@ def unscored(con: duckdb.DuckDBPyConnection, run_id: str, limit: int) -> list[tu
 
 def add_scores(con: duckdb.DuckDBPyConnection, run_id: str, response_ids: list[int], scores: list[float]) -> None:
     con.execute(
-        "INSERT INTO response_scores SELECT ?, unnest(?::BIGINT[]), unnest(?::DOUBLE[])",
+        # OR IGNORE: a second scoring of the same run at once scores some responses twice; the first score stays
+        "INSERT OR IGNORE INTO response_scores SELECT ?, unnest(?::BIGINT[]), unnest(?::DOUBLE[])",
         [run_id, response_ids, scores],
     )
 

@@ -147,6 +147,21 @@ def test_the_dashboard_counts_each_annotators_edits(db):
         submit_and_next(db, name, task.assignment_id, [1, 2, 3], overlap=2, edit=edit)
     assert {r.annotator: r.edits for r in annotator_rows(db)} == {"ann": 1, "bob": 0}
     assert query(db, "SELECT annotator, flags FROM rankings ORDER BY annotator") == [
-        ("ann", ["shown_order", "edited"]),
+        ("ann", ["shown_order"]),  # an edit is no flag: --drop-flagged keeps the edited ranking's pairs
         ("bob", ["shown_order"]),
     ]
+
+
+def test_an_edited_ranking_is_not_flagged_and_undo_takes_its_edit_off_the_dashboard(db):
+    from annotation.dashboard import annotator_rows
+    from store.pairs import count_pairs
+
+    seed_store(db, 1, k=3)
+    task = next_task(db, "ann", seed=0)
+    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], edit="my version")
+    with connect(db) as con:
+        assert count_pairs(con, drop_flagged=True) == 6  # C(3, 2) + the edit over 3: none dropped
+    assert [r.edits for r in annotator_rows(db)] == [1]
+    back = undo_last(db, "ann")
+    submit_and_next(db, "ann", back.assignment_id, [2, 1, 3])  # answered again, without the edit
+    assert [r.edits for r in annotator_rows(db)] == [0]  # the undone ranking's edit counts no more

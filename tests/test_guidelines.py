@@ -155,7 +155,7 @@ def test_rlhf_guideline_sets_shows_and_refuses(db, cli, tmp_path):
     code, out, _ = cli("guideline", "--set", str(md))
     assert code == 0 and "unchanged (version 1)" in out
     code, out, _ = cli("guideline")
-    assert code == 0 and "version 1: set by lead" in out and "Prefer short answers." in out
+    assert code == 0 and "version 1: set by lead" in out and "0 answers" in out and "Prefer short answers." in out
     md.write_text("x" * (MAX_GUIDELINE_CHARS + 1))
     before = store_rows(db)
     code, _, err = cli("guideline", "--set", str(md))

@@ -144,3 +144,26 @@ def test_a_malformed_row_is_one_line_naming_it_and_nothing_is_imported(db, cli, 
     code, out, err = cli("import", str(path))
     assert code != 0 and f"bad.jsonl {message}" in err and len(err.strip().splitlines()) == 1, err
     assert store_rows(db) == before
+
+
+def test_the_same_rows_under_another_name_add_nothing_and_a_bad_row_is_named_by_its_line(db, cli, tmp_path):
+    cli("init")
+    a = write_jsonl(tmp_path / "a.jsonl", TRL_ROWS)
+    b = tmp_path / "copy.jsonl"
+    b.write_text(a.read_text())
+    assert cli("import", str(a))[0] == 0
+    before = store_rows(db)
+    assert cli("import", str(b))[0] == 0 and store_rows(db) == before  # the same rankings, whatever the file's name
+    gappy = tmp_path / "gappy.jsonl"
+    gappy.write_text(json.dumps(TRL_ROWS[0]) + "\n\n\n" + json.dumps({"prompt": "p", "chosen": "x"}) + "\n")
+    code, _, err = cli("import", str(gappy))
+    assert code != 0 and "gappy.jsonl row 4: " in err  # its line, blank lines counted
+    code, _, err = cli("import", str(tmp_path / "missing.parquet"))
+    assert code != 0 and err.strip() == f"error: {tmp_path / 'missing.parquet'}: no such file"
+
+
+def test_annotator_names_the_native_rows_that_name_nobody(db, cli, tmp_path):
+    rows = [{"prompt": "Say hi.", "responses": ["hi", "yo"], "ranks": [1, 2]}]
+    code, _, err = cli("import", str(write_jsonl(tmp_path / "n.jsonl", rows)), "--annotator", "vendor")
+    assert code == 0, err
+    assert query(db, "SELECT annotator, source FROM rankings") == [("vendor", "native")]

@@ -59,7 +59,7 @@ def test_each_annotators_share_of_pairs_the_model_orders_as_they_did(db, tmp_pat
     pairs = {name: _rank(db, name, scores, follow) for name, follow in (("kim", True), ("lou", False))}
     runs = tmp_path / "runs"
     _reward_run(db, runs, "rm-1", liked_rm)
-    assert newest_reward_run(db) == "rm-1"
+    assert newest_reward_run(db, runs) == "rm-1"
     code, out, _ = cli("rm-agreement", "--runs-dir", str(runs))
     assert code == 0 and "rm-1: 9 responses scored now" in out
     rows = {r.annotator: r for r in annotator_rows(db)}
@@ -98,7 +98,7 @@ def test_a_run_that_is_no_finished_reward_model_is_one_error_and_stores_nothing(
     submit_and_next(db, "kim", task.assignment_id, [1, 2])
     runs = tmp_path / "runs"
     with pytest.raises(UserError, match="no finished reward run"):
-        newest_reward_run(db)
+        newest_reward_run(db, runs)
     _reward_run(db, runs, "rm-unfinished")
     _reward_run(db, runs, "dpo-1", liked_rm, kind="dpo")
     before = store_rows(db)

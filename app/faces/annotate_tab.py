@@ -93,7 +93,7 @@ def _view(
             task.previous_ranks,
             ctx.ask_strength,
             ctx.allow_edits,
-            task.previous_edit,
+            task.previous_edit if ctx.allow_edits else None,  # an app restarted without --edits shows no box for it
             task.previous_tags,
         ),
         p,

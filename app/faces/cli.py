@@ -370,6 +370,8 @@ def cmd_guideline(args: argparse.Namespace) -> None:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
     print(set_guideline_text(args.db, text, args.by))
 
 
@@ -378,7 +380,7 @@ def cmd_rm_agreement(args: argparse.Namespace) -> None:
     default), then print each annotator's agreement with it; the dashboard shows the same."""
     from app.jobs.rm_agreement import agreement_lines, newest_reward_run, score_store
 
-    name = args.reward or newest_reward_run(args.db)
+    name = args.reward or newest_reward_run(args.db, args.runs_dir)
     run_id, n = score_store(args.db, name, args.runs_dir, args.dtype, progress=lambda d: print(f"scored {d}"))
     print(f"{run_id}: {n} responses scored now")
     print("\n".join(agreement_lines(args.db, run_id)))

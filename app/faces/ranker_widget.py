@@ -178,17 +178,20 @@ function render() {
         if (j < 0 || j >= order.length) return;
         [order[i], order[j]] = [order[j], order[i]];
         commit(strictFrom(order), it.id);
-      } else if (TAG_KEYS[e.key] && !e.ctrlKey && !e.metaKey && !e.altKey) {
-        e.preventDefault();
-        toggleTag(it.id, TAG_KEYS[e.key]);
+      } else if (TAG_KEYS[e.key.toLowerCase()] && !e.ctrlKey && !e.metaKey && !e.altKey) {
+        e.preventDefault();  // Shift or Caps Lock: the same tag
+        toggleTag(it.id, TAG_KEYS[e.key.toLowerCase()]);
       }
     });
     box.appendChild(card);
   });
 }
+let typing = false;  // a keystroke in the edit box changes only the edit: the cards are not rebuilt for it
 function setEdit(text) {
+  typing = true;
   props.value = {...(props.value || {}), edit: text};
   trigger('change');
+  setTimeout(() => { typing = false; }, 0);  // whether or not the watch below saw this change
 }
 function renderEdit() {
   const host = element.querySelector('.edit-box');
@@ -213,10 +216,15 @@ function renderEdit() {
     host.append(label, start, box);
   }
   if ((v.edit || '') !== box.value) box.value = v.edit || '';
+  const top = sorted(items());
+  const tied = top.length > 1 && top[0].rank === top[1].rank;
+  const start = host.querySelector('.edit-start');
+  start.disabled = tied;  // the server takes an edit of one best response only
+  start.title = tied ? 'Rank one response best to edit it' : '';
 }
 render();
 renderEdit();
-watch('value', () => { render(); renderEdit(); });
+watch('value', () => { if (!typing) render(); renderEdit(); });
 """
 
 

@@ -21,14 +21,15 @@ from training.registry import run_config
 CHUNK = 256  # responses scored between two writes
 
 
-def newest_reward_run(db: str) -> str:
-    """The id of the newest reward run the store recorded that has a model (a finished one)."""
+def newest_reward_run(db: str, runs_dir: str | Path) -> str:
+    """The id of the newest reward run the store recorded under `runs_dir` that has a model (a finished one)."""
     with connect(db, create=False) as con:
         runs = runs_of_kinds(con, ["reward"])
+    root = Path(runs_dir).resolve()
     for run_id, path in runs:
-        if (Path(path) / "model" / "config.json").is_file():
+        if Path(path).resolve().is_relative_to(root) and (Path(path) / "model" / "config.json").is_file():
             return run_id
-    raise UserError("no finished reward run in the store: train one (`rlhf train-rm`) first")
+    raise UserError(f"no finished reward run under {runs_dir} in the store: train one (`rlhf train-rm`) first")
 
 
 def score_store(
@@ -40,7 +41,7 @@ def score_store(
     progress: Callable[[int], None] | None = None,
 ) -> tuple[str, int]:
     """Score the ranked responses the run has not scored yet; returns (run id, responses scored now)."""
-    from training.scoring import score_texts
+    from training.scoring import load_scorer
 
     run = recorded_run(db, run_name, runs_dir)
     if run_kind(run) != "reward":
@@ -50,13 +51,14 @@ def score_store(
     except ModelError as e:
         raise UserError(str(e)) from None
     max_length = int(run_config(run).get("max_length", 512))
-    done = 0
+    done, score = 0, None
     while True:
         with connect(db, create=False) as con:
             todo = unscored(con, run.name, chunk)
         if not todo:
             return run.name, done
-        scores = score_texts(model, [p for _, p, _ in todo], [[t] for _, _, t in todo], dtype, max_length)
+        score = score or load_scorer(model, dtype, max_length)  # loaded once, when there is something to score
+        scores = score([p for _, p, _ in todo], [[t] for _, _, t in todo])
         with write(db) as con:
             add_scores(con, run.name, [rid for rid, _, _ in todo], [s[0] for s in scores])
         done += len(todo)

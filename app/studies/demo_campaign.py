@@ -23,6 +23,7 @@ from pathlib import Path
 from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from app.studies.demo_config import DemoConfig
+from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
 CAREFUL = ("careful-a", "careful-b")
@@ -145,6 +146,8 @@ def run_campaign(
         scores = score_texts(run / "model", heldout, reference, cfg.dtype, rm_cfg.max_length)
         counts = pair_counts(reference, scores)
         right, total = sum(r for r, _ in counts), sum(t for _, t in counts)
+        if not total:
+            raise UserError("the campaign's reward models have no held-out pair to be judged on: every sample tied")
         manifest = json.loads((Path(run_config(run)["data"]) / "manifest.json").read_text())
         arms[arm] = {
             "run": run.name,
