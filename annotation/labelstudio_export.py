@@ -2,7 +2,8 @@
 Label Studio and import the result back with `rlhf import-ls`.
 
 Items are shuffled per task (seeded), so a ranking left in the order shown is detectable on import. Item ids are
-'r<response id>', which lets the import map each item back to its stored response."""
+'r<response id>', which lets the import map each item back to its stored response. The prompt shows as a dialogue
+(Label Studio's Paragraphs), so a conversation prompt carries its turns."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import os
 import random
 from pathlib import Path
 
+from store.conversations import messages_of
 from store.durable import rename_durably
 from store.errors import UserError
 from store.responses import RankableSet
 
 RANKER_CONFIG = """<View>
   <Header value="Rank the responses: drag the best to the top"/>
-  <Text name="prompt" value="$prompt"/>
+  <Paragraphs name="prompt" value="$turns" layout="dialogue" nameKey="role" textKey="content"/>
   <List name="answers" value="$items" title="Responses"/>
   <Ranker name="rank" toName="answers"/>
 </View>
@@ -32,7 +34,10 @@ def ranker_tasks(sets: list[RankableSet], seed: int = 0) -> list[dict]:
         random.Random(f"{seed}:{s.prompt_id}").shuffle(items)
         for n, item in enumerate(items, 1):
             item["title"] = f"Response {n}"
-        tasks.append({"data": {"prompt": s.prompt, "prompt_id": s.prompt_id, "items": items}})
+        # `prompt` is the stored prompt, what the import matches; `turns` is what the page shows: a text prompt as
+        # one user turn, a conversation turn by turn (store/conversations.py)
+        data = {"prompt": s.prompt, "prompt_id": s.prompt_id, "turns": messages_of(s.prompt), "items": items}
+        tasks.append({"data": data})
     return tasks
 
 

@@ -3,6 +3,7 @@
     {"prompt": str, "responses": [str, ...], "ranks": [int, ...], "annotator": str (optional),
      "strengths": [int, ...] (optional)}
 
+prompt: a string, or a conversation ([{"role", "content"}, ...], the last turn the user's; store/conversations.py).
 ranks[i] is the rank of responses[i]; 1 = best; equal numbers are a tie. strengths: how much better each group of
 equal rank is than the next one down, best first (one fewer than the distinct ranks), each a level 0..3
 (store/strengths.py: negligibly better or unsure, slightly better, better, significantly better)."""
@@ -13,6 +14,7 @@ import hashlib
 import json
 
 from annotation.files import loads_json
+from store.conversations import prompt_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
@@ -32,8 +34,10 @@ def parse_line(obj: object, where: str) -> RankingIn:
     if missing:
         raise UserError(f"{where}: missing field {', '.join(repr(m) for m in missing)}")
     prompt, responses, ranks = obj["prompt"], obj["responses"], obj["ranks"]
-    if not isinstance(prompt, str):
-        raise UserError(f"{where}: 'prompt' must be a string")
+    try:
+        prompt = prompt_text(prompt)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
     if not isinstance(responses, list) or not all(isinstance(r, str) for r in responses):
         raise UserError(f"{where}: 'responses' must be a list of strings")
     if not isinstance(ranks, list):

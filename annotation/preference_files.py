@@ -9,12 +9,14 @@ In (`rlhf import FILE`, the format detected from each row's fields, or named wit
 - scores: {"prompt", "responses", "scores"}, or UltraFeedback's {"prompt" (or "instruction"), "completions":
   [{"response", "overall_score"}, ...]}: each prompt's responses ranked by score, the highest first, equal scores
   tied.
-A conversation as the prompt must be one user turn for now (conversations as prompts are issue 31's next part): any
-other is refused with the row named, as is every malformed row; nothing is imported from a file with a bad row.
-From .jsonl, .json (a list of rows), .parquet, or a folder `datasets.Dataset.save_to_disk` wrote.
+A conversation as the prompt (system, user and assistant turns, the last the user's) is stored as one prompt
+(store/conversations.py); a malformed one is refused with the row named, as is every malformed row; nothing is
+imported from a file with a bad row. From .jsonl, .json (a list of rows), .parquet, or a folder
+`datasets.Dataset.save_to_disk` wrote.
 
-Out (`rlhf pairs --format trl`): one row per pair, {"prompt", "chosen", "rejected"} strings, to .jsonl, .parquet, or
-a `datasets` folder (a path without a suffix)."""
+Out (`rlhf pairs --format trl`): one row per pair, {"prompt", "chosen", "rejected"}, to .jsonl, .parquet, or a
+`datasets` folder (a path without a suffix): strings, or TRL's conversational form (the prompt's messages, each
+answer one assistant message) when any prompt is a conversation, as a TRL dataset is one or the other."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES, loads_json, read_text
 from annotation.native import parse_line
+from store.conversations import conversation_of, messages_of, prompt_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
@@ -111,18 +114,10 @@ def _is_conversation(x: object) -> bool:
 
 
 def _prompt_text(prompt: object) -> str:
-    """A prompt as the store keeps it: a string, or a conversation of one user turn."""
-    if isinstance(prompt, str):
-        return prompt
-    if _is_conversation(prompt):
-        roles = [m["role"] for m in prompt]
-        if roles == ["user"] and isinstance(prompt[0]["content"], str):
-            return prompt[0]["content"]
-        raise UserError(
-            f"a conversation of {len(prompt)} turns ({', '.join(roles)}) as the prompt: only one user turn is "
-            "taken for now"
-        )
-    raise UserError("'prompt' must be a string or a conversation of messages")
+    """A prompt as the store keeps it: a string, or a conversation (store/conversations.py)."""
+    if isinstance(prompt, list) and not prompt:
+        raise UserError("the prompt is an empty conversation")
+    return prompt_text(prompt)
 
 
 def _answer_text(answer: object, field: str) -> str:
@@ -240,7 +235,12 @@ def parse_rows(rows: list[tuple[int, dict]], name: str, fmt: str = "auto", annot
 
 
 def trl_rows(pairs: list[tuple[str, str, str]]) -> list[dict]:
-    return [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]
+    """TRL's rows for (prompt, chosen, rejected) pairs: strings, or all conversational when any prompt is a
+    conversation."""
+    if not any(conversation_of(p) for p, _, _ in pairs):
+        return [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]
+    said = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+    return [{"prompt": messages_of(p), "chosen": said(c), "rejected": said(r)} for p, c, r in pairs]
 
 
 def write_trl(rows: list[dict], out: str | os.PathLike) -> Path:
@@ -261,7 +261,7 @@ def write_trl(rows: list[dict], out: str | os.PathLike) -> Path:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            pq.write_table(pa.Table.from_pylist(rows, schema=_TRL_SCHEMA()), tmp)
+            pq.write_table(pa.Table.from_pylist(rows, schema=_trl_schema(rows)), tmp)
         elif out.suffix == "":
             from datasets import Dataset
 
@@ -283,7 +283,10 @@ def write_trl(rows: list[dict], out: str | os.PathLike) -> Path:
     return out
 
 
-def _TRL_SCHEMA():  # noqa: N802 (a constant, built when pyarrow is imported)
+def _trl_schema(rows: list[dict]):
+    """The Parquet schema of these TRL rows: three strings, or three lists of messages (conversational)."""
     import pyarrow as pa
 
-    return pa.schema([("prompt", pa.string()), ("chosen", pa.string()), ("rejected", pa.string())])
+    conversational = bool(rows) and isinstance(rows[0]["prompt"], list)
+    column = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])) if conversational else pa.string()
+    return pa.schema([("prompt", column), ("chosen", column), ("rejected", column)])

@@ -1,5 +1,6 @@
-"""Prompt files for `rlhf prompts add`: .txt (one prompt per line), .jsonl (`prompt` field), .csv (`prompt`
-column)."""
+"""Prompt files for `rlhf prompts add`: .txt (one prompt per line), .jsonl (a `prompt` field, a string or a
+conversation, or a `messages` field: a conversation, the last turn the user's; store/conversations.py), .csv
+(`prompt` column)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from pathlib import Path
 
 from annotation.files import loads_json, read_csv, read_text
+from store.conversations import prompt_text
 from store.errors import UserError
 
 MAX_PROMPT_CHARS = 20_000
@@ -38,9 +40,13 @@ def _jsonl(text: str, name: str):
         if not line.strip():
             continue
         obj = loads_json(line, f"{name} line {n}")
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-            raise UserError(f"{name} line {n}: needs a 'prompt' string field")
-        yield n, obj["prompt"].strip()
+        field = "messages" if isinstance(obj, dict) and "messages" in obj and "prompt" not in obj else "prompt"
+        if not isinstance(obj, dict) or not isinstance(obj.get(field), str | list):
+            raise UserError(f"{name} line {n}: needs a 'prompt' field (a string or a conversation) or 'messages'")
+        try:
+            yield n, obj[field].strip() if isinstance(obj[field], str) else prompt_text(obj[field], field)
+        except UserError as e:
+            raise UserError(f"{name} line {n}: {e}") from None
 
 
 def _csv(text: str, name: str):

@@ -39,6 +39,10 @@ def _check_marked(what: str) -> None:
 def pytest_configure(config):
     import multiprocessing.process
 
+    # matplotlib builds its font cache on first import by running fc-list: on a fresh machine that would be the
+    # first plotting test's process; build it here, before processes are checked
+    import matplotlib.font_manager  # noqa: F401
+
     subprocess.Popen = _MarkedPopen
     start = multiprocessing.process.BaseProcess.start
 

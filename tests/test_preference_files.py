@@ -122,11 +122,11 @@ BAD_ROWS = [
     ({"prompt": "", "chosen": "a", "rejected": "b"}, "row 2: the prompt is empty"),
     (
         {
-            "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            "prompt": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "s"}],
             "chosen": "a",
             "rejected": "b",
         },
-        "row 2: a conversation of 2 turns (system, user) as the prompt",
+        "row 2: the last message is the assistant's; a prompt ends with the user's turn",
     ),
     ({"chosen": "abc", "rejected": "xyz"}, "row 2: 'chosen' and 'rejected' share no beginning"),
     ({"prompt": "p", "responses": ["a", "b"], "scores": [1]}, "row 2: 'responses' and 'scores' must be lists"),

@@ -80,7 +80,11 @@ def test_prompts_add(cli, db, tmp_path, name, content, expected):
     "name, content, message",
     [
         ("p.csv", "id,text\n1,a\n", "the CSV has no 'prompt' column (columns: id, text)"),
-        ("p.jsonl", '{"prompt": "a"}\n{"text": "b"}\n', "p.jsonl line 2: needs a 'prompt' string field"),
+        (
+            "p.jsonl",
+            '{"prompt": "a"}\n{"text": "b"}\n',
+            "p.jsonl line 2: needs a 'prompt' field (a string or a conversation) or 'messages'",
+        ),
         ("p.jsonl", '{"prompt": "a"\n', "p.jsonl line 1: not valid JSON"),
         ("p.txt", "", "the file is empty"),
         ("p.pdf", "x", "prompts come from .txt, .jsonl or .csv files"),

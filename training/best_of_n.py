@@ -68,12 +68,12 @@ def score_samples(reward_ref: str, prompts: list[str], samples: list[list[str]],
     EOS, at EOS), as the Compare tab scores a reply."""
     from training.chat import score_reply
     from training.loaders import load_scalar_model, load_tokenizer
-    from training.models import reward_folder
+    from training.models import prompt_messages, reward_folder
 
     folder = reward_folder(reward_ref)
     reward = (load_scalar_model(str(folder), dtype).eval(), load_tokenizer(folder))
     return [
-        [score_reply(reward, [{"role": "user", "content": p}], r) for r in replies]
+        [score_reply(reward, prompt_messages(p), r) for r in replies]
         for p, replies in zip(prompts, samples, strict=True)
     ]
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from training.models import SAFE_LOAD, SAFE_WEIGHTS, ModelError, folder_json, model_id, resolve_model
+from training.models import (
+    SAFE_LOAD,
+    SAFE_WEIGHTS,
+    ModelError,
+    folder_json,
+    model_id,
+    plain_chat,
+    prompt_messages,
+    resolve_model,
+)
 from training.precision import check_dtype, resolve_dtype
 
 
@@ -99,11 +108,11 @@ class _Base:
         return {**self.config.params(k), "dtype": self.dtype, "engine": self.engine}
 
     def chat_prompt(self, prompt: str) -> str:
+        """What the sampler feeds the model: the prompt (a conversation: all its turns) through the chat template."""
+        messages = prompt_messages(prompt)
         if self.tokenizer.chat_template:
-            return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-            )
-        return prompt
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return plain_chat(messages)
 
     def _finish(self, ids: list[int]) -> Generated:
         end = next((n for n, t in enumerate(ids) if t in self.eos_ids), None)

@@ -223,14 +223,41 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 # --- helpers every trainer shares (no trainer imports another trainer's package) ---------------------------------
 
 
+def prompt_messages(prompt: str) -> list[dict]:
+    """A stored prompt as chat messages: a conversation prompt (the canonical JSON of its messages, as
+    store/conversations.py writes it) is its turns, any other text one user turn. tests/test_conversations.py holds
+    this reading to the store's."""
+    if prompt.startswith('[{"role": '):
+        try:
+            messages = json.loads(prompt)
+        except ValueError:
+            messages = None
+        if (
+            isinstance(messages, list)
+            and len(messages) >= 2
+            and all(isinstance(m, dict) and set(m) == {"role", "content"} for m in messages)
+            and all(m["role"] in ("system", "user", "assistant") and isinstance(m["content"], str) for m in messages)
+            and messages[-1]["role"] == "user"
+            and json.dumps(messages, ensure_ascii=False) == prompt
+        ):
+            return messages
+    return [{"role": "user", "content": prompt}]
+
+
+def plain_chat(messages: list[dict]) -> str:
+    """A conversation for a model without a chat template: 'role: text' lines, the last user turn as the text."""
+    *before, last = messages
+    return "".join(f"{m['role']}: {m['content']}\n" for m in before) + last["content"]
+
+
 def chat_prompt(tokenizer, prompt: str) -> str:
     """The prompt as every model sees it: reward-model training, PPO rollouts and scoring, and DPO all use this one
-    text, so the reward model always reads the sequence ending it was trained on."""
+    text, so the reward model always reads the sequence ending it was trained on. A conversation prompt is the
+    whole conversation, templated."""
+    messages = prompt_messages(prompt)
     if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-        )
-    return prompt + "\n"
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return plain_chat(messages) + "\n"
 
 
 def pick_pad_token(tokenizer) -> bool:

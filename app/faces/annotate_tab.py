@@ -16,7 +16,7 @@ from annotation.ranker_view import (
     tags_from_value,
     widget_value,
 )
-from annotation.response_html import response_html
+from annotation.response_html import prompt_html, response_html
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
 from store.errors import UserError
 
@@ -168,7 +168,7 @@ def _show(view: View) -> tuple:
     if view.task is None:  # what to do next, not a prompt
         prompt = response_html(view.prompt)
     else:
-        prompt = gr.update() if view.prompt == "" else PROMPT_HEADING + response_html(view.prompt)
+        prompt = gr.update() if view.prompt == "" else PROMPT_HEADING + prompt_html(view.prompt)
     guideline = gr.update() if view.guideline is None else view.guideline
     return view.task, prompt, view.ranker, view.progress, view.status, view.confirm, guideline
 
