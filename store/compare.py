@@ -14,8 +14,9 @@ CHOICES = ("left", "right", "tie", "both_bad")
 
 @dataclass
 class Vote:
-    """One vote: the message both sides answered, each side's conversation before it, the two replies with the
-    model that wrote each, and the choice."""
+    """One vote: what both sides answered (the message, or the whole conversation when both sides had the same
+    earlier turns: store/conversations.py), each side's conversation before it, the two replies with the model that
+    wrote each, and the choice."""
 
     annotator: str
     prompt: str

@@ -58,6 +58,12 @@ def prompt_text(con: duckdb.DuckDBPyConnection, prompt_id: int) -> str:
     return con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()[0]
 
 
+def find_prompt(con: duckdb.DuckDBPyConnection, prompt_id: int) -> str | None:
+    """The prompt's text, or None when no prompt has this id."""
+    row = con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()
+    return row[0] if row else None
+
+
 def all_prompts(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
     """(prompt id, text) of every prompt, in the order they were added."""
     return con.execute("SELECT prompt_id, text FROM prompts ORDER BY prompt_id").fetchall()
@@ -68,3 +74,15 @@ def prompts_by_text(con: duckdb.DuckDBPyConnection, texts: list[str]) -> list[tu
     return con.execute(
         "SELECT prompt_id, text FROM prompts WHERE text IN (SELECT unnest(?::VARCHAR[])) ORDER BY prompt_id", [texts]
     ).fetchall()
+
+
+def conversation_prompts(con: duckdb.DuckDBPyConnection, limit: int = 200) -> list[tuple[int, str]]:
+    """(prompt id, text) of the newest `limit` conversation prompts (store/conversations.py), newest first: what the
+    Compare tab offers to chat from."""
+    from store.conversations import conversation_of
+
+    rows = con.execute(
+        """SELECT prompt_id, text FROM prompts WHERE starts_with(text, '[{"role": ') ORDER BY prompt_id DESC LIMIT ?""",
+        [limit],
+    ).fetchall()
+    return [(pid, text) for pid, text in rows if conversation_of(text)]

@@ -1,5 +1,7 @@
 """A real browser (Debian's chromium, driven by Playwright): log in, rank by drag and by keyboard, submit."""
 
+import json
+
 import pytest
 
 from bench.app_server import AppServer
@@ -148,8 +150,19 @@ HOSTILE = (
 HOSTILE_TEXT = ('<img src=x onerror="window.__pwned=1">', "<script>window.__pwned=2</script>", "[link](javascript:")
 
 
+# a conversation prompt (store/conversations.py) whose last turn is the hostile text
+CONVERSATION = [
+    {"role": "system", "content": "Answer in Markdown."},
+    {"role": "user", "content": "What is Markdown?"},
+    {"role": "assistant", "content": "A light markup language."},
+    {"role": "user", "content": HOSTILE},
+]
+
+
 def _seed_hostile(db) -> None:
-    """One prompt with Markdown and hostile HTML in it, whose first sample is the same, and three plain samples."""
+    """One prompt with Markdown and hostile HTML in it, whose first sample is the same, and three plain samples;
+    then a conversation ending in the same text, with two samples."""
+    from store.conversations import conversation_text
     from store.db import write
     from store.prompts import prompt_ids
     from store.responses import Sample, add_samples
@@ -158,6 +171,8 @@ def _seed_hostile(db) -> None:
     with write(db) as con:
         (pid,) = prompt_ids(con, ["Show me\n\n" + HOSTILE], "test").values()
         add_samples(con, [Sample(pid, t, j, 3, "eos", 0) for j, t in enumerate(texts)], model_id="test")
+        (cid,) = prompt_ids(con, [conversation_text(CONVERSATION)], "test").values()
+        add_samples(con, [Sample(cid, t, j, 3, "eos", 0) for j, t in enumerate(["reply one", "reply two"])], "test")
 
 
 def _check_rendered(page, where: str) -> None:
@@ -198,7 +213,13 @@ def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_mo
         page.wait_for_selector(f"{card} .rank:text-is('{rank}')")
         page.click("#annotate-submit")
         page.wait_for_selector("#annotate-progress:has-text('you: 1 ranked')", timeout=30_000)
-        # the Compare chat: the same message in both panes (the user's turn is rendered like a reply)
+        # the next task is the conversation: every turn shown with its role, each rendered as a response is
+        page.wait_for_selector("#annotate-prompt .turn-system", timeout=30_000)
+        assert page.locator("#annotate-prompt .turn").count() == 4
+        assert "A light markup language." in page.inner_text("#annotate-prompt .turn-assistant")
+        _check_rendered(page, "#annotate-prompt .turn-user >> nth=1")
+        page.screenshot(path=str(ARTIFACTS / "ranker-conversation.png"), full_page=True)
+        # the Compare chat, from the stored conversation: its earlier turns in both panes, its last turn to send
         page.get_by_role("tab", name="Compare").click()
         page.fill("#cmp-reward textarea", "pending")  # picking the actor fills in its defaults: reward '' for a folder
         page.fill("#cmp-actor input", str(tiny_model_dir))
@@ -208,7 +229,10 @@ def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_mo
         page.fill("#cmp-reference textarea", str(tiny_model_dir))
         page.fill("#cmp-reward textarea", str(rm))
         page.get_by_label("max new tokens").fill("4")
-        page.fill("#cmp-message textarea", HOSTILE)
+        page.click("#cmp-start input")
+        page.get_by_role("option").first.click()
+        page.wait_for_function("document.querySelector('#cmp-message textarea').value.startsWith('## Steps')")
+        assert "A light markup language." in page.inner_text("#cmp-left")
         page.click("#cmp-send")
         page.wait_for_selector("#vote-left:not([disabled])", timeout=120_000)
         for side in ("#cmp-left", "#cmp-right"):
@@ -226,6 +250,9 @@ def test_responses_render_markdown_and_never_run_their_html(browser, db, tiny_mo
         app.stop()
     stored = "SELECT i.rank FROM ranking_items i JOIN responses r USING (response_id) WHERE r.text = ?"
     assert query(db, stored, [HOSTILE]) == [(int(rank),)]  # the response's own text, ranked as the page showed it
+    # the vote keeps the whole conversation: the earlier turns as each side's context, and as what both answered
+    ((context, prompt),) = query(db, "SELECT context, prompt FROM votes")
+    assert json.loads(context) == [CONVERSATION[:3], CONVERSATION[:3]] and json.loads(prompt) == CONVERSATION
 
 
 @pytest.mark.browser

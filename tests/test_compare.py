@@ -5,6 +5,8 @@ import json
 import pytest
 
 from annotation.winrate import bootstrap_ci, wilson_interval, win_rate, win_table
+from store.conversations import conversation_text
+from store.errors import UserError
 from tests.conftest import query
 
 
@@ -148,13 +150,57 @@ def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_d
         assert history[2]["content"] == "second question"
     assert state["replies"][0] == state["replies"][1]  # one model on both sides, one seed: the same reply
     state, _ = vote(db, state, "left", "rev")
-    # identical replies: stored as a tie (no pair); the context is each side's first exchange
+    # identical replies: stored as a tie (no pair); the context is each side's first exchange, the same on both
+    # sides here (one model, one seed), so the vote answers one conversation and is no multi-turn vote
     ((flags, choice, prompt, context),) = query(db, "SELECT flags, choice, prompt, context FROM votes")
-    assert (flags, choice, prompt) == (["blind", "multi_turn"], "tie", "second question")
     sides = json.loads(context)
-    assert [[m["content"] for m in side][0] for side in sides] == ["first question", "first question"]
-    assert all([m["role"] for m in side] == ["user", "assistant"] for side in sides)
+    assert sides[0] == sides[1] and [m["role"] for m in sides[0]] == ["user", "assistant"]
+    assert sides[0][0]["content"] == "first question"
+    asked = [*sides[0], {"role": "user", "content": "second question"}]
+    assert (flags, choice, prompt) == (["blind"], "tie", conversation_text(asked))
     assert query(db, "SELECT count(*) FROM prompts") == [(0,)]
+
+
+def test_sides_whose_turns_differ_flag_the_vote_and_it_answers_the_message():
+    from app.jobs.compare import voted_prompt
+
+    a = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "one"}]
+    b = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "two"}]
+    assert voted_prompt([a, b], "next") == "next" and voted_prompt([[], []], "first") == "first"
+    assert voted_prompt([a, a], "next") == conversation_text([*a, {"role": "user", "content": "next"}])
+    # turns that make no prompt (two user turns in a row, with the system after them): the message alone
+    odd = [{"role": "user", "content": "q"}, {"role": "system", "content": "s"}]
+    assert voted_prompt([odd, odd], "next") == "next"
+
+
+def test_a_chat_from_a_stored_conversation_shows_its_turns_and_the_vote_keeps_them(db, tiny_model_dir):
+    from app.jobs.compare import respond, start_from, stored_conversation, stored_conversations, vote
+    from store.db import write
+    from store.prompts import add_prompts
+    from training.chat import ChatParams, Models
+
+    turns = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Name a fruit."},
+        {"role": "assistant", "content": "Apple."},
+        {"role": "user", "content": "Another?"},
+    ]
+    with write(db) as con:
+        add_prompts(con, ["plain prompt", conversation_text(turns)], "test")
+    ((label, pid),) = stored_conversations(db)  # the text prompt is not offered
+    assert label == f"#{pid}: Another?"
+    with pytest.raises(UserError, match="is not a stored conversation"):
+        stored_conversation(db, pid - 1)
+    state, message = start_from(str(tiny_model_dir), str(tiny_model_dir), True, stored_conversation(db, pid), seed=3)
+    assert message == "Another?" and state["history"] == [turns[:3], turns[:3]]
+    params = ChatParams(max_new_tokens=4, min_new_tokens=4, seed=1)
+    state = list(respond(Models(), state, message, params))[-1][2]
+    assert all(h[:4] == turns and h[4]["role"] == "assistant" for h in state["history"])
+    vote(db, state, "left", "rev")
+    ((flags, prompt, context),) = query(db, "SELECT flags, prompt, context FROM votes")
+    # the whole conversation: its earlier turns as the context of each side, and as the prompt its pairs answer
+    assert json.loads(context) == [turns[:3], turns[:3]] and prompt == conversation_text(turns)
+    assert flags == ["blind"] and query(db, "SELECT count(*) FROM prompts") == [(2,)]
 
 
 def test_the_chat_shows_markdown_and_never_a_messages_own_html():

@@ -181,3 +181,44 @@ def test_label_studio_tasks_carry_the_turns(db, cli, tmp_path):
     assert tasks[0]["data"]["turns"] == TURNS and tasks[0]["data"]["prompt"] == conversation_text(TURNS)
     assert tasks[1]["data"]["turns"] == [{"role": "user", "content": "Plain."}]
     assert 'value="$turns"' in RANKER_CONFIG and 'nameKey="role" textKey="content"' in RANKER_CONFIG
+
+
+@pytest.mark.integration
+def test_conversations_are_sampled_ranked_and_trained_on_by_the_reward_model_dpo_and_ppo(
+    db, cli, tmp_path, tiny_model_dir
+):
+    from annotation.session import next_task, submit
+
+    convs = [
+        [{"role": "user", "content": f"Pick a number, {n}."}, {"role": "assistant", "content": str(n)}, *TURNS[3:]]
+        for n in range(3)
+    ]
+    path = write_jsonl(tmp_path / "prompts.jsonl", [{"messages": c} for c in convs] + [{"prompt": "Plain one."}])
+    assert cli("prompts", "add", str(path))[0] == 0
+    code, _, err = cli("sample", "--model", str(tiny_model_dir), "--k", "3", "--max-new-tokens", "4", "--dtype", "fp32")
+    assert code == 0, err
+    while (task := next_task(db, "ann")) is not None:
+        assert task.prompt in {conversation_text(c) for c in convs} | {"Plain one."}
+        submit(db, "ann", task.assignment_id, list(range(1, len(task.response_ids) + 1)))
+    prompts = {p for (p,) in query(db, "SELECT DISTINCT prompt FROM pairs")}
+    assert prompts == {conversation_text(c) for c in convs} | {"Plain one."}
+
+    runs = tmp_path / "runs"
+    train = ["--runs-dir", str(runs), "--dtype", "fp32", "--max-steps", "2"]
+    code, _, err = cli("train-rm", "--model", str(tiny_model_dir), *train)
+    assert code == 0, err
+    (rm,) = list(runs.iterdir())
+    data = json.loads((rm / "config.json").read_text())["data"]
+    import pyarrow.parquet as pq
+
+    trained_on = {
+        r["prompt"] for split in ("train", "eval") for r in pq.read_table(f"{data}/{split}.parquet").to_pylist()
+    }
+    assert trained_on == prompts  # the snapshot holds the conversations whole
+    code, _, err = cli("train-dpo", "--model", str(tiny_model_dir), *train)
+    assert code == 0, err
+    ppo = ["--actor", str(tiny_model_dir), "--reward", str(rm), "--max-new-tokens", "4", "--generation-batch-size", "2"]
+    code, _, err = cli("train-ppo", *ppo, *train)
+    assert code == 0, err
+    kinds = sorted(json.loads((r / "config.json").read_text())["kind"] for r in runs.iterdir())
+    assert kinds == ["dpo", "ppo", "reward"]

@@ -6,16 +6,24 @@ from pathlib import Path
 
 import pytest
 
+from store.conversations import conversation_text
 from store.db import write
 from store.prompts import prompt_ids
 from store.responses import Sample, add_samples
 from tests.conftest import query, store_rows
 from tests.labelstudio_server import LS_BIN, LabelStudioServer
 
+TURNS = [
+    {"role": "system", "content": "Answer kindly."},
+    {"role": "user", "content": "Name a colour."},
+    {"role": "assistant", "content": "Blue."},
+    {"role": "user", "content": "And another?"},
+]
 PROMPTS = {
     "Name a fruit.": ["Apple.", "A banana is a fruit.", "Pear", "Mango, sweet and ripe, is a tropical fruit."],
     "Say hello.": ["Hi", "Hello there, friend!", "Hello.", "Hey"],
     "Count to three.": ["1 2 3", "One, two, three.", "one two three!", "1, 2, 3"],
+    conversation_text(TURNS): ["Red.", "Green, like grass.", "Teal blue", "Orange, as bright as the setting sun."],
 }
 
 
@@ -57,15 +65,17 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
     _sampled_store(db)
     code, out, err = cli("export-ls", str(tmp_path / "ls"))
     assert code == 0, err
-    assert out.startswith("wrote 3 tasks")
+    assert out.startswith("wrote 4 tasks")
     tasks = json.loads((tmp_path / "ls" / "tasks.json").read_text())
+    # the conversation's task carries its turns, what Label Studio's dialogue view shows
+    assert [t["data"]["turns"] for t in tasks if t["data"]["prompt"] == conversation_text(TURNS)] == [TURNS]
     config = (tmp_path / "ls" / "label_config.xml").read_text()
 
     client = LabelStudio(base_url=ls_server.url, api_key=ls_server.token)
     project = client.projects.create(title="rlhf-studio round trip", label_config=config)
     client.projects.import_tasks(id=project.id, request=tasks)
     ls_tasks = sorted(client.tasks.list(project=project.id), key=lambda t: t.id)
-    assert len(ls_tasks) == 3
+    assert len(ls_tasks) == 4 and sorted(len(t.data["turns"]) for t in ls_tasks) == [1, 1, 1, 4]
     for t in ls_tasks:
         order = longest_first(t.data["items"])
         client.annotations.create(
@@ -83,7 +93,7 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
     code, out, err = cli("import-ls", "--url", ls_server.url, "--project", str(project.id))
     assert code == 0, err
     assert out.strip() == (
-        "tasks 3, annotations 4, rankings added 3, pairs added 18, already imported 0, skipped 1 (cancelled 1), "
+        "tasks 4, annotations 5, rankings added 4, pairs added 24, already imported 0, skipped 1 (cancelled 1), "
         "flagged 0"
     )
     # the access token is in no row, no file next to the store (WAL included) and no output
@@ -104,7 +114,7 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
     export = tmp_path / "export.json"
     export.write_text(json.dumps(client.projects.exports.as_json(project.id)))
     code, out, _ = cli("import-ls", str(export))
-    assert code == 0 and "rankings added 0" in out and "already imported 3" in out
+    assert code == 0 and "rankings added 0" in out and "already imported 4" in out
     assert store_rows(db) == before
 
 

@@ -22,6 +22,9 @@ from app.jobs.compare import (
     run_defaults,
     score_lines,
     scores_of,
+    start_from,
+    stored_conversation,
+    stored_conversations,
     vote,
     win_rows,
 )
@@ -92,6 +95,12 @@ def _chats(limits: ServeLimits) -> dict:
     with gr.Row():
         left_score = gr.Markdown(elem_id="cmp-left-score")
         right_score = gr.Markdown(elem_id="cmp-right-score")
+    start = gr.Dropdown(
+        label="Start from a stored conversation (its earlier turns on both sides; its last turn to send)",
+        choices=[],
+        value=None,
+        elem_id="cmp-start",
+    )
     with gr.Row(equal_height=True):
         message = gr.Textbox(
             label="Message",
@@ -120,7 +129,7 @@ def _chats(limits: ServeLimits) -> dict:
     chats = {"left": left, "right": right, "left_score": left_score, "right_score": right_score}
     buttons = {"send": send, "vote_buttons": vote_buttons, "regenerate": regenerate, "stop": stop, "clear": clear}
     states = {"state": state, "last_message": last_message}
-    return {**chats, "message": message, **buttons, "reveal": reveal, "wins": wins, **states}
+    return {**chats, "start": start, "message": message, **buttons, "reveal": reveal, "wins": wins, **states}
 
 
 def _voting(enabled: bool) -> list:
@@ -223,6 +232,15 @@ def _handlers(ctx) -> SimpleNamespace:
 
         return handler
 
+    def on_start(prompt_id, actor_v, ref_v, blind_v, n_best, request: gr.Request):
+        """A stored conversation chosen: both chats show its earlier turns, the message box its last turn."""
+        if prompt_id is None or prompt_id == "":
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        prompt = stored_conversation(ctx.db, prompt_id)
+        _check_models(ctx, request, actor_v, ref_v)
+        st, message = start_from(actor_v, best_of_ref(ref_v, _whole(n_best or 1, "best-of-N")), bool(blind_v), prompt)
+        return st, chat_html(st["history"][0]), chat_html(st["history"][1]), message
+
     def on_regenerate(st, last):
         if st and st.get("replies"):  # drop the last exchange, ask again with the next seed
             st = {**st, "history": [h[:-2] for h in st["history"]], "replies": None}
@@ -236,6 +254,7 @@ def _handlers(ctx) -> SimpleNamespace:
         on_send=on_send,
         after_send=after_send,
         on_vote=on_vote,
+        on_start=on_start,
         on_regenerate=on_regenerate,
         on_clear=on_clear,
     )
@@ -273,7 +292,16 @@ def _wire(ctx, demo, tab, ui, h) -> None:
             api_name=f"vote_{choice}",
         )
     ui.actor.change(safe(h.on_actor), [ui.actor], [ui.reference, ui.reward, ui.wins], api_name="compare_actor")
+    ui.start.input(
+        safe(h.on_start),
+        [ui.start, ui.actor, ui.reference, ui.blind, ui.best_of],
+        [ui.state, ui.left, ui.right, ui.message],
+        api_name="compare_start",
+    )
     list_runs = lambda: gr.Dropdown(choices=ppo_runs(ctx.db))  # noqa: E731
     demo.load(list_runs, None, [ui.actor], api_name="compare_runs")
+    list_starts = lambda: gr.Dropdown(choices=stored_conversations(ctx.db))  # noqa: E731
+    demo.load(list_starts, None, [ui.start], api_name="compare_conversations")
     if tab is not None:  # runs finish while the page is open: list them again whenever the tab is opened
         tab.select(list_runs, None, [ui.actor], api_name="compare_runs")
+        tab.select(list_starts, None, [ui.start], api_name="compare_conversations")

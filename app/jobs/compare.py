@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from annotation.response_html import response_html
 from annotation.winrate import win_table
 from store.compare import Vote, compare_votes, record_vote
+from store.conversations import conversation_of, conversation_text, last_turn, messages_of
 from store.db import connect, write
 from store.errors import UserError
+from store.prompts import conversation_prompts, find_prompt
 from store.runs import runs_of_kinds
 from training.chat import ChatParams, Models, best_of_reply, model_folder, score_reply, stream_pair
 from training.models import DEFAULT_MODEL, model_id
@@ -118,6 +120,36 @@ def new_conversation(actor: str, reference: str, blind: bool, seed: int | None =
     }
 
 
+def start_from(actor: str, reference: str, blind: bool, prompt: str, seed: int | None = None) -> tuple[dict, str]:
+    """(a conversation whose earlier turns, on both sides, are a stored conversation prompt's; the message to send,
+    its last user turn): chatting from a prompt of the store (store/conversations.py)."""
+    *before, last = messages_of(prompt)
+    state = new_conversation(actor, reference, blind, seed)
+    state["history"] = [list(before), list(before)]
+    return state, last["content"]
+
+
+def stored_conversations(db: str, limit: int = 200) -> list[tuple[str, int]]:
+    """(label, prompt id) of the store's newest conversation prompts: '#id: its last turn' (shortened)."""
+    with connect(db) as con:
+        rows = conversation_prompts(con, limit)
+    short = lambda text: text if len(text) <= 80 else text[:79] + "…"  # noqa: E731
+    return [(f"#{pid}: {short(last_turn(text))}", pid) for pid, text in rows]
+
+
+def stored_conversation(db: str, prompt_id: object) -> str:
+    """The text of a stored conversation prompt, by id; anything else is one line."""
+    try:
+        pid = int(prompt_id)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"no stored conversation {prompt_id!r}") from None
+    with connect(db) as con:
+        text = find_prompt(con, pid)
+    if text is None or conversation_of(text) is None:
+        raise UserError(f"prompt {pid} is not a stored conversation")
+    return text
+
+
 class LocalChat:
     """The Compare tab's sampling and scoring in this process, over a Models cache: what the app's chat worker
     (app/jobs/chat_worker.py) runs in its own process, and what tests call directly."""
@@ -161,7 +193,8 @@ def respond(
     histories = [h + [{"role": "user", "content": message}] for h in state["history"]]
     # the last replies' scores go with them: they must never show under the new ones
     state = {**state, "replies": None, "scores": None, "prompt": message, "voted": False}
-    state["multi_turn"] = bool(state["history"][0])
+    # multi-turn: the two sides' earlier turns differ (a stored conversation's turns, shared, do not)
+    state["multi_turn"] = state["history"][0] != state["history"][1]
     a = b = ""
     for a, b in chat_engine(models).pair(state["sides"], histories, params, reward):
         yield _chat(histories[0], a), _chat(histories[1], b), state
@@ -219,7 +252,7 @@ def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
     context = [h[:-2] for h in state["history"]]
     vote_row = Vote(
         annotator or "anonymous",
-        state["prompt"],
+        voted_prompt(context, state["prompt"]),
         replies,
         choice,
         state["params"],
@@ -231,6 +264,18 @@ def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
         record_vote(con, vote_row)
     state = {**state, "voted": True}
     return state, reveal_line(state)
+
+
+def voted_prompt(context: list[list[dict]], message: str) -> str:
+    """What both replies answered, as the vote's pairs take it (`--with-votes`): the message, or the whole
+    conversation (store/conversations.py) when both sides had the same earlier turns (a chat from a stored
+    conversation, before the replies part ways)."""
+    if context[0] and context[0] == context[1]:
+        try:
+            return conversation_text([*context[0], {"role": "user", "content": message}])
+        except UserError:  # turns that are no prompt (two user turns in a row): the message alone
+            return message
+    return message
 
 
 def reveal_line(state: dict) -> str:
