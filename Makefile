@@ -95,6 +95,8 @@ bench: $(STAMP) $(TRL_STAMP)
 	# TRL is a bench-only peer (reward-model and DPO comparisons); the app never imports it.
 	$(BIN)/pip install trl==1.16.0
 	$(BIN)/python -m bench.run
+	# issue 31: the pairs `rlhf pairs --format trl` writes train TRL's RewardTrainer and DPOTrainer unchanged
+	$(BIN)/python -m bench.trl_files
 
 clean-venv:
 	rm -rf $(VENV) $(LS_VENV) $(TRL_VENV)
