@@ -42,17 +42,23 @@ def write_pairs_file(
 
 
 def write_trl_pairs(
-    db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
+    db: str | os.PathLike,
+    out: str | os.PathLike,
+    drop_flagged: bool = False,
+    with_votes: bool = False,
+    conversational: bool = False,
 ) -> str:
     """The store's pairs in TRL's preference format (annotation/preference_files.py) to a .jsonl or .parquet file
-    or a `datasets` folder."""
+    or a `datasets` folder; conversational: in its conversational form whatever the prompts (`--format
+    openrlhf`)."""
     from annotation.preference_files import trl_rows, write_trl
     from store.pairs import pair_texts
 
     with connect(db, create=False) as con:
         rows = pair_texts(con, drop_flagged, with_votes)
-    write_trl(trl_rows(rows), out)
-    return f"wrote {len(rows)} pairs in TRL's format (prompt, chosen, rejected) to {out}"
+    write_trl(trl_rows(rows, conversational), out)
+    form = "OpenRLHF's chat form" if conversational else "TRL's format"
+    return f"wrote {len(rows)} pairs in {form} (prompt, chosen, rejected) to {out}"
 
 
 def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:

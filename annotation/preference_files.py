@@ -16,7 +16,9 @@ imported from a file with a bad row. From .jsonl, .json (a list of rows), .parqu
 
 Out (`rlhf pairs --format trl`): one row per pair, {"prompt", "chosen", "rejected"}, to .jsonl, .parquet, or a
 `datasets` folder (a path without a suffix): strings, or TRL's conversational form (the prompt's messages, each
-answer one assistant message) when any prompt is a conversation, as a TRL dataset is one or the other."""
+answer one assistant message) when any prompt is a conversation, as a TRL dataset is one or the other.
+`--format openrlhf` is always the conversational form: OpenRLHF applies the chat template only to messages
+(`--apply_chat_template`), and joins plain strings as they are."""
 
 from __future__ import annotations
 
@@ -234,10 +236,10 @@ def parse_rows(rows: list[tuple[int, dict]], name: str, fmt: str = "auto", annot
     return out
 
 
-def trl_rows(pairs: list[tuple[str, str, str]]) -> list[dict]:
+def trl_rows(pairs: list[tuple[str, str, str]], conversational: bool = False) -> list[dict]:
     """TRL's rows for (prompt, chosen, rejected) pairs: strings, or all conversational when any prompt is a
-    conversation."""
-    if not any(conversation_of(p) for p, _, _ in pairs):
+    conversation or `conversational` says so."""
+    if not conversational and not any(conversation_of(p) for p, _, _ in pairs):
         return [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs]
     said = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
     return [{"prompt": messages_of(p), "chosen": said(c), "rejected": said(r)} for p, c, r in pairs]

@@ -222,3 +222,29 @@ def test_conversations_are_sampled_ranked_and_trained_on_by_the_reward_model_dpo
     assert code == 0, err
     kinds = sorted(json.loads((r / "config.json").read_text())["kind"] for r in runs.iterdir())
     assert kinds == ["dpo", "ppo", "reward"]
+
+
+def test_openrlhf_pairs_are_always_messages_and_what_its_chat_mode_builds_is_our_training_text(
+    db, cli, tmp_path, tiny_model_dir
+):
+    """OpenRLHF's reward and DPO datasets (`--apply_chat_template`) template prompt + chosen messages and keep what
+    follows the templated prompt: with our file that is the prompt our trainers see, then the answer."""
+    rows = [{"prompt": "Say hi.", "responses": ["Hi!", "No."], "ranks": [1, 2]}]
+    assert cli("import", str(write_jsonl(tmp_path / "n.jsonl", rows)))[0] == 0
+    code, out, err = cli("pairs", "--format", "openrlhf", "--out", str(tmp_path / "o.jsonl"))
+    assert code == 0 and "in OpenRLHF's chat form" in out, err
+    (row,) = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert row == {
+        "prompt": [{"role": "user", "content": "Say hi."}],
+        "chosen": [{"role": "assistant", "content": "Hi!"}],
+        "rejected": [{"role": "assistant", "content": "No."}],
+    }
+    from training.loaders import load_tokenizer
+    from training.models import chat_prompt
+
+    tok = load_tokenizer(tiny_model_dir)  # OpenRLHF's preprocess_data, chat mode, on this row:
+    prompt = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+    chosen = tok.apply_chat_template(row["prompt"] + row["chosen"], tokenize=False)[len(prompt) :]
+    assert prompt == chat_prompt(tok, "Say hi.") and chosen.startswith("Hi!")
+    code, _, _ = cli("pairs", "--format", "trl", "--out", str(tmp_path / "t.jsonl"))
+    assert json.loads((tmp_path / "t.jsonl").read_text())["prompt"] == "Say hi."  # TRL's stays text

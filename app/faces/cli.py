@@ -132,10 +132,11 @@ def cmd_pairs(args: argparse.Namespace) -> None:
 
     if not args.out and not args.stats:
         raise UserError("give --out FILE.jsonl|.parquet|.csv and/or --stats")
-    if args.out and args.format == "trl":
+    if args.out and args.format in ("trl", "openrlhf"):
         from annotation.actions import write_trl_pairs
 
-        print(write_trl_pairs(args.db, args.out, drop_flagged=args.drop_flagged, with_votes=args.with_votes))
+        chat = args.format == "openrlhf"
+        print(write_trl_pairs(args.db, args.out, args.drop_flagged, args.with_votes, conversational=chat))
     elif args.out:
         print(write_pairs_file(args.db, args.out, drop_flagged=args.drop_flagged, with_votes=args.with_votes))
     if args.stats:
@@ -726,9 +727,10 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument(
         "--format",
         default="store",
-        choices=["store", "trl"],
+        choices=["store", "trl", "openrlhf"],
         help="store: every column of the pairs view; trl: prompt/chosen/rejected for TRL (also .jsonl, .parquet, "
-        "or a folder: a datasets dataset)",
+        "or a folder: a datasets dataset); openrlhf: the same, always as messages (OpenRLHF's "
+        "--apply_chat_template)",
     )
     s.set_defaults(func=cmd_pairs)
 
