@@ -37,17 +37,16 @@ def _rows(conversational: bool) -> list[dict]:
 
 def write_files(folder: Path, conversational: bool) -> list[Path]:
     """A store with these rankings, and its pairs as TRL files; returns the files (24 pairs each)."""
-    from app.faces.cli import main
+    from annotation.actions import write_trl_pairs
+    from annotation.imports import import_preferences
 
     db = str(folder / "store.duckdb")
     lines = folder / "rankings.jsonl"
     lines.write_text("".join(json.dumps(r) + "\n" for r in _rows(conversational)))
-    if main(["--db", db, "import", str(lines)]) != 0:
-        sys.exit("the rankings did not import")
+    import_preferences(db, str(lines), "auto", "")  # what `rlhf import` does
     files = [folder / "pairs.jsonl", folder / "pairs.parquet", folder / "pairs-ds"]
     for out in files:
-        if main(["--db", db, "pairs", "--format", "trl", "--out", str(out)]) != 0:
-            sys.exit(f"rlhf pairs --format trl --out {out} failed")
+        write_trl_pairs(db, out)  # what `rlhf pairs --format trl --out OUT` does
     return files
 
 

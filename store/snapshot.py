@@ -101,6 +101,36 @@ def _write_split(
     return {**entry, **({"votes": n_votes} if votes else {}), "sha256": _sha256(path)}
 
 
+# What every snapshot folder says about itself (README.md beside its files): the columns, and how to read it.
+SNAPSHOT_README = """# Preference pairs snapshot {name}
+
+Written by rlhf-studio (store/snapshot.py) and read-only: `train.parquet` and `eval.parquet` hold the store's
+chosen/rejected pairs at one moment, split by prompt (every pair of a prompt in one split); `manifest.json` holds
+the options, the counts and each file's sha256, to check a copy against.
+
+| column | type | meaning |
+|---|---|---|
+| prompt_id | BIGINT | the prompt's id in the store (empty for a Compare vote) |
+| prompt | VARCHAR | the prompt; a conversation is its messages as JSON, `[{{"role": ..., "content": ...}}, ...]` |
+| chosen | VARCHAR | the response ranked higher |
+| rejected | VARCHAR | the response ranked lower |
+| margin | INTEGER | the rank gap between them (1 for neighbours) |
+| annotator | VARCHAR | who ranked them |
+| source | VARCHAR | where the ranking came from: ui, native, labelstudio, dataset, compare |
+| ranking_id | BIGINT | the ranking the pair comes from (empty for a vote) |
+| chosen_id, rejected_id | BIGINT | the responses' ids in the store |
+| flagged | BOOLEAN | the ranking was flagged (in the shown order, or too fast) |
+| strength | INTEGER | how much better, 0-3 (Llama 2's levels), where the annotator said |
+
+Read it with `datasets` as it is:
+
+```python
+from datasets import load_dataset
+pairs = load_dataset("parquet", data_files={{"train": "train.parquet", "eval": "eval.parquet"}})
+```
+"""
+
+
 def write_snapshot(con: duckdb.DuckDBPyConnection, root: str | os.PathLike, **options) -> Path:
     """`freeze_snapshot` then `record_snapshot` on one connection (a command that holds the store anyway)."""
     folder, manifest = freeze_snapshot(con, root, **options)
@@ -214,6 +244,7 @@ def _freeze(
             "content_sha256": content,
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (tmp / "README.md").write_text(SNAPSHOT_README.format(name=manifest["name"]))
         for f in tmp.iterdir():
             f.chmod(0o444)
         final = root / manifest["name"]

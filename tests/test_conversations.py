@@ -248,3 +248,26 @@ def test_openrlhf_pairs_are_always_messages_and_what_its_chat_mode_builds_is_our
     assert prompt == chat_prompt(tok, "Say hi.") and chosen.startswith("Hi!")
     code, _, _ = cli("pairs", "--format", "trl", "--out", str(tmp_path / "t.jsonl"))
     assert json.loads((tmp_path / "t.jsonl").read_text())["prompt"] == "Say hi."  # TRL's stays text
+
+
+def test_a_snapshot_documents_its_columns_and_loads_with_datasets_as_it_is(db, cli, tmp_path):
+    from datasets import load_dataset
+
+    from store.db import write
+    from store.snapshot import write_snapshot
+
+    rows = [{"prompt": TURNS, "responses": ["Red.", "No.", "Blue again."], "ranks": [1, 3, 2], "annotator": "ann"}]
+    assert cli("import", str(write_jsonl(tmp_path / "n.jsonl", rows)))[0] == 0
+    with write(db) as con:
+        folder = write_snapshot(con, tmp_path / "snaps", eval_fraction=0.0, seed=0, drop_flagged=False)
+    readme = (folder / "README.md").read_text()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert all(f"| {c} |" in readme or f" {c}," in readme or f", {c} |" in readme for c in manifest["columns"])
+    data = load_dataset("parquet", data_files={"train": str(folder / "train.parquet")}, split="train")
+    assert data.column_names == manifest["columns"] and len(data) == 3
+    assert {r["prompt"] for r in data} == {conversation_text(TURNS)}
+    assert sorted((r["chosen"], r["rejected"], r["margin"]) for r in data) == [
+        ("Blue again.", "No.", 1),
+        ("Red.", "Blue again.", 1),
+        ("Red.", "No.", 2),
+    ]

@@ -70,7 +70,7 @@ def test_a_snapshot_is_fsynced_file_by_file_before_its_folder_is_renamed_into_pl
         final = write_snapshot(con, tmp_path / "snaps", eval_fraction=0.5)
     (src,) = {c[1] for c in disk_calls if c[0] == "rename"}
     assert src.parent == final.parent.resolve() and src.name.startswith(".snapshot-")
-    assert {p.name for p in final.iterdir()} == {"train.parquet", "eval.parquet", "manifest.json"}
+    assert {p.name for p in final.iterdir()} == {"train.parquet", "eval.parquet", "manifest.json", "README.md"}
     assert_durable_rename(disk_calls, src, final)
 
 
