@@ -3,7 +3,8 @@
 Accepts the JSON export (a list of tasks or one task; pre-1.0 files say `completions`), JSON_MIN and CSV/TSV, for
 the Ranker template (rank mode `{"ranker": {"<name>": [ids]}}`, the older flat list `{"ranker": [ids]}`, and
 buckets `{"ranker": {"_": [...], "<bucket>": [...]}}` with a user-given bucket order) and the Pairwise template
-(`{"selected": "left" | "right"}`, left = the first `toName` field). Cancelled or empty annotations are skipped, and
+(`{"selected": "left" | "right"}`, left = the first `toName` field), with the answers of the questions asked
+beside a Ranker (annotation/questions/: strength_1.., edit, tags_1..). Cancelled or empty annotations are skipped, and
 so are tasks nobody has annotated yet (an export of all tasks holds them: no annotations, or empty CSV cells).
 A ranking equal to the order shown, or made in under `FAST_LEAD_TIME_S`, is stored with a flag. Each ranking's
 key names the server and project it comes from as far as the input says (see `ranking_keys`).
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from annotation.files import loads_json, read_csv
+from annotation.questions import Shown, from_ls
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
@@ -355,6 +357,16 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     problem = ranking.problem()
     if problem:
         raise UserError(f"{where}: {problem}")
+    if not pairwise:  # the questions asked beside a Ranker (annotation/questions/: strengths, the edit, tags)
+        shown = Shown(
+            texts=[it.text for it in items],
+            ranks=[it.rank for it in items],
+            numbers=[it.shown_position + 1 for it in items],
+        )
+        for name, answer in from_ls(ann.results, shown, where).items():
+            setattr(ranking, name, answer)
+        if problem := ranking.problem():
+            raise UserError(f"{where}: {problem}")
     return ranking
 
 

@@ -12,18 +12,28 @@ import os
 import random
 from pathlib import Path
 
+from annotation.questions import ls_controls
 from store.conversations import messages_of
 from store.durable import rename_durably
 from store.errors import UserError
 from store.responses import RankableSet
 
-RANKER_CONFIG = """<View>
+RANKER_VIEW = """<View>
   <Header value="Rank the responses: drag the best to the top"/>
   <Paragraphs name="prompt" value="$turns" layout="dialogue" nameKey="role" textKey="content"/>
   <List name="answers" value="$items" title="Responses"/>
   <Ranker name="rank" toName="answers"/>
-</View>
+{questions}</View>
 """
+
+
+def ranker_config(k: int) -> str:
+    """The Ranker template for tasks of up to k responses, with the controls of every question asked beside the
+    order (annotation/questions/: how much better each step is, a correction of the best, tags), each optional."""
+    return RANKER_VIEW.format(questions=ls_controls(k))
+
+
+RANKER_CONFIG = ranker_config(4)  # the template for K = 4, as docs/labelstudio.md shows it
 
 
 def ranker_tasks(sets: list[RankableSet], seed: int = 0) -> list[dict]:
@@ -52,7 +62,7 @@ def export_ls(sets: list[RankableSet], out: str | os.PathLike, seed: int = 0) ->
         out.mkdir(parents=True, exist_ok=True)
         files = {
             out / "tasks.json": json.dumps(tasks, ensure_ascii=False, indent=1),
-            out / "label_config.xml": RANKER_CONFIG,
+            out / "label_config.xml": ranker_config(max(len(t["data"]["items"]) for t in tasks)),
         }
         for path, text in files.items():
             tmp = path.with_name(f".{path.name}.tmp")

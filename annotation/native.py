@@ -1,12 +1,15 @@
 """The native ranking format, one JSON object per line:
 
     {"prompt": str, "responses": [str, ...], "ranks": [int, ...], "annotator": str (optional),
-     "strengths": [int, ...] (optional)}
+     "strengths": [int, ...] (optional), "edit": str (optional), "tags": [[str, ...], ...] (optional)}
 
 prompt: a string, or a conversation ([{"role", "content"}, ...], the last turn the user's; store/conversations.py).
 ranks[i] is the rank of responses[i]; 1 = best; equal numbers are a tie. strengths: how much better each group of
 equal rank is than the next one down, best first (one fewer than the distinct ranks), each a level 0..3
-(store/strengths.py: negligibly better or unsure, slightly better, better, significantly better)."""
+(store/strengths.py: negligibly better or unsure, slightly better, better, significantly better). edit: the
+annotator's correction of the best-ranked response, stored ranked above all of them (store/edits.py). tags: one
+list per response, of unsafe, factually wrong, off topic, other (store/guidelines.py). The three are the questions
+of annotation/questions/, read by their modules."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import hashlib
 import json
 
 from annotation.files import loads_json
+from annotation.questions import Shown, from_native
 from store.conversations import prompt_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
@@ -44,9 +48,6 @@ def parse_line(obj: object, where: str) -> RankingIn:
         raise UserError(f"{where}: 'ranks' must be a list of integers")
     if len(ranks) != len(responses):
         raise UserError(f"{where}: {len(ranks)} ranks for {len(responses)} responses")
-    strengths = obj.get("strengths")
-    if strengths is not None and not isinstance(strengths, list):
-        raise UserError(f"{where}: 'strengths' must be a list of levels 0..3")
     annotator = obj.get("annotator", DEFAULT_ANNOTATOR)
     if not isinstance(annotator, str) or not annotator.strip():
         raise UserError(f"{where}: 'annotator' must be a non-empty string")
@@ -58,8 +59,12 @@ def parse_line(obj: object, where: str) -> RankingIn:
         annotator=annotator,
         source="native",
         external_key=_key(obj),
-        strengths=obj.get("strengths"),
     )
+    if problem := ranking.problem():  # the ranking first: the answers below are checked against it
+        raise UserError(f"{where}: {problem}")
+    shown = Shown(texts=list(responses), ranks=list(ranks))
+    for name, answer in from_native(obj, shown, where).items():  # strengths, edit, tags (annotation/questions/)
+        setattr(ranking, name, answer)
     problem = ranking.problem()
     if problem:
         raise UserError(f"{where}: {problem}")

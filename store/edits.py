@@ -34,12 +34,17 @@ def add_edit(
         "INSERT INTO responses (prompt_id, text, model_id, position) VALUES (?, ?, ?, ?) RETURNING response_id",
         [prompt_id, text, EDIT_MODEL, position],
     ).fetchone()[0]
-    con.execute(
-        "INSERT INTO edits (response_id, edit_of, annotator) VALUES (?, ?, ?)", [response_id, edit_of, annotator]
-    )
+    add_edit_row(con, response_id, edit_of, annotator)
     if round_ > 1:  # no row reads as round 1
         con.execute("INSERT INTO response_rounds VALUES (?, ?)", [response_id, round_])
     return response_id
+
+
+def add_edit_row(con: duckdb.DuckDBPyConnection, response_id: int, edit_of: int, annotator: str) -> None:
+    """Mark the stored response `response_id` as `annotator`'s edit of response `edit_of`."""
+    con.execute(
+        "INSERT INTO edits (response_id, edit_of, annotator) VALUES (?, ?, ?)", [response_id, edit_of, annotator]
+    )
 
 
 def edit_in(con: duckdb.DuckDBPyConnection, response_ids: list[int]) -> tuple[int, str] | None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from store.guidelines import add_tags
+from store.edits import EDIT_MODEL, add_edit_row, edit_problem
+from store.guidelines import add_tags, tags_problem
 from store.prompts import next_ids, prompt_ids
 from store.strengths import steps_problem, strength_pairs
 from store.tasks import count_rankings, pairs_of_ranks, refresh_tasks
@@ -40,6 +41,8 @@ class RankingIn:
     skipped: bool = False
     skip_reason: str | None = None
     strengths: list[int] | None = None  # how much better, per step down the order (store/strengths.py)
+    edit: str | None = None  # a correction of the best-ranked item, stored ranked above all (store/edits.py)
+    tags: list[list[str]] | None = None  # each item's tags, in items' order (store/guidelines.py)
 
     def problem(self) -> str | None:
         """Why this ranking cannot be stored, or None. Parsers prefix it with the line or task it came from."""
@@ -59,16 +62,27 @@ class RankingIn:
             seen[it.text] = i
             if isinstance(it.rank, bool) or not isinstance(it.rank, int) or not 1 <= it.rank <= k:
                 return f"rank {it.rank!r} of response {i} is out of range 1..{k}"
-        if self.strengths is not None:
-            return steps_problem([it.rank for it in self.items], self.strengths)
+        ranks = [it.rank for it in self.items]
+        if self.strengths is not None and (problem := steps_problem(ranks, self.strengths)):
+            return problem
+        if self.edit is not None and (problem := edit_problem(self.edit, ranks, [it.text for it in self.items])):
+            return problem
+        if self.tags is not None:
+            return tags_problem(self.tags, k)
         return None
+
+    def stored_items(self) -> list[tuple[str, int]]:
+        """(text, rank) of every item as stored: with an edit, the edit ranked 1 and the items below it."""
+        if self.edit is None:
+            return [(it.text, it.rank) for it in self.items]
+        return [(it.text, it.rank + 1) for it in self.items] + [(self.edit, 1)]
 
     @property
     def n_pairs(self) -> int:
         """Pairs this ranking expands to: every i, j with rank_i < rank_j (same rule as the SQL view)."""
         if self.skipped:
             return 0
-        ranks = [it.rank for it in self.items]
+        ranks = [rank for _, rank in self.stored_items()]
         return sum(1 for a in ranks for b in ranks if a < b)
 
 
@@ -135,20 +149,34 @@ def insert_rankings(
             ],
         )
     resolved = [(n, response_ids[-rid - 1] if rid < 0 else rid) for n, rid, _, _ in items]
-    by_ranking: dict[int, list[int]] = {}
+    by_ranking: dict[int, list[int]] = {}  # each ranking's items' response ids, in its items' order (then the edit)
     for n, rid in resolved:
         by_ranking.setdefault(n, []).append(rid)
-    add_strengths(
-        con,
-        [
-            (ranking_ids[n], by_ranking[n], [it.rank for it in r.items], r.strengths)
-            for n, r in enumerate(todo)
-            if r.strengths is not None and not r.skipped
-        ],
-    )
+    _add_answers(con, todo, ranking_ids, by_ranking)
     count_rankings(con, [(r.annotator, r.source, r.skipped, r.n_pairs) for r in todo])
     refresh_tasks(con, {pid for pid, *_ in new_responses})
     return result
+
+
+def _add_answers(con: duckdb.DuckDBPyConnection, todo: list, ranking_ids: list[int], by_ranking: dict) -> None:
+    """The answers imported with the rankings (annotation/questions/): strengths between the items, the edit's row
+    (whose response and item are written with the others), each item's tags."""
+    answered = [(n, r) for n, r in enumerate(todo) if not r.skipped]
+    add_strengths(
+        con,
+        [
+            (ranking_ids[n], by_ranking[n][: len(r.items)], [it.rank for it in r.items], r.strengths)
+            for n, r in answered
+            if r.strengths is not None
+        ],
+    )
+    for n, r in answered:
+        shown = by_ranking[n][: len(r.items)]
+        if r.edit is not None:
+            best = shown[[it.rank for it in r.items].index(min(it.rank for it in r.items))]
+            add_edit_row(con, by_ranking[n][-1], best, r.annotator)
+        if r.tags:
+            add_tags(con, ranking_ids[n], shown, r.tags)
 
 
 def add_strengths(con: duckdb.DuckDBPyConnection, rankings: list[tuple[int, list[int], list[int], list[int]]]) -> int:
@@ -194,8 +222,9 @@ def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], r
 
 
 def _content(r: RankingIn) -> tuple:
-    """What makes two rankings the same judgement: the prompt, and each response text with its rank."""
-    return r.prompt, tuple(sorted((it.text, it.rank) for it in r.items))
+    """What makes two rankings the same judgement: the prompt, and each response text with its rank (an edit
+    among them)."""
+    return r.prompt, tuple(sorted(r.stored_items()))
 
 
 def _contents(rows: list[tuple]) -> dict[tuple, tuple]:
@@ -247,6 +276,7 @@ def _plan_items(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, result: I
     new_responses, items = [], []
     for n, r in enumerate(todo):
         pid = ids[r.prompt]
+        below = 1 if r.edit is not None else 0  # an edit is ranked 1, the items below it
         for it in r.items:
             if it.response_id is not None and by_id.get(it.response_id) == (pid, it.text):
                 rid = it.response_id
@@ -257,7 +287,12 @@ def _plan_items(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, result: I
                 next_pos[pid] = position + 1
                 new_responses.append((pid, it.text, f"import:{r.source}", position))
                 rid = by_text[(pid, it.text)] = -len(new_responses)
-            items.append((n, rid, it.rank, it.shown_position))
+            items.append((n, rid, it.rank + below, it.shown_position))
+        if r.edit is not None:  # always a response of its own, as an edit made in the Annotate tab
+            position = next_pos.get(pid, 0)
+            next_pos[pid] = position + 1
+            new_responses.append((pid, r.edit, EDIT_MODEL, position))
+            items.append((n, -len(new_responses), 1, None))
         result.added += 1
         result.pairs += r.n_pairs
         result.flagged += bool(r.flags)

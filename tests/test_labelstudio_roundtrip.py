@@ -58,6 +58,23 @@ def longest_first(items):
     return [it["id"] for it in sorted(items, key=lambda it: -len(it["body"]))]
 
 
+EDIT = "Hello there, my friend!"
+
+
+def _answers(items: list[dict]) -> list[dict]:
+    """Answers to the exported config's questions: each step 'better', an edit of the best, a tag on 'Hey'."""
+
+    def choices(name: str, *chosen: str) -> dict:
+        return {"from_name": name, "to_name": "answers", "type": "choices", "value": {"choices": list(chosen)}}
+
+    hey = next(n for n, it in enumerate(items, 1) if it["body"] == "Hey")
+    return [
+        *(choices(f"strength_{i}", "better") for i in (1, 2, 3)),
+        {"from_name": "edit", "to_name": "prompt", "type": "textarea", "value": {"text": [EDIT]}},
+        choices(f"tags_{hey}", "off topic"),
+    ]
+
+
 @pytest.mark.integration
 def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypatch):
     from label_studio_sdk import LabelStudio
@@ -78,34 +95,42 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
     assert len(ls_tasks) == 4 and sorted(len(t.data["turns"]) for t in ls_tasks) == [1, 1, 1, 4]
     for t in ls_tasks:
         order = longest_first(t.data["items"])
-        client.annotations.create(
-            id=t.id,
-            lead_time=15.0,
-            result=[
-                {"from_name": "rank", "to_name": "answers", "type": "ranker", "value": {"ranker": {"rank": order}}}
-            ],
-        )
+        result = [{"from_name": "rank", "to_name": "answers", "type": "ranker", "value": {"ranker": {"rank": order}}}]
+        if t.data["prompt"] == "Say hello.":  # the questions beside the order, asked by the exported config
+            result += _answers(t.data["items"])
+        client.annotations.create(id=t.id, lead_time=15.0, result=result)
     # a second annotator skips the first task
     client.annotations.create(id=ls_tasks[0].id, was_cancelled=True, result=[])
 
-    responses_before = query(db, "SELECT count(*) FROM responses")
+    responses_before = query(db, "SELECT count(*) FROM responses")[0][0]
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", ls_server.token)
     code, out, err = cli("import-ls", "--url", ls_server.url, "--project", str(project.id))
     assert code == 0, err
     assert out.strip() == (
-        "tasks 4, annotations 5, rankings added 4, pairs added 24, already imported 0, skipped 1 (cancelled 1), "
+        "tasks 4, annotations 5, rankings added 4, pairs added 28, already imported 0, skipped 1 (cancelled 1), "
         "flagged 0"
     )
     # the access token is in no row, no file next to the store (WAL included) and no output
     assert ls_server.token not in repr(store_rows(db)) and ls_server.token not in out + err
     for f in Path(db).parent.rglob("*"):
         assert not f.is_file() or ls_server.token.encode() not in f.read_bytes(), f
-    # every item mapped back to its sampled response: no new response rows
-    assert query(db, "SELECT count(*) FROM responses") == responses_before
+    # every item mapped back to its sampled response: the one new response row is the edit
+    assert query(db, "SELECT count(*) FROM responses") == [(responses_before + 1,)]
     expected = {(p, a, b) for p, texts in PROMPTS.items() for a in texts for b in texts if len(a) > len(b)}
+    expected |= {("Say hello.", EDIT, b) for b in PROMPTS["Say hello."]}  # edited > chosen > rejected
     assert set(query(db, "SELECT prompt, chosen, rejected FROM pairs")) == expected
+    # each step "better" (2): every pair of the shown responses has strength 2; the edit's pairs none
+    strengths = query(db, "SELECT chosen = ?, strength FROM pairs WHERE prompt = 'Say hello.'", [EDIT])
+    assert sorted(strengths) == [(False, 2)] * 6 + [(True, None)] * 4
+    assert query(db, "SELECT r.text, t.tag FROM response_tags t JOIN responses r USING (response_id)") == [
+        ("Hey", "off topic")
+    ]
     # the order Label Studio showed (the shuffled export) is stored per item
-    shown = query(db, "SELECT r.text, i.shown_position FROM ranking_items i JOIN responses r USING (response_id)")
+    shown = query(
+        db,
+        "SELECT r.text, i.shown_position FROM ranking_items i JOIN responses r USING (response_id) "
+        "WHERE r.model_id <> 'edit'",
+    )
     shown_by_task = {it["body"]: n for t in tasks for n, it in enumerate(t["data"]["items"])}
     assert dict(shown) == shown_by_task
 

@@ -94,10 +94,15 @@ def test_the_reward_models_margin_from_strength(tiny_model_dir):
 
 
 def test_the_widgets_strengths_are_all_or_nothing():
-    from annotation.ranker_view import strengths_from_value
+    from annotation.questions import Campaign, Shown
+    from annotation.questions.strength import from_widget
+
+    def strengths_from_value(value, ranks, ask=True):
+        return from_widget(value, Shown(texts=[], ranks=ranks), Campaign(ask_strength=ask))
 
     assert strengths_from_value({"strengths": [None, None]}, [1, 2, 3]) is None  # not answered: optional
     assert strengths_from_value({"strengths": [2, 0]}, [1, 2, 3]) == [2, 0]
+    assert strengths_from_value({"strengths": [2, 0]}, [1, 2, 3], ask=False) is None  # a campaign that does not ask
     with pytest.raises(UserError, match="for every step between your ranks"):
         strengths_from_value({"strengths": [2, None]}, [1, 2, 3])
     with pytest.raises(UserError, match="do not fit the ranking"):

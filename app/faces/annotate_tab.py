@@ -8,14 +8,8 @@ No `from __future__ import annotations` here: Gradio finds the `gr.Request` para
 from dataclasses import dataclass
 
 from annotation.actions import store_stats
-from annotation.ranker_view import (
-    edit_from_value,
-    is_shown_order,
-    ranks_from_value,
-    strengths_from_value,
-    tags_from_value,
-    widget_value,
-)
+from annotation.questions import Campaign, Shown, from_widget
+from annotation.ranker_view import is_shown_order, ranks_from_value, widget_value
 from annotation.response_html import prompt_html, response_html
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
 from store.errors import UserError
@@ -110,9 +104,8 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
     if not task:
         return on_load(ctx, annotator, admin)
     ranks = ranks_from_value(value, task["response_ids"])
-    strengths = strengths_from_value(value, ranks) if ctx.ask_strength else None
-    edit = edit_from_value(value, ctx.allow_edits)
-    tags = tags_from_value(value, task["response_ids"])
+    shown = Shown(texts=[], ranks=ranks, response_ids=task["response_ids"])  # the texts: checked when stored
+    answers = from_widget(value, shown, Campaign(ask_strength=ctx.ask_strength, allow_edits=ctx.allow_edits))
     if is_shown_order(ranks) and not confirmed:
         view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
         view.confirm = True
@@ -124,9 +117,9 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
         ranks,
         ctx.overlap,
         ctx.gold_rate,
-        strengths,
-        edit,
-        tags,
+        answers["strengths"],
+        answers["edit"],
+        answers["tags"],
         task.get("guideline_version"),
     )
     return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts, admin)

@@ -1,0 +1,53 @@
+"""The questions a ranking task asks besides the order (issue 30's "answers as kinds"): how much better each step
+down the order is (strength.py), a correction of the best response (edit.py), and tags on single responses
+(tags.py). Each kind is one module holding one `Question`: how its answer is read from the ranking widget's value,
+from a native line and from a Label Studio annotation, the labeling-config controls that ask it in Label Studio,
+the check of an answer against the ranking it goes with, and what it does to pairs. The Annotate tab, the native
+importer (annotation/native.py) and the Label Studio importer and exporter (annotation/labelstudio*.py) go through
+QUESTIONS and know no kind by name; store/rankings.py writes each answer (RankingIn has one field per question).
+docs/questions.md is the recipe for the next kind.
+
+The ranking itself (ranks, ties, skips) is the answer every task has, and a Compare vote's outcome (left, right,
+tie, both bad) is stored apart from rankings (store/compare.py)."""
+
+from __future__ import annotations
+
+from annotation.questions import edit, strength, tags
+from annotation.questions.base import Campaign, Question, Shown
+from store.errors import UserError
+
+QUESTIONS: tuple[Question, ...] = (strength.QUESTION, edit.QUESTION, tags.QUESTION)
+__all__ = ["QUESTIONS", "Campaign", "Question", "Shown", "from_ls", "from_native", "from_widget", "ls_controls"]
+
+
+def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> dict[str, object]:
+    """Every question's answer in the widget's value (None: not given)."""
+    return {q.name: q.from_widget(value, shown, campaign) for q in QUESTIONS}
+
+
+def from_native(obj: dict, shown: Shown, where: str) -> dict[str, object]:
+    """Every question's answer in a native line (None: the line has no such key, or null)."""
+    out = {}
+    for q in QUESTIONS:
+        try:
+            out[q.name] = None if obj.get(q.name) is None else q.from_native(obj[q.name], shown)
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+    return out
+
+
+def from_ls(results: list[dict], shown: Shown, where: str) -> dict[str, object]:
+    """Every question's answer in one Label Studio annotation's results."""
+    by_name = {str(r.get("from_name", "")): r for r in results if isinstance(r, dict)}
+    out = {}
+    for q in QUESTIONS:
+        try:
+            out[q.name] = q.from_ls(by_name, shown)
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+    return out
+
+
+def ls_controls(k: int) -> str:
+    """The labeling-config controls of every question, for tasks of up to k responses."""
+    return "".join(q.ls_controls(k) for q in QUESTIONS)

@@ -1,0 +1,51 @@
+"""The shapes every question module shares (annotation/questions/__init__.py says what a question is)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from store.errors import UserError
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What an answer is checked against: the ranked responses' texts and their ranks, in the order shown."""
+
+    texts: list[str]
+    ranks: list[int]
+    response_ids: list[int] = field(default_factory=list)  # known for a task of this store (the Annotate tab)
+    numbers: list[int] = field(default_factory=list)  # each one's "Response n" in a Label Studio task (1, 2, ...)
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """What the campaign asks (the app's flags): strengths (`--strength`), edits (`--edits`). Tags are always
+    offered."""
+
+    ask_strength: bool = True
+    allow_edits: bool = True
+
+
+@dataclass(frozen=True)
+class Question:
+    """One kind of answer. Every reader returns the answer, or None where it was not given (each question is
+    optional), and raises UserError for one that is malformed."""
+
+    name: str  # the key in the widget's value and in a native line, and RankingIn's field
+    title: str  # what the question asks, in a sentence
+    from_widget: Callable[[dict | None, Shown, Campaign], object]
+    from_native: Callable[[object, Shown], object]  # the native line's value (not None) -> the answer
+    ls_controls: Callable[[int], str]  # labeling-config XML that asks it, for tasks of up to k responses
+    from_ls: Callable[[dict[str, dict], Shown], object]  # Label Studio results by control name
+    pairs: str  # what an answer does to the pairs (the SQL rule it feeds), for docs/questions.md
+
+
+def choices_of(result: dict | None, control: str) -> list[str]:
+    """The choices a Label Studio Choices result holds (none: no result)."""
+    if result is None:
+        return []
+    got = (result.get("value") or {}).get("choices")
+    if not isinstance(got, list) or not all(isinstance(c, str) for c in got):
+        raise UserError(f"the {control} result holds no list of choices")
+    return got
