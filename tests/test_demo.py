@@ -324,8 +324,13 @@ def test_best_of_n_points_and_the_findings_by_hand():
     f = findings(points, bon, None)
     assert f["peak_kl_beyond_best_of_n"] and f["best_of_n_at_peak_kl"] == 0.8 and not f["ppo_beats_best_of_n"]
     assert not f["chosen_at_least_last"] and f["alarm_step"] is None
+    # 0.3 points below the last one, inside its interval (the default-model trial's step 64 against step 94): as
+    # good as the evaluation can tell; below the interval's low end it is worse
+    last = {**ckpt(94, 9.2, 0.9375), "ci95": [0.912, 0.959]}
+    assert findings([{**ckpt(64, 8.5, 0.9351), "chosen": True}, last], bon, None)["chosen_at_least_last"]
+    assert not findings([{**ckpt(64, 8.5, 0.9110), "chosen": True}, last], bon, None)["chosen_at_least_last"]
     assert watch_checks(f) == {
-        "the held-out judge's checkpoint wins at least as often as the last one": False,
+        "the held-out judge's checkpoint wins as often as the last one (within its 95% interval)": False,
         "PPO's best checkpoint beats best-of-N at the same KL": False,
         "the watch's alarm fires only after PPO's win rate peaked, if at all": True,
     }

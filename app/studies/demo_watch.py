@@ -9,8 +9,8 @@
   the same KL (Gao et al. 2022): its KL is the analytic log N - (N - 1) / N.
 
 The report plots win rate against sqrt(KL) for both, the watch's per-step numbers with the step its alarm fired
-(if it did), and says whether the chosen checkpoint wins at least as often as the last one, and whether PPO's
-best point beats best-of-N at its KL."""
+(if it did), and says whether the chosen checkpoint wins as often as the last one (within its 95% interval), and
+whether PPO's best point beats best-of-N at its KL."""
 
 from __future__ import annotations
 
@@ -181,7 +181,8 @@ def findings(checkpoints: list[dict], best_of: list[dict], alarm: dict | None) -
         "chosen_win_rate": chosen["win_rate"],
         "last_step": last["step"],
         "last_win_rate": last["win_rate"],
-        "chosen_at_least_last": chosen["win_rate"] >= last["win_rate"],
+        # as good as the last within what the evaluation can tell: at or above the last one's 95% interval
+        "chosen_at_least_last": chosen["win_rate"] >= last.get("ci95", [last["win_rate"]])[0],
         "peak_step": peak["step"],
         "peak_kl": peak["kl"],
         "peak_win_rate": peak["win_rate"],
@@ -222,7 +223,9 @@ def watch_checks(f: dict) -> dict[str, bool]:
     if not f:
         return {}
     return {
-        "the held-out judge's checkpoint wins at least as often as the last one": f["chosen_at_least_last"],
+        "the held-out judge's checkpoint wins as often as the last one (within its 95% interval)": f[
+            "chosen_at_least_last"
+        ],
         "PPO's best checkpoint beats best-of-N at the same KL": f["ppo_beats_best_of_n"],
         # a false alarm: one that fires before the win rate (the scripted annotator's, the truth here) has peaked
         "the watch's alarm fires only after PPO's win rate peaked, if at all": alarm_after_peak(f),
