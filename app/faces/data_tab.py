@@ -161,19 +161,10 @@ def _labelstudio_section() -> SimpleNamespace:
     return SimpleNamespace(**upload, **pull, export_btn=export_btn, export_files=export_files)
 
 
-def build_data_tab(ctx, demo) -> None:
+def _dashboard_section() -> SimpleNamespace:
+    """The lead's view of the annotators: the per-annotator table, answers over time, pairwise agreement."""
     import gradio as gr
 
-    counts = gr.Markdown(elem_id="store-counts")
-    status = gr.Textbox(label="Last action", interactive=False, elem_id="data-status")
-    gr.Markdown("### Prompts and sampling")
-    with gr.Row(equal_height=True):
-        examples_btn = gr.Button("Load example prompts", elem_id="load-examples")
-        k = gr.Number(value=4, precision=0, minimum=2, maximum=ctx.limits.max_k, label="K responses per prompt")
-        limit = gr.Number(value=0, precision=0, minimum=0, label="At most this many prompts (0 = all pending)")
-        sample_btn = gr.Button("Sample pending prompts", variant="primary", elem_id="sample")
-    prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"], height=120)
-    ls = _labelstudio_section()
     gr.Markdown(
         "### Annotators (`rlhf annotators`): how much, how fast (median seconds a task, tasks an hour), agreement "
         "with the others (mean Kendall tau-b, on how many shared prompts), rankings under 2 s or left in the shown "
@@ -194,6 +185,13 @@ def build_data_tab(ctx, demo) -> None:
     agreement_df = gr.Dataframe(
         headers=["annotators", "shared prompts", "mean tau"], interactive=False, elem_id="agreement"
     )
+    return SimpleNamespace(annotators=annotators_df, answers_plot=answers_plot, agreement=agreement_df)
+
+
+def _guideline_section(ctx, demo, status) -> None:
+    """The campaign's guideline: edit and save the next version (admins), loaded with the page."""
+    import gradio as gr
+
     gr.Markdown(
         "### Guidelines (`rlhf guideline`): Markdown shown beside the ranker; each save is a new version, and each "
         "ranking records the version its annotator saw"
@@ -202,35 +200,6 @@ def build_data_tab(ctx, demo) -> None:
         lines=6, max_lines=30, max_length=MAX_GUIDELINE_CHARS, label="Guideline", elem_id="guideline-text"
     )
     guideline_btn = gr.Button("Save as the next version", elem_id="guideline-save")
-    gr.Markdown("### Rounds (`rlhf rounds`; start the next one from the Train tab)")
-    rounds_df = gr.Dataframe(headers=ROUND_HEADERS, interactive=False, elem_id="rounds-table", wrap=True)
-    gr.Markdown("### Pairs for reward-model training")
-    with gr.Row(equal_height=True):
-        fmt = gr.Radio(["jsonl", "parquet", "csv"], value="jsonl", label="Format")
-        pairs_btn = gr.Button("Download pairs", elem_id="download-pairs")
-    pairs_file = gr.File(label="Pairs", interactive=False, height=80)
-
-    refresh = admin_only(ctx, lambda: (counts_markdown(ctx.db), agreement_table(ctx.db)), quiet=2)
-    shown = [counts, agreement_df]
-
-    def on_sample(k_value, limit_value, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
-        return sample_from_app(ctx, k_value, limit_value, progress)
-
-    demo.load(refresh, outputs=shown, api_name="counts")
-    dashboard = admin_only(ctx, lambda: annotators_view(ctx.db), quiet=2)
-    demo.load(dashboard, outputs=[annotators_df, answers_plot], api_name="annotators")
-    demo.load(admin_only(ctx, lambda: rounds_rows(ctx.db), quiet=1), outputs=[rounds_df], api_name="counts_by_round")
-    for trigger, fn, inputs, outputs, name in [
-        (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
-        (prompts_file.upload, partial(add_prompts_upload, ctx.db), [prompts_file], status, "add_prompts"),
-        (ls.import_btn.click, partial(import_ls_upload, ctx.db), [ls.file, ls.buckets], status, "import_ls"),
-        (ls.pull_btn.click, partial(pull_ls, ctx.db), [ls.url, ls.project, ls.key, ls.buckets], status, "pull_ls"),
-        (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
-        (ls.export_btn.click, lambda: ls_export_download(ctx.db), [], ls.export_files, "export_ls"),
-    ]:
-        trigger(admin_only(ctx, fn), inputs, outputs, api_name=name).then(refresh, None, shown).then(
-            dashboard, None, [annotators_df, answers_plot]
-        )
 
     def on_guideline(text, request):
         try:
@@ -242,6 +211,53 @@ def build_data_tab(ctx, demo) -> None:
     on_guideline.__annotations__ = {"request": gr.Request}  # Gradio finds the request by it (no string annotation)
     guideline_btn.click(on_guideline, [guideline_text], status, api_name="set_guideline")
     demo.load(admin_only(ctx, lambda: current_guideline_text(ctx.db), quiet=1), outputs=[guideline_text])
+
+
+def build_data_tab(ctx, demo) -> None:
+    import gradio as gr
+
+    counts = gr.Markdown(elem_id="store-counts")
+    status = gr.Textbox(label="Last action", interactive=False, elem_id="data-status")
+    gr.Markdown("### Prompts and sampling")
+    with gr.Row(equal_height=True):
+        examples_btn = gr.Button("Load example prompts", elem_id="load-examples")
+        k = gr.Number(value=4, precision=0, minimum=2, maximum=ctx.limits.max_k, label="K responses per prompt")
+        limit = gr.Number(value=0, precision=0, minimum=0, label="At most this many prompts (0 = all pending)")
+        sample_btn = gr.Button("Sample pending prompts", variant="primary", elem_id="sample")
+    prompts_file = gr.File(label="Add prompts (.txt, .jsonl, .csv)", file_types=[".txt", ".jsonl", ".csv"], height=120)
+    ls = _labelstudio_section()
+    board = _dashboard_section()
+    _guideline_section(ctx, demo, status)
+    gr.Markdown("### Rounds (`rlhf rounds`; start the next one from the Train tab)")
+    rounds_df = gr.Dataframe(headers=ROUND_HEADERS, interactive=False, elem_id="rounds-table", wrap=True)
+    gr.Markdown("### Pairs for reward-model training")
+    with gr.Row(equal_height=True):
+        fmt = gr.Radio(["jsonl", "parquet", "csv"], value="jsonl", label="Format")
+        pairs_btn = gr.Button("Download pairs", elem_id="download-pairs")
+    pairs_file = gr.File(label="Pairs", interactive=False, height=80)
+
+    refresh = admin_only(ctx, lambda: (counts_markdown(ctx.db), agreement_table(ctx.db)), quiet=2)
+    shown = [counts, board.agreement]
+
+    def on_sample(k_value, limit_value, progress=gr.Progress()):  # noqa: B008 (Gradio injects it)
+        return sample_from_app(ctx, k_value, limit_value, progress)
+
+    demo.load(refresh, outputs=shown, api_name="counts")
+    dashboard = admin_only(ctx, lambda: annotators_view(ctx.db), quiet=2)
+    demo.load(dashboard, outputs=[board.annotators, board.answers_plot], api_name="annotators")
+    demo.load(admin_only(ctx, lambda: rounds_rows(ctx.db), quiet=1), outputs=[rounds_df], api_name="counts_by_round")
+    for trigger, fn, inputs, outputs, name in [
+        (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
+        (prompts_file.upload, partial(add_prompts_upload, ctx.db), [prompts_file], status, "add_prompts"),
+        (ls.import_btn.click, partial(import_ls_upload, ctx.db), [ls.file, ls.buckets], status, "import_ls"),
+        (ls.pull_btn.click, partial(pull_ls, ctx.db), [ls.url, ls.project, ls.key, ls.buckets], status, "pull_ls"),
+        (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
+        (ls.export_btn.click, lambda: ls_export_download(ctx.db), [], ls.export_files, "export_ls"),
+    ]:
+        trigger(admin_only(ctx, fn), inputs, outputs, api_name=name).then(refresh, None, shown).then(
+            dashboard, None, [board.annotators, board.answers_plot]
+        )
+
     # Sampling runs one at a time (it holds the model); the rest of the app keeps answering meanwhile.
     sample_btn.click(admin_only(ctx, on_sample), [k, limit], status, api_name="sample", concurrency_limit=1).then(
         refresh, None, shown
