@@ -16,9 +16,14 @@ def results(seed: int, ppo: float, dpo: float, ppo_dpo: float, bon: float, kl: f
         "win_rate_ci95": [ppo - 0.05, ppo + 0.05],
         "dpo_vs_reference": {"win_rate": dpo, "ci95": [dpo - 0.05, dpo + 0.05]},
         "ppo_vs_dpo": {"win_rate": ppo_dpo, "ci95": [ppo_dpo - 0.05, ppo_dpo + 0.05]},
-        "best_of_n": [{"n": 1, "win_rate": 0.5, "ci95": [0.45, 0.55]}, {"n": 16, "win_rate": bon, "ci95": [0.7, 0.9]}],
+        "best_of_n": [
+            {"n": 1, "kl": 0.0, "win_rate": 0.5, "ci95": [0.45, 0.55]},
+            {"n": 16, "kl": 1.835, "win_rate": bon, "ci95": [0.7, 0.9]},
+        ],
         "watch": {"chosen_win_rate": ppo, "peak_win_rate": ppo, "best_of_n_at_peak_kl": bon, "alarm_step": alarm},
         "kl_per_step": [0.0, kl],
+        "checkpoints": [{"step": 8, "kl": kl / 2, "chosen": False}, {"step": 16, "kl": kl, "chosen": True}],
+        "dpo_point": {"kl": 2 * kl, "win_rate": dpo},
     }
 
 
@@ -45,8 +50,12 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
         "PPO actor over the DPO policy",
         "best-of-16 of the reference over the reference",
         "PPO's kept checkpoint over the reference",
+        "PPO's kept checkpoint minus best-of-16",
         "PPO's best checkpoint minus best-of-N at its KL",
         "PPO's KL to the reference at the last step (nats)",
+        "PPO's kept checkpoint's KL to the reference (nats)",
+        "DPO's KL to the reference (nats)",
+        "best-of-16's KL bound (nats)",
     ]
     combined = over_seeds(runs)
     rows = {r["headline"]: r for r in combined["rows"]}
@@ -55,6 +64,10 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
     assert rows["DPO policy over the reference"]["over_seeds"] == pytest.approx((0.9, 0.9, 0.9))  # no spread
     assert rows["PPO's best checkpoint minus best-of-N at its KL"]["values"] == pytest.approx([-0.2, -0.1, 0.0])
     assert rows["PPO's KL to the reference at the last step (nats)"]["over_seeds"][0] == pytest.approx(2.0)
+    # the kept checkpoint (0.6, 0.7, 0.8) against best-of-16's 0.8 in each seed; the KL each method spent
+    assert rows["PPO's kept checkpoint minus best-of-16"]["values"] == pytest.approx([-0.2, -0.1, 0.0])
+    assert rows["DPO's KL to the reference (nats)"]["values"] == [2.0, 4.0, 6.0]
+    assert rows["best-of-16's KL bound (nats)"]["over_seeds"] == pytest.approx((1.835, 1.835, 1.835))
     assert combined["seeds"] == [0, 1, 2] and combined["alarm_steps"] == [None, 12, None]
     md = report(combined)
     row = "|PPO actor over the reference|60.0% (55.0%-65.0%)|70.0% (65.0%-75.0%)|80.0% (75.0%-85.0%)|"

@@ -28,18 +28,27 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
     if "dpo_vs_reference" in r:
         out["DPO policy over the reference"] = (r["dpo_vs_reference"]["win_rate"], r["dpo_vs_reference"]["ci95"])
         out["PPO actor over the DPO policy"] = (r["ppo_vs_dpo"]["win_rate"], r["ppo_vs_dpo"]["ci95"])
-    if r.get("best_of_n"):
-        top = r["best_of_n"][-1]
+    top = r["best_of_n"][-1] if r.get("best_of_n") else None
+    if top:
         out[f"best-of-{top['n']} of the reference over the reference"] = (top["win_rate"], top.get("ci95"))
     watch = r.get("watch") or {}
     if watch:
         out["PPO's kept checkpoint over the reference"] = (watch["chosen_win_rate"], None)
+        if top:  # the checkpoint the held-out judge kept (no oracle) against the largest N, each over the reference
+            out[f"PPO's kept checkpoint minus best-of-{top['n']}"] = (watch["chosen_win_rate"] - top["win_rate"], None)
         out["PPO's best checkpoint minus best-of-N at its KL"] = (
             watch["peak_win_rate"] - watch["best_of_n_at_peak_kl"],
             None,
         )
     if r.get("kl_per_step"):
         out["PPO's KL to the reference at the last step (nats)"] = (r["kl_per_step"][-1], None)
+    kept = next((c for c in r.get("checkpoints") or [] if c.get("chosen")), None)
+    if kept:
+        out["PPO's kept checkpoint's KL to the reference (nats)"] = (kept["kl"], None)
+    if (r.get("dpo_point") or {}).get("kl") is not None:
+        out["DPO's KL to the reference (nats)"] = (r["dpo_point"]["kl"], None)
+    if top and top.get("kl") is not None:
+        out[f"best-of-{top['n']}'s KL bound (nats)"] = (top["kl"], None)
     return out
 
 
