@@ -263,6 +263,7 @@ def run(
             os.sched_setaffinity(0, own_cores)
             app.stop()
         stored_now = _stored(db, len(r["out"]), k)
+        dashboard = dashboard_s(db)
     latencies = [t for t, _ in r["out"]]
     handler = [h for _, h in r["out"]]
     q, qh = statistics.quantiles(latencies, n=100), statistics.quantiles(handler, n=100)
@@ -284,8 +285,26 @@ def run(
         "app_cores": len(app_cores),
         "chat_cpu_share": r["chat_cpu_share"],
         "generator_cpu": r["generator_cpu"],
+        **dashboard,
         **({"hammer": r["hammer"]} if hammer else {}),
     }
+
+
+def dashboard_s(db: str) -> dict:
+    """Seconds the Data tab's page load spends on the store after the run (its handlers' work, each the function
+    they call: the counts, the annotators' table and plot, the agreement table), on the store as the run left it."""
+    from annotation.actions import agreement, store_stats
+    from annotation.dashboard import annotator_rows, over_time
+
+    times = {}
+    for name, fn in [("counts", store_stats), ("annotators", annotator_rows), ("over_time", over_time)]:
+        t0 = time.perf_counter()
+        fn(db)
+        times[name] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    agreement(db)
+    times["agreement"] = time.perf_counter() - t0
+    return {"dashboard_s": sum(times.values()), "dashboard_parts_s": times}
 
 
 def main() -> None:
