@@ -7,6 +7,7 @@ import duckdb
 from annotation.imports import import_native
 from annotation.session import next_task, progress, skip, submit, submit_and_next, undo_last
 from store.db import connect, migrate, write
+from store.pairs import stats
 from store.responses import Sample, add_samples
 from store.rounds import record_round
 from store.tasks import drift, pairs_of_ranks
@@ -17,6 +18,15 @@ from tests.conftest import write_jsonl
 def _no_drift(db) -> None:
     with connect(db) as con:
         assert drift(con) == {"tasks": [], "ranking_counts": []}
+        # the store's counts (`rlhf pairs --stats`, the Data tab) read the counters: the same as the pairs view says
+        s = stats(con)
+        per = con.execute(
+            """SELECT annotator, count(*) FILTER (WHERE NOT skipped), count(*) FILTER (WHERE skipped),
+                      (SELECT count(*) FROM pairs p WHERE p.annotator = r.annotator)
+               FROM rankings r GROUP BY annotator ORDER BY annotator"""
+        ).fetchall()
+        assert s["pairs"] == con.execute("SELECT count(*) FROM pairs").fetchone()[0]
+        assert [(a["annotator"], a["rankings"], a["skipped"], a["pairs"]) for a in s["annotators"]] == per
 
 
 def _tasks(db) -> dict:
