@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from annotation.files import loads_json, read_csv
 from annotation.questions import Shown, from_ls
+from store.conversations import conversation_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
@@ -336,6 +337,11 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     if len(items) < 2:
         return "no preference"
     prompt = ann.data.get(cfg.prompt_field)
+    if isinstance(prompt, list):  # a project of its own whose tasks hold the conversation as messages
+        try:
+            prompt = conversation_text(prompt)
+        except UserError as e:
+            raise UserError(f"{where}: '{cfg.prompt_field}': {e}") from None
     if not isinstance(prompt, str):
         raise UserError(f"{where}: no '{cfg.prompt_field}' text in the task data")
     if ann.annotation_id is not None:

@@ -271,3 +271,20 @@ def test_a_snapshot_documents_its_columns_and_loads_with_datasets_as_it_is(db, c
         ("Red.", "Blue again.", 1),
         ("Red.", "No.", 2),
     ]
+
+
+def test_a_label_studio_task_whose_prompt_is_messages_imports_as_the_conversation(db, cli, tmp_path):
+    items = [{"id": "a", "body": "Red."}, {"id": "b", "body": "No idea."}]
+    ranker = {"from_name": "rank", "type": "ranker", "value": {"ranker": {"rank": ["a", "b"]}}}
+    task = {"id": 1, "data": {"prompt": TURNS, "items": items}, "annotations": [{"id": 9, "result": [ranker]}]}
+    export = tmp_path / "e.json"
+    export.write_text(json.dumps([task]))
+    code, out, err = cli("import-ls", str(export))
+    assert code == 0, err
+    assert query(db, "SELECT DISTINCT prompt FROM pairs") == [(conversation_text(TURNS),)]
+    task["data"]["prompt"] = TURNS[:3]  # ends with the assistant: no prompt
+    export.write_text(json.dumps([{**task, "id": 2}]))
+    before = store_rows(db)
+    code, out, err = cli("import-ls", str(export))
+    assert code == 1 and "task 2 annotation 9: 'prompt': the last message is the assistant's" in err
+    assert store_rows(db) == before
