@@ -3,8 +3,10 @@
 Accepts the JSON export (a list of tasks or one task; pre-1.0 files say `completions`), JSON_MIN and CSV/TSV, for
 the Ranker template (rank mode `{"ranker": {"<name>": [ids]}}`, the older flat list `{"ranker": [ids]}`, and
 buckets `{"ranker": {"_": [...], "<bucket>": [...]}}` with a user-given bucket order) and the Pairwise template
-(`{"selected": "left" | "right"}`, left = the first `toName` field), with the answers of the questions asked
-beside a Ranker (annotation/questions/: strength_1.., edit, tags_1..). Cancelled or empty annotations are skipped, and
+(`{"selected": "left" | "right"}`, left = the first `toName` field). For tasks `rlhf export-ls` wrote, the answers to
+the questions its config asks beside the Ranker (annotation/questions/: strength_1.., edit, tags_1..) come too, from
+the JSON export and live pulls (JSON_MIN and CSV flatten them into the task data, where they are not read).
+Cancelled or empty annotations are skipped, and
 so are tasks nobody has annotated yet (an export of all tasks holds them: no annotations, or empty CSV cells).
 A ranking equal to the order shown, or made in under `FAST_LEAD_TIME_S`, is stored with a flag. Each ranking's
 key names the server and project it comes from as far as the input says (see `ranking_keys`).
@@ -363,7 +365,9 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     problem = ranking.problem()
     if problem:
         raise UserError(f"{where}: {problem}")
-    if not pairwise:  # the questions asked beside a Ranker (annotation/questions/: strengths, the edit, tags)
+    # the questions asked beside the Ranker of a task `rlhf export-ls` wrote (its data has `turns`; its config asks
+    # them: annotation/questions/): a project's own controls that happen to share a name are not read as answers
+    if not pairwise and "turns" in ann.data:
         shown = Shown(
             texts=[it.text for it in items],
             ranks=[it.rank for it in items],

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from annotation.files import loads_json, read_csv, read_text
-from store.conversations import prompt_text
+from store.conversations import conversation_of, prompt_text
 from store.errors import UserError
 
 MAX_PROMPT_CHARS = 20_000
@@ -44,7 +44,8 @@ def _jsonl(text: str, name: str):
         if not isinstance(obj, dict) or not isinstance(obj.get(field), str | list):
             raise UserError(f"{name} line {n}: needs a 'prompt' field (a string or a conversation) or 'messages'")
         try:
-            yield n, obj[field].strip() if isinstance(obj[field], str) else prompt_text(obj[field], field)
+            text = prompt_text(obj[field], field)
+            yield n, text if conversation_of(text) else text.strip()  # one user turn is text, stripped as text
         except UserError as e:
             raise UserError(f"{name} line {n}: {e}") from None
 

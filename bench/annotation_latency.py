@@ -292,12 +292,19 @@ def run(
 
 def dashboard_s(db: str) -> dict:
     """Seconds the Data tab's page load spends on the store after the run (its handlers' work, each the function
-    they call: the counts, the annotators' table and plot, the agreement table), on the store as the run left it."""
+    they call: the counts, the annotators' table and plot, the agreement table, the rounds table), on the store as
+    the run left it."""
     from annotation.actions import agreement, store_stats
     from annotation.dashboard import annotator_rows, over_time
+    from store.rounds import list_rounds
+
+    def rounds(db: str) -> list:
+        with connect(db) as con:
+            return list_rounds(con)
 
     times = {}
-    for name, fn in [("counts", store_stats), ("annotators", annotator_rows), ("over_time", over_time)]:
+    parts = [("counts", store_stats), ("annotators", annotator_rows), ("over_time", over_time), ("rounds", rounds)]
+    for name, fn in parts:
         t0 = time.perf_counter()
         fn(db)
         times[name] = time.perf_counter() - t0

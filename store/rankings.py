@@ -48,8 +48,9 @@ class RankingIn:
         """Why this ranking cannot be stored, or None. Parsers prefix it with the line or task it came from."""
         if not self.prompt.strip():
             return "the prompt is empty"
-        if self.skipped:
-            return None
+        if self.skipped:  # a skip answers nothing: no items, no strengths, edit or tags
+            answered = self.items or any(a is not None for a in (self.strengths, self.edit, self.tags))
+            return "a skipped prompt has no ranking or answers" if answered else None
         k = len(self.items)
         if k < 2:
             return f"a ranking needs at least 2 responses, got {k}"
@@ -65,6 +66,8 @@ class RankingIn:
         ranks = [it.rank for it in self.items]
         if self.strengths is not None and (problem := steps_problem(ranks, self.strengths)):
             return problem
+        if self.edit is not None and not self.edit.strip():
+            return "the edit is empty"
         if self.edit is not None and (problem := edit_problem(self.edit, ranks, [it.text for it in self.items])):
             return problem
         if self.tags is not None:
@@ -288,7 +291,7 @@ def _plan_items(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, result: I
                 new_responses.append((pid, it.text, f"import:{r.source}", position))
                 rid = by_text[(pid, it.text)] = -len(new_responses)
             items.append((n, rid, it.rank + below, it.shown_position))
-        if r.edit is not None:  # always a response of its own, as an edit made in the Annotate tab
+        if r.edit is not None and not r.skipped:  # a response of its own, as an edit made in the Annotate tab
             position = next_pos.get(pid, 0)
             next_pos[pid] = position + 1
             new_responses.append((pid, r.edit, EDIT_MODEL, position))

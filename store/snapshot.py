@@ -116,10 +116,10 @@ the options, the counts and each file's sha256, to check a copy against.
 | rejected | VARCHAR | the response ranked lower |
 | margin | INTEGER | the rank gap between them (1 for neighbours) |
 | annotator | VARCHAR | who ranked them |
-| source | VARCHAR | where the ranking came from: ui, native, labelstudio, dataset, compare |
+| source | VARCHAR | where the ranking came from (ui, native, labelstudio, dataset, ...); compare: a vote |
 | ranking_id | BIGINT | the ranking the pair comes from (empty for a vote) |
 | chosen_id, rejected_id | BIGINT | the responses' ids in the store |
-| flagged | BOOLEAN | the ranking was flagged (in the shown order, or too fast) |
+| flagged | BOOLEAN | the ranking was flagged (left in the shown order, or too fast); a vote: blind or multi-turn |
 | strength | INTEGER | how much better, 0-3 (Llama 2's levels), where the annotator said |
 
 Read it with `datasets` as it is:

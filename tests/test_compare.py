@@ -136,7 +136,7 @@ def test_reply_scores_come_from_the_reward_model(tiny_model_dir, tmp_path):
     assert scores_of(models, state, "") is None
 
 
-def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_dir):
+def test_multi_turn_keeps_each_sides_history_and_a_shared_history_is_the_votes_prompt(db, tiny_model_dir):
     from app.jobs.compare import new_conversation, respond, vote
     from training.chat import ChatParams, Models
 
@@ -161,7 +161,31 @@ def test_multi_turn_keeps_each_sides_history_and_flags_the_vote(db, tiny_model_d
     assert query(db, "SELECT count(*) FROM prompts") == [(0,)]
 
 
-def test_sides_whose_turns_differ_flag_the_vote_and_it_answers_the_message():
+def test_sides_whose_turns_differ_flag_the_vote_and_it_answers_the_message(db, tiny_model_dir):
+    from app.jobs.compare import vote
+
+    state = {
+        "sides": [str(tiny_model_dir), str(tiny_model_dir)],
+        "roles": ["actor", "reference"],
+        "blind": False,
+        "prompt": "next",
+        "replies": ["x", "y"],
+        "voted": False,
+        "params": {"seed": 0},
+        "history": [
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "one"}, *_exchange("next", "x")],
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "two"}, *_exchange("next", "y")],
+        ],
+    }
+    vote(db, state, "left", "rev")
+    assert query(db, "SELECT flags, prompt FROM votes") == [(["multi_turn"], "next")]
+
+
+def _exchange(message: str, reply: str) -> list[dict]:
+    return [{"role": "user", "content": message}, {"role": "assistant", "content": reply}]
+
+
+def test_voted_prompt_by_hand():
     from app.jobs.compare import voted_prompt
 
     a = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "one"}]

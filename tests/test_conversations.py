@@ -41,6 +41,10 @@ def test_a_conversation_is_stored_as_its_canonical_json_and_reads_back():
         '[{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}]',
         '[{"role": "user", "content": "unclosed',
         "Explain [brackets] and {braces}.",
+        # each breaks one rule of a conversation: a system turn after the first, an empty turn, content first
+        '[{"role": "user", "content": "a"}, {"role": "system", "content": "s"}, {"role": "user", "content": "b"}]',
+        '[{"role": "user", "content": " "}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]',
+        '[{"role": "user", "content": "a"}, {"content": "b", "role": "assistant"}, {"role": "user", "content": "c"}]',
     ],
 )
 def test_text_that_only_looks_like_a_conversation_stays_text_for_store_and_training_alike(text):

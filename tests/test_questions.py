@@ -160,3 +160,17 @@ def test_the_ranker_template_asks_every_question_for_the_tasks_k():
     from annotation.labelstudio import parse_label_config
 
     parse_label_config(config)  # well-formed XML, as the importer reads it
+
+
+def test_a_projects_own_controls_of_the_same_names_are_not_read_as_answers(db, cli, tmp_path):
+    """Only tasks `rlhf export-ls` wrote (their data has `turns`) carry our questions: another project's 'edit' or
+    'tags_1' control means something else there."""
+    task = _ls_task([{"from_name": "edit", "value": {"text": ["Banana."]}}, _choices("tags_1", "rude")])
+    del task[0]["data"]["turns"]
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(task))
+    code, out, err = cli("import-ls", str(export))
+    assert code == 0 and "rankings added 1, pairs added 3" in out, err
+    assert query(db, "SELECT count(*) FROM edits") == [(0,)] and query(db, "SELECT count(*) FROM response_tags") == [
+        (0,)
+    ]

@@ -225,23 +225,35 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 def prompt_messages(prompt: str) -> list[dict]:
     """A stored prompt as chat messages: a conversation prompt (the canonical JSON of its messages, as
-    store/conversations.py writes it) is its turns, any other text one user turn. tests/test_conversations.py holds
-    this reading to the store's."""
+    store/conversations.py writes it, under the same rules) is its turns, any other text one user turn.
+    tests/test_conversations.py holds this reading to the store's."""
     if prompt.startswith('[{"role": '):
         try:
             messages = json.loads(prompt)
         except ValueError:
             messages = None
         if (
-            isinstance(messages, list)
-            and len(messages) >= 2
-            and all(isinstance(m, dict) and set(m) == {"role", "content"} for m in messages)
-            and all(m["role"] in ("system", "user", "assistant") and isinstance(m["content"], str) for m in messages)
-            and messages[-1]["role"] == "user"
-            and json.dumps(messages, ensure_ascii=False) == prompt
+            _is_conversation(messages)
+            and json.dumps([{"role": m["role"], "content": m["content"]} for m in messages], ensure_ascii=False)
+            == prompt
         ):
             return messages
     return [{"role": "user", "content": prompt}]
+
+
+def _is_conversation(messages: object) -> bool:
+    """store/conversations.py::conversation_problem's rules, two turns or more: {role, content} objects, roles
+    system (first only), user and assistant, contents non-empty text, the last turn the user's."""
+    if not isinstance(messages, list) or len(messages) < 2:
+        return False
+    for n, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) != {"role", "content"}:
+            return False
+        if m["role"] not in ("system", "user", "assistant") or (m["role"] == "system" and n > 0):
+            return False
+        if not isinstance(m["content"], str) or not m["content"].strip():
+            return False
+    return messages[-1]["role"] == "user"
 
 
 def plain_chat(messages: list[dict]) -> str:

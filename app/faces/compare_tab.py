@@ -235,11 +235,12 @@ def _handlers(ctx) -> SimpleNamespace:
     def on_start(prompt_id, actor_v, ref_v, blind_v, n_best, request: gr.Request):
         """A stored conversation chosen: both chats show its earlier turns, the message box its last turn."""
         if prompt_id is None or prompt_id == "":
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return (gr.skip(),) * 11
         prompt = stored_conversation(ctx.db, prompt_id)
         _check_models(ctx, request, actor_v, ref_v)
         st, message = start_from(actor_v, best_of_ref(ref_v, _whole(n_best or 1, "best-of-N")), bool(blind_v), prompt)
-        return st, chat_html(st["history"][0]), chat_html(st["history"][1]), message
+        # a new conversation: the last one's scores, reveal line and vote buttons go with it
+        return st, chat_html(st["history"][0]), chat_html(st["history"][1]), message, "", "", "", *_voting(False)
 
     def on_regenerate(st, last):
         if st and st.get("replies"):  # drop the last exchange, ask again with the next seed
@@ -295,7 +296,7 @@ def _wire(ctx, demo, tab, ui, h) -> None:
     ui.start.input(
         safe(h.on_start),
         [ui.start, ui.actor, ui.reference, ui.blind, ui.best_of],
-        [ui.state, ui.left, ui.right, ui.message],
+        [ui.state, ui.left, ui.right, ui.message, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons],
         api_name="compare_start",
     )
     list_runs = lambda: gr.Dropdown(choices=ppo_runs(ctx.db))  # noqa: E731

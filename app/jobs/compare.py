@@ -246,13 +246,16 @@ def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
         raise UserError("this pair of replies already has your vote; send another message")
     replies = [(text, model_name(ref)) for text, ref in zip(state["replies"], state["sides"], strict=True)]
     flags = ["blind"] if state["blind"] else []
-    if state.get("multi_turn"):
-        flags.append("multi_turn")  # earlier turns differ per side: the context holds each side's
     # each side's conversation before this exchange (its history ends with the message and the reply)
     context = [h[:-2] for h in state["history"]]
+    prompt = voted_prompt(context, state["prompt"])
+    if context[0] and prompt == state["prompt"]:
+        # earlier turns the vote's prompt leaves out (they differ per side, or make no prompt): the context holds
+        # each side's, and the flag says its pair lacks them
+        flags.append("multi_turn")
     vote_row = Vote(
         annotator or "anonymous",
-        voted_prompt(context, state["prompt"]),
+        prompt,
         replies,
         choice,
         state["params"],
