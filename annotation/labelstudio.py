@@ -5,7 +5,7 @@ the Ranker template (rank mode `{"ranker": {"<name>": [ids]}}`, the older flat l
 buckets `{"ranker": {"_": [...], "<bucket>": [...]}}` with a user-given bucket order) and the Pairwise template
 (`{"selected": "left" | "right"}`, left = the first `toName` field). For tasks `rlhf export-ls` wrote, the answers to
 the questions its config asks beside the Ranker (annotation/questions/: strength_1.., edit, tags_1..) come too, from
-the JSON export and live pulls (JSON_MIN and CSV flatten them into the task data, where they are not read).
+every format (JSON_MIN and CSV flatten them into the record: a choice as its text, a text area's text).
 Cancelled or empty annotations are skipped, and
 so are tasks nobody has annotated yet (an export of all tasks holds them: no annotations, or empty CSV cells).
 A ranking equal to the order shown, or made in under `FAST_LEAD_TIME_S`, is stored with a flag. Each ranking's
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from annotation.files import loads_json, read_csv
-from annotation.questions import Shown, from_ls
+from annotation.questions import Shown, flat_result, from_ls
 from store.conversations import conversation_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
@@ -150,7 +150,14 @@ def _from_min_records(records: list[dict]) -> list[Annotation]:
         if not isinstance(rec, dict):
             raise UserError(f"record {n}: expected a JSON object, got {type(rec).__name__}")
         results = [{"from_name": k, "value": x} for k, v in rec.items() if _is_control_value(v) for x in v]
-        data = {k: v for k, v in rec.items() if k not in _META_KEYS and not _is_control_value(v)}
+        # a task `rlhf export-ls` wrote (it has `turns`): its questions' answers are flattened into the record too
+        try:
+            flat = {k: flat_result(k, v) for k, v in rec.items()} if "turns" in rec else {}
+        except UserError as e:
+            raise UserError(f"record {n}: {e}") from None
+        answers = {k: r for k, r in flat.items() if r is not None}
+        results += list(answers.values())
+        data = {k: v for k, v in rec.items() if k not in _META_KEYS and k not in answers and not _is_control_value(v)}
         annotation_id = rec.get("annotation_id")
         annotation_id = None if annotation_id == "" else annotation_id  # CSV writes a missing id as an empty cell
         out.append(

@@ -174,3 +174,19 @@ def test_a_projects_own_controls_of_the_same_names_are_not_read_as_answers(db, c
     assert query(db, "SELECT count(*) FROM edits") == [(0,)] and query(db, "SELECT count(*) FROM response_tags") == [
         (0,)
     ]
+
+
+@pytest.mark.parametrize("fmt", ["JSON_MIN", "CSV", "TSV"])
+def test_json_min_csv_and_tsv_exports_bring_the_same_answers(db, cli, tmp_path, fmt):
+    """Label Studio's own converter flattens the answers into the record (a choice as its text, several choices as
+    {"choices": [...]}, the text area's text); they are read as the JSON export's."""
+    from label_studio_sdk.converter.converter import Format
+
+    from tests.builders import convert
+
+    config = tmp_path / "config.xml"
+    config.write_text(ranker_config(3))
+    export = convert(tmp_path, _ls_task(LS_ANSWERS), config, Format[fmt])
+    code, out, err = cli("import-ls", str(export))
+    assert code == 0 and "rankings added 1, pairs added 6" in out, err
+    _check_answers_stored(db, "ls:ann")

@@ -12,6 +12,8 @@ tie, both bad) is stored apart from rankings (store/compare.py)."""
 
 from __future__ import annotations
 
+import re
+
 from annotation.questions import edit, strength, tags
 from annotation.questions.base import Campaign, Question, Shown
 from store.errors import UserError
@@ -51,3 +53,17 @@ def from_ls(results: list[dict], shown: Shown, where: str) -> dict[str, object]:
 def ls_controls(k: int) -> str:
     """The labeling-config controls of every question, for tasks of up to k responses."""
     return "".join(q.ls_controls(k) for q in QUESTIONS)
+
+
+def flat_result(name: str, value: object) -> dict | None:
+    """A question's answer as JSON_MIN and CSV exports flatten it (a choice as its text, several as {"choices": [...]},
+    a text area's text), as the JSON export's result; None for a name no question's control has, or no answer."""
+    q = next((q for q in QUESTIONS if q.ls_names and re.fullmatch(q.ls_names, name)), None)
+    if q is None or value in ("", None, []):
+        return None
+    key = "text" if q.ls_kind == "textarea" else "choices"
+    if isinstance(value, dict) and key in value:
+        return {"from_name": name, "value": value}
+    if isinstance(value, str):
+        return {"from_name": name, "value": {key: [value]}}
+    raise UserError(f"the {name} answer {value!r:.60} is neither text nor {{{key!r}: [...]}}")

@@ -39,6 +39,8 @@ class Question:
     ls_controls: Callable[[int], str]  # labeling-config XML that asks it, for tasks of up to k responses
     from_ls: Callable[[dict[str, dict], Shown], object]  # Label Studio results by control name
     pairs: str  # what an answer does to the pairs (the SQL rule it feeds), for docs/questions.md
+    ls_names: str = ""  # a regex of its Label Studio control names (JSON_MIN and CSV flatten them into the record)
+    ls_kind: str = "choices"  # those controls' kind: choices or textarea
 
 
 def choices_of(result: dict | None, control: str) -> list[str]:

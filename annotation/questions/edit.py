@@ -59,4 +59,6 @@ QUESTION = Question(
     ls_controls=ls_controls,
     from_ls=from_ls,
     pairs="a response of its own (model 'edit') ranked above every shown one: K more pairs from the ranking view",
+    ls_names=r"edit",
+    ls_kind="textarea",
 )

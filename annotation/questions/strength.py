@@ -61,4 +61,6 @@ QUESTION = Question(
     ls_controls=ls_controls,
     from_ls=from_ls,
     pairs="each pair: the largest step between its two responses (pair_strengths; the pairs view's strength)",
+    ls_names=r"strength_[1-9][0-9]*",
+    ls_kind="choices",
 )

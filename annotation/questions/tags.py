@@ -58,4 +58,6 @@ QUESTION = Question(
     ls_controls=ls_controls,
     from_ls=from_ls,
     pairs="none: tags are counted per annotator and response (response_tags), never a pair",
+    ls_names=r"tags_[1-9][0-9]*",
+    ls_kind="choices",
 )
