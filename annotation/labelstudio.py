@@ -87,6 +87,12 @@ class Parsed:
     skipped: Counter
 
 
+def exported(data: dict) -> bool:
+    """Whether a task's data is one `rlhf export-ls` wrote (annotation/labelstudio_export.py::ranker_tasks gives
+    each its `turns`): only such a task's annotations carry answers to our questions."""
+    return "turns" in data
+
+
 def _annotator(completed_by: object) -> str:
     if isinstance(completed_by, dict):
         completed_by = completed_by.get("email") or completed_by.get("id")
@@ -150,9 +156,9 @@ def _from_min_records(records: list[dict]) -> list[Annotation]:
         if not isinstance(rec, dict):
             raise UserError(f"record {n}: expected a JSON object, got {type(rec).__name__}")
         results = [{"from_name": k, "value": x} for k, v in rec.items() if _is_control_value(v) for x in v]
-        # a task `rlhf export-ls` wrote (it has `turns`): its questions' answers are flattened into the record too
+        # a task `rlhf export-ls` wrote: its questions' answers are flattened into the record too
         try:
-            flat = {k: flat_result(k, v) for k, v in rec.items()} if "turns" in rec else {}
+            flat = {k: flat_result(k, v) for k, v in rec.items()} if exported(rec) else {}
         except UserError as e:
             raise UserError(f"record {n}: {e}") from None
         answers = {k: r for k, r in flat.items() if r is not None}
@@ -372,9 +378,9 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     problem = ranking.problem()
     if problem:
         raise UserError(f"{where}: {problem}")
-    # the questions asked beside the Ranker of a task `rlhf export-ls` wrote (its data has `turns`; its config asks
-    # them: annotation/questions/): a project's own controls that happen to share a name are not read as answers
-    if not pairwise and "turns" in ann.data:
+    # the questions asked beside the Ranker of a task `rlhf export-ls` wrote (its config asks them:
+    # annotation/questions/): a project's own controls that happen to share a name are not read as answers
+    if not pairwise and exported(ann.data):
         shown = Shown(
             texts=[it.text for it in items],
             ranks=[it.rank for it in items],

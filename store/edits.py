@@ -40,6 +40,11 @@ def add_edit(
     return response_id
 
 
+def ranks_with_edit(ranks: list[int]) -> list[int]:
+    """The ranks of a ranking's items as stored with an edit: each shown one a place lower, the edit (last) first."""
+    return [r + 1 for r in ranks] + [1]
+
+
 def add_edit_row(con: duckdb.DuckDBPyConnection, response_id: int, edit_of: int, annotator: str) -> None:
     """Mark the stored response `response_id` as `annotator`'s edit of response `edit_of`."""
     con.execute(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from store.edits import EDIT_MODEL, add_edit_row, edit_problem
+from store.edits import EDIT_MODEL, add_edit_row, edit_problem, ranks_with_edit
 from store.guidelines import add_tags, tags_problem
 from store.prompts import next_ids, prompt_ids
 from store.strengths import steps_problem, strength_pairs
@@ -76,9 +76,10 @@ class RankingIn:
 
     def stored_items(self) -> list[tuple[str, int]]:
         """(text, rank) of every item as stored: with an edit, the edit ranked 1 and the items below it."""
+        texts, ranks = [it.text for it in self.items], [it.rank for it in self.items]
         if self.edit is None:
-            return [(it.text, it.rank) for it in self.items]
-        return [(it.text, it.rank + 1) for it in self.items] + [(self.edit, 1)]
+            return list(zip(texts, ranks, strict=True))
+        return list(zip([*texts, self.edit], ranks_with_edit(ranks), strict=True))
 
     @property
     def n_pairs(self) -> int:
@@ -356,9 +357,7 @@ def add_ranking(
            VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
         [prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version],
     ).fetchone()[0]
-    ids, all_ranks = (
-        (response_ids, ranks) if edit_id is None else ([*response_ids, edit_id], [r + 1 for r in ranks] + [1])
-    )
+    ids, all_ranks = (response_ids, ranks) if edit_id is None else ([*response_ids, edit_id], ranks_with_edit(ranks))
     con.execute(
         "INSERT INTO ranking_items (ranking_id, response_id, rank, shown_position) "
         "SELECT ?, unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
