@@ -401,14 +401,24 @@ def test_the_rounds_study_splits_its_budget_and_answers_its_two_questions_by_han
 
 
 @pytest.mark.integration
-def test_quick_rounds_study_spends_one_budget_in_one_round_or_two(tmp_path, capsys):
+def test_quick_rounds_study_spends_one_budget_in_one_round_or_two_in_each_of_two_seeds(tmp_path, capsys):
     from app.faces.cli import main
 
     flags = ["demo", "--quick", "--rounds", "2", "--label-budget", "24", "--n-prompts", "80", "--heldout", "16"]
     flags += ["--ppo-epochs", "2", "--select", "random", "--runs-dir", str(tmp_path)]  # one rule: 6 runs, not 8
-    assert main(["--db", str(tmp_path / "unused.duckdb"), *flags]) == 0
-    (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
-    r = json.loads((folder / "results.json").read_text())
+    assert main(["--db", str(tmp_path / "unused.duckdb"), *flags, "--seeds", "2"]) == 0
+    (top,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
+    # each seed a whole study; the two combined: each difference with its interval over the seeds
+    combined = json.loads((top / "seeds.json").read_text())
+    assert combined["study"] == "rounds" and combined["seeds"] == [0, 1]
+    rows = {row["headline"]: row for row in combined["rows"]}
+    diff = rows["2 rounds (random) minus 1 round: win rate over SFT"]
+    seeds = [json.loads((top / f"seed-{s}" / "results.json").read_text()) for s in (0, 1)]
+    wins = [[a["points"][-1]["win_rate"] for a in r["arms"]] for r in seeds]
+    assert diff["values"] == pytest.approx([w[1] - w[0] for w in wins]) and diff["over_seeds"] is not None
+    assert (top / "seeds.md").read_text().startswith("# The rounds study over 2 seeds")
+    folder = top / "seed-0"
+    r = seeds[0]
     arms = {a["name"]: a for a in r["arms"]}
     assert list(arms) == ["1 round", "2 rounds, random"]
     for arm in arms.values():
@@ -428,5 +438,6 @@ def test_quick_rounds_study_spends_one_budget_in_one_round_or_two(tmp_path, caps
     assert all((r / "model").is_dir() or (r / "actor").is_dir() for r in runs)
     out, report = capsys.readouterr().out, (folder / "report.md").read_text()
     assert "2 rounds beat 1 round" in out or "2 rounds did not beat 1 round" in out
+    assert "2 rounds (random) minus 1 round: win rate over SFT: " in out and "over 2 seeds: " in out
     assert "(rounds.png)" in report and (folder / "rounds.png").read_bytes()[:4] == b"\x89PNG"
     assert "2 rounds beat 1 round" in report or "2 rounds did not beat 1 round" in report

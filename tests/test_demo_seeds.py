@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from app.studies.demo_seeds import headlines, interval, over_seeds, report
+from app.studies.demo_seeds import headlines, interval, over_seeds, report, verdicts
 
 
 def results(seed: int, ppo: float, dpo: float, ppo_dpo: float, bon: float, kl: float, alarm=None) -> dict:
@@ -110,5 +110,109 @@ def test_demo_refuses_a_bad_seed_count_in_one_line(tmp_path, capsys):
 
     assert main(["demo", "--quick", "--seeds", "0", "--runs-dir", str(tmp_path)]) == 1
     assert "--seeds takes 1 to 20 seeds" in capsys.readouterr().err
-    assert main(["demo", "--quick", "--seeds", "2", "--rounds", "2", "--runs-dir", str(tmp_path)]) == 1
-    assert "--seeds does not run the rounds study yet" in capsys.readouterr().err
+
+
+def rounds_results(seed: int, one: tuple, rand: list[tuple], unc: list[tuple]) -> dict:
+    """A rounds study's results.json (R = 2, 40 labels), reduced to what its headlines read: each point (labels,
+    reward-model accuracy, win rate over SFT)."""
+
+    def arm(name: str, select: str, points: list[tuple]) -> dict:
+        return {
+            "name": name,
+            "rounds": len(points),
+            "select": select,
+            "points": [
+                {
+                    "labels": n,
+                    "rm_accuracy": acc,
+                    "rm_ci95": [acc - 0.1, acc + 0.1],
+                    "win_rate": w,
+                    "ci95": [w - 0.05, w + 0.05],
+                }
+                for n, acc, w in points
+            ],
+        }
+
+    return {
+        "study": "rounds",
+        "config": {"seed": seed, "rounds": 2},
+        "arms": [
+            arm("1 round", "random", [one]),
+            arm("2 rounds, random", "random", rand),
+            arm("2 rounds, uncertain", "uncertain", unc),
+        ],
+    }
+
+
+def test_a_rounds_study_over_seeds_answers_its_two_questions_with_intervals(tmp_path, capsys):
+    from app.faces.cli import main
+
+    # per seed: one round (40 labels), 2 rounds random and uncertain (round 1 shared at 20 labels)
+    runs = [
+        rounds_results(0, (40, 0.80, 0.50), [(20, 0.70, 0.45), (40, 0.78, 0.60)], [(20, 0.70, 0.45), (40, 0.84, 0.62)]),
+        rounds_results(1, (40, 0.82, 0.52), [(20, 0.72, 0.47), (40, 0.80, 0.64)], [(20, 0.72, 0.47), (40, 0.83, 0.60)]),
+        rounds_results(2, (40, 0.81, 0.48), [(20, 0.71, 0.46), (40, 0.79, 0.62)], [(20, 0.71, 0.46), (40, 0.85, 0.61)]),
+    ]
+    h = headlines(runs[0])
+    assert list(h) == [
+        "1 round: win rate over SFT at 40 labels",
+        "1 round: held-out reward-model accuracy at 40 labels",
+        "2 rounds, random: win rate over SFT at 40 labels",
+        "2 rounds, random: held-out reward-model accuracy at 40 labels",
+        "2 rounds, uncertain: win rate over SFT at 40 labels",
+        "2 rounds, uncertain: held-out reward-model accuracy at 40 labels",
+        "2 rounds (random) minus 1 round: win rate over SFT",
+        "2 rounds (random) minus 1 round: held-out reward-model accuracy",
+        "uncertain at 40 labels minus random at 40: held-out reward-model accuracy",
+    ]
+    win, ci = h["2 rounds, random: win rate over SFT at 40 labels"]
+    assert win == 0.60 and ci == pytest.approx([0.55, 0.65])
+    assert h["2 rounds (random) minus 1 round: win rate over SFT"][0] == pytest.approx(0.10)
+    assert h["uncertain at 40 labels minus random at 40: held-out reward-model accuracy"][0] == pytest.approx(0.06)
+    combined = over_seeds(runs)
+    rows = {r["headline"]: r for r in combined["rows"]}
+    # rounds minus one, win rate: 0.10, 0.12, 0.14: mean 0.12, sd 0.02, half-width 4.303 * 0.02 / sqrt 3 = 0.0497
+    wins = rows["2 rounds (random) minus 1 round: win rate over SFT"]
+    assert wins["values"] == pytest.approx([0.10, 0.12, 0.14])
+    assert wins["over_seeds"] == pytest.approx((0.12, 0.0703, 0.1697), abs=1e-4)
+    # rounds minus one, accuracy: -0.02, -0.02, -0.02: no spread, below zero
+    assert rows["2 rounds (random) minus 1 round: held-out reward-model accuracy"]["over_seeds"] == pytest.approx(
+        (-0.02, -0.02, -0.02)
+    )
+    # uncertain minus random at 40 labels: 0.06, 0.03, 0.06: mean 0.05, sd 0.01732, half-width 0.0430
+    unc = rows["uncertain at 40 labels minus random at 40: held-out reward-model accuracy"]
+    assert unc["over_seeds"] == pytest.approx((0.05, 0.0070, 0.0930), abs=1e-4)
+    said = verdicts(combined)
+    assert said == [
+        "2 rounds (random) minus 1 round: win rate over SFT: +12.0 pts (+7.0 pts to +17.0 pts), above zero",
+        "2 rounds (random) minus 1 round: held-out reward-model accuracy: -2.0 pts (-2.0 pts to -2.0 pts), below zero",
+        "uncertain at 40 labels minus random at 40: held-out reward-model accuracy: +5.0 pts (+0.7 pts to +9.3 pts), "
+        "above zero",
+    ]
+    md = report(combined)
+    assert md.startswith("# The rounds study over 3 seeds") and "watch" not in md
+    assert (
+        "|2 rounds (random) minus 1 round: win rate over SFT|+10.0 pts|+12.0 pts|+14.0 pts|"
+        "+12.0 pts (+7.0 pts to +17.0 pts)|" in md
+    )
+    # a difference that changes sign over seeds holds zero
+    mixed = [
+        runs[0],
+        rounds_results(1, (40, 0.82, 0.70), [(20, 0.72, 0.47), (40, 0.80, 0.64)], [(20, 0.7, 0.4), (40, 0.8, 0.6)]),
+    ]
+    assert (
+        "win rate over SFT: +2.0 pts (-99.6 pts to +103.6 pts), holds zero: no clear difference over seeds"
+        in verdicts(over_seeds(mixed))[0]
+    )
+    # the command combines study folders and says each difference; a study beside a demo is one error
+    for r in runs[:2]:
+        (tmp_path / f"r{r['config']['seed']}").mkdir()
+        (tmp_path / f"r{r['config']['seed']}" / "results.json").write_text(json.dumps(r))
+    assert main(["demo-seeds", str(tmp_path / "r0"), str(tmp_path / "r1"), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "2 rounds (random) minus 1 round: win rate over SFT: +11.0 pts" in out and "2 seeds (0, 1)" in out
+    assert json.loads((tmp_path / "out" / "seeds.json").read_text())["study"] == "rounds"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "results.json").write_text(json.dumps(results(5, 0.6, 0.9, 0.4, 0.8, 1.0)))
+    assert main(["demo-seeds", str(tmp_path / "r0"), str(tmp_path / "d"), "--out", str(tmp_path / "out")]) == 1
+    assert "of different studies (demo, rounds): one at a time" in capsys.readouterr().err

@@ -213,8 +213,6 @@ def demo_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
     args.seeds = 1 if args.seeds is None else args.seeds
     if not 1 <= args.seeds <= 20:
         raise UserError(f"--seeds takes 1 to 20 seeds, got {args.seeds}")
-    if args.seeds > 1 and cfg.rounds > 1:
-        raise UserError("--seeds does not run the rounds study yet: run one seed per --seed and compare the reports")
     folder = new_demo_dir(Path(args.runs_dir))
     save_settings(folder, cfg, args.quick, args.seeds)
     print(f"demo {folder.name}: {folder} (if it stops, go on with --resume {folder})", flush=True)
@@ -229,8 +227,21 @@ def cmd_demo(args: argparse.Namespace) -> None:
     if cfg.rounds > 1:
         from app.studies.demo_rounds import answer_lines, run_rounds_study
 
-        results = run_rounds_study(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
-        print("\n".join(answer_lines(results)) + f"\nreport: {folder / 'report.md'}")
+        if args.seeds == 1:
+            results = run_rounds_study(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
+            print("\n".join(answer_lines(results)) + f"\nreport: {folder / 'report.md'}")
+            return
+        from app.studies.demo_seeds import SEEDS_REPORT, verdicts, write_combined
+
+        runs = []
+        for seed in range(cfg.seed, cfg.seed + args.seeds):  # each seed a whole study in FOLDER/seed-S
+            (folder / f"seed-{seed}").mkdir(exist_ok=True)
+            runs.append(
+                run_rounds_study(dataclasses.replace(cfg, seed=seed), folder / f"seed-{seed}", args.quick, print)
+            )
+            print("\n".join(answer_lines(runs[-1])), flush=True)
+        combined = write_combined(runs, folder)
+        print("\n".join(verdicts(combined)) + f"\nover {args.seeds} seeds: {folder / SEEDS_REPORT}")
         return
     if args.seeds == 1:
         results = run_demo(cfg, folder, quick=args.quick, log=lambda line: print(line, flush=True))
@@ -255,9 +266,10 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def cmd_demo_seeds(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from app.studies.demo_seeds import SEEDS_REPORT, read_results, write_combined
+    from app.studies.demo_seeds import SEEDS_REPORT, read_results, verdicts, write_combined
 
     combined = write_combined(read_results(args.demos), Path(args.out))
+    print("\n".join(verdicts(combined)))
     print(f"{len(combined['seeds'])} seeds ({', '.join(map(str, combined['seeds']))}): {Path(args.out) / SEEDS_REPORT}")
 
 
@@ -660,7 +672,9 @@ def _add_store_and_run_commands(sub) -> None:
     add_dataclass_args(s, DemoConfig, given_only=True)
     s.set_defaults(func=cmd_demo)
 
-    s = sub.add_parser("demo-seeds", help="combine demos run with different seeds into one report over seeds")
+    s = sub.add_parser(
+        "demo-seeds", help="combine demos (or rounds studies) run with different seeds into one report over seeds"
+    )
     s.add_argument("demos", nargs="+", help="demo folders (or their results.json)")
     s.add_argument("--out", required=True, help="folder for seeds.json and seeds.md")
     s.set_defaults(func=cmd_demo_seeds)

@@ -246,6 +246,33 @@ def answers(arms: list[Arm]) -> dict:
     return out
 
 
+def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
+    """The study's answers as numbers that combine over seeds (app/studies/demo_seeds.py): name -> (value, its
+    per-prompt 95% interval or None). Each arm's final win rate and held-out accuracy; the multi-round random arm
+    minus one round, on both; and each other rule's accuracy after each of its rounds 2+ minus random's final one
+    (above zero at fewer labels than the budget: the rule reached random's accuracy with fewer labels)."""
+    out: dict[str, tuple[float, list[float] | None]] = {}
+    for arm in r["arms"]:
+        p = arm["points"][-1]
+        out[f"{arm['name']}: win rate over SFT at {p['labels']} labels"] = (p["win_rate"], p["ci95"])
+        out[f"{arm['name']}: held-out reward-model accuracy at {p['labels']} labels"] = (p["rm_accuracy"], p["rm_ci95"])
+    one, by_rule = r["arms"][0]["points"][-1], {a["select"]: a for a in r["arms"][1:]}
+    if "random" in by_rule:
+        many, rounds = by_rule["random"]["points"][-1], r["config"]["rounds"]
+        out[f"{rounds} rounds (random) minus 1 round: win rate over SFT"] = (many["win_rate"] - one["win_rate"], None)
+        out[f"{rounds} rounds (random) minus 1 round: held-out reward-model accuracy"] = (
+            many["rm_accuracy"] - one["rm_accuracy"],
+            None,
+        )
+        for rule, arm in by_rule.items():
+            for p in arm["points"][1:] if rule != "random" else []:  # round 1 is the arms' shared one
+                name = (
+                    f"{rule} at {p['labels']} labels minus random at {many['labels']}: held-out reward-model accuracy"
+                )
+                out[name] = (p["rm_accuracy"] - many["rm_accuracy"], None)
+    return out
+
+
 def answer_lines(r: dict) -> list[str]:
     a, lines = r["answers"], []
     if "rounds_vs_one" in a:

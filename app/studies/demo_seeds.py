@@ -21,7 +21,12 @@ SEEDS_REPORT = "seeds.md"
 
 
 def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
-    """One demo's headline numbers: name -> (value, its per-prompt 95% interval or None)."""
+    """One demo's headline numbers: name -> (value, its per-prompt 95% interval or None). A rounds study's are its
+    own (app/studies/demo_rounds.py::headlines)."""
+    if r.get("study") == "rounds":
+        from app.studies.demo_rounds import headlines as rounds_headlines
+
+        return rounds_headlines(r)
     out: dict[str, tuple[float, list[float] | None]] = {
         "PPO actor over the reference": (r["win_rate"], r["win_rate_ci95"]),
     }
@@ -66,6 +71,11 @@ def over_seeds(results: list[dict]) -> dict:
     if not results:
         raise UserError("no demo results to combine")
     seeds = [r["config"]["seed"] for r in results]
+    studies = {r.get("study", "demo") for r in results}
+    if len(studies) > 1:
+        raise UserError(
+            f"the results to combine are of different studies ({', '.join(sorted(studies))}): one at a time"
+        )
     if len(set(seeds)) != len(seeds):
         raise UserError(f"the demos to combine share a seed ({', '.join(map(str, seeds))}): each seed once")
     per = [headlines(r) for r in results]
@@ -77,11 +87,39 @@ def over_seeds(results: list[dict]) -> dict:
             {"headline": name, "values": values, "ci95": [h[name][1] for h in per], "over_seeds": interval(values)}
         )
     alarms = [(r.get("watch") or {}).get("alarm_step") for r in results]
-    return {"seeds": seeds, "folders": [r.get("folder") for r in results], "rows": rows, "alarm_steps": alarms}
+    return {
+        "study": studies.pop(),
+        "seeds": seeds,
+        "folders": [r.get("folder") for r in results],
+        "rows": rows,
+        "alarm_steps": alarms,
+    }
 
 
-def _pct(x: float, nats: bool) -> str:
-    return f"{x:+.3f}" if nats else f"{x:.1%}"
+def _kind(headline: str) -> str:
+    """How a headline's numbers read: nats, a difference of two rates (in points) or a rate."""
+    return "nats" if "nats" in headline else "difference" if "minus" in headline else "rate"
+
+
+def _fmt(x: float, kind: str) -> str:
+    return {"nats": f"{x:+.3f}", "difference": f"{100 * x:+.1f} pts"}.get(kind, f"{x:.1%}")
+
+
+def verdicts(combined: dict) -> list[str]:
+    """For each difference combined over seeds: whether its interval over seeds lies above zero, below, or holds it
+    (no clear difference), in words."""
+    out = []
+    for row in combined["rows"]:
+        o = row["over_seeds"]
+        if _kind(row["headline"]) != "difference" or o is None:
+            continue
+        mean, lo, hi = o
+        side = "above zero" if lo > 0 else "below zero" if hi < 0 else "holds zero: no clear difference over seeds"
+        out.append(
+            f"{row['headline']}: {_fmt(mean, 'difference')} ({_fmt(lo, 'difference')} to "
+            f"{_fmt(hi, 'difference')}), {side}"
+        )
+    return out
 
 
 def report(combined: dict) -> str:
@@ -89,8 +127,9 @@ def report(combined: dict) -> str:
     with its interval."""
     seeds = combined["seeds"]
     head = "|headline|" + "|".join(f"seed {s}" for s in seeds) + "|mean over seeds (95% interval)|"
+    study = "The rounds study" if combined.get("study") == "rounds" else "The demo"
     lines = [
-        f"# The demo over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}",
+        f"# {study} over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}",
         "",
         "Each seed reruns the stochastic parts (sampling, training order). A seed's cell: its value, with its 95% "
         "interval over prompts where it has one; the last column: the mean over seeds with a 95% Student t interval "
@@ -100,22 +139,26 @@ def report(combined: dict) -> str:
         "|---|" + "---:|" * len(seeds) + "---:|",
     ]
     for row in combined["rows"]:
-        nats = "nats" in row["headline"] or "minus" in row["headline"]
+        kind = _kind(row["headline"])
         cells = [
-            _pct(v, nats) + (f" ({ci[0]:.1%}-{ci[1]:.1%})" if ci else "")
+            _fmt(v, kind) + (f" ({ci[0]:.1%}-{ci[1]:.1%})" if ci else "")
             for v, ci in zip(row["values"], row["ci95"], strict=True)
         ]
         o = row["over_seeds"]
-        if o and not nats:  # a win rate's interval ends at 0% and 100% (two seeds give t = 12.7)
+        if o and kind == "rate":  # a rate's interval ends at 0% and 100% (two seeds give t = 12.7)
             o = (o[0], max(0.0, o[1]), min(1.0, o[2]))
-        last = f"{_pct(o[0], nats)} ({_pct(o[1], nats)} to {_pct(o[2], nats)})" if o else "one seed: no interval"
+        last = f"{_fmt(o[0], kind)} ({_fmt(o[1], kind)} to {_fmt(o[2], kind)})" if o else "one seed: no interval"
         lines.append(f"|{row['headline']}|" + "|".join(cells) + f"|{last}|")
-    alarms = ", ".join(
-        f"seed {s}: {'step ' + str(a) if a is not None else 'did not fire'}"
-        for s, a in zip(seeds, combined["alarm_steps"], strict=True)
-    )
-    lines += ["", f"The watch's alarm: {alarms}.", ""]
-    return "\n".join(lines)
+    said = verdicts(combined)
+    if said:
+        lines += ["", "Each difference over seeds:", ""] + [f"- {line}" for line in said]
+    if combined.get("study") != "rounds":
+        alarms = ", ".join(
+            f"seed {s}: {'step ' + str(a) if a is not None else 'did not fire'}"
+            for s, a in zip(seeds, combined["alarm_steps"], strict=True)
+        )
+        lines += ["", f"The watch's alarm: {alarms}."]
+    return "\n".join(lines + [""])
 
 
 def read_results(paths: list[str | Path]) -> list[dict]:
