@@ -176,26 +176,41 @@ def _opened(opener, url: str, headers: dict | None = None, data: bytes | None = 
 
 
 @pytest.mark.integration
-def test_uploads_are_the_admins_and_capped_per_hour_and_logins_expire(tmp_path):
-    """An annotator has no upload control, so his uploads are refused; an admin's are capped per hour (here 1 MB);
-    a login ends after --session-hours (here 2 s)."""
+def test_uploads_are_the_admins_capped_per_hour_and_deleted_and_logins_expire(tmp_path):
+    """An annotator has no upload control, so his uploads are refused; an admin's are capped per hour (here 1 MB)
+    and deleted from the server after --cache-hours (here 2.2 s; Gradio kept them for good before); a login ends
+    after --session-hours (here 2 s)."""
     import time
+    from pathlib import Path
 
     users = tmp_path / "users.txt"
     users.write_text("ann:pw-ann\nboss:pw-boss\n")
     users.chmod(0o600)
     flags = ["--auth", str(users), "--admins", "boss", "--max-upload-mb-per-hour", "1", "--session-hours", "0.00056"]
-    server = AppServer(str(tmp_path / "s.duckdb"), *flags)
+    server = AppServer(str(tmp_path / "s.duckdb"), *flags, "--cache-hours", "0.0006")
     try:
         small, kind = _upload("notes.txt", "x" * 600_000)
         ann, boss = _logged_in(server.url, "ann", "pw-ann"), _logged_in(server.url, "boss", "pw-boss")
         status, text = _opened(ann, server.url + "gradio_api/upload", {"Content-Type": kind}, small)
         assert status == 403 and "ann is an annotator: uploads are for admins" in text
-        assert _opened(boss, server.url + "gradio_api/upload", {"Content-Type": kind}, small)[0] == 200
+        status, text = _opened(boss, server.url + "gradio_api/upload", {"Content-Type": kind}, small)
+        (kept,) = map(Path, json.loads(text))
+        assert status == 200 and kept.read_text() == "x" * 600_000
         status, text = _opened(boss, server.url + "gradio_api/upload", {"Content-Type": kind}, small)
         assert status == 429 and "boss has uploaded 0.6 MB this hour; this server takes 1 MB an hour" in text
         assert _opened(boss, server.url + "gradio_api/login_check")[0] == 200
         time.sleep(2.5)
         assert _opened(boss, server.url + "gradio_api/login_check")[0] == 401  # the session ended
+        deadline = time.time() + 10  # Gradio looks every second here (every hour by default)
+        while kept.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert not kept.exists()
     finally:
         server.stop()
+
+
+def test_a_cache_kept_for_no_time_is_refused_in_one_line(tmp_path, capsys):
+    from app.faces.cli import main
+
+    assert main(["--db", str(tmp_path / "s.duckdb"), "ui", "--cache-hours", "0"]) == 1
+    assert "--cache-hours must be above 0, got 0.0" in capsys.readouterr().err

@@ -70,3 +70,47 @@ def test_the_cli_takes_recorded_runs_only(cli, tmp_path, recorded):
     code, _, err = cli("stop", ours.name, *runs)
     assert code == 1 and f"run {ours.name} is" in err and "not running" in err
     assert not (tmp_path / "runs" / "planted" / "status.json").exists()
+
+
+def test_a_run_whose_pid_went_to_another_process_reads_as_failed_in_the_cli(cli, tmp_path, recorded):
+    """A dead run's pid handed by the OS to a live process (here this test's own) kept `rlhf runs` saying
+    "running" for good, and `rlhf stop` asking a stranger to stop; the start time recorded beside the pid tells."""
+    import json
+    import os
+
+    from training.runs import process_start
+
+    ours, _ = recorded
+    me, runs = os.getpid(), ["--runs-dir", str(tmp_path / "runs")]
+    for ticks, state in ((process_start(me), "running"), (process_start(me) + 1, "failed")):
+        status = {"state": "running", "step": 2, "total_steps": 8, "pid": me, "pid_start_ticks": ticks}
+        (ours / "status.json").write_text(json.dumps(status))
+        code, out, _ = cli("runs")
+        (line,) = [line for line in out.splitlines() if line.startswith(ours.name)]
+        assert code == 0 and f"  {state}" in line and "step 2/8" in line, line
+    assert "failed (the training process is gone (killed or crashed))" in line
+    code, _, err = cli("stop", ours.name, *runs)
+    assert code == 1 and f"run {ours.name} is failed, not running" in err
+
+
+@pytest.mark.integration
+def test_the_train_tab_starts_nothing_while_a_recorded_run_is_running(db, tmp_path, tiny_model_dir, recorded):
+    """One training at a time: while the store records a live run (here one the CLI could have started: its status
+    names this test's process), the app's start and resume refuse with one line and launch nothing."""
+    import json
+    import os
+
+    from training.runs import process_start
+
+    ours, _ = recorded
+    me = os.getpid()
+    (ours / "status.json").write_text(json.dumps({"state": "running", "pid": me, "pid_start_ticks": process_start(me)}))
+    pairs = str(write_jsonl(tmp_path / "more.jsonl", separable_pairs(16)))
+    second = prepare_pairs_run(db, RewardConfig(model=str(tiny_model_dir), max_steps=1), tmp_path / "runs", pairs)
+    app = AppServer(db, "--runs-dir", str(tmp_path / "runs"))
+    try:
+        with pytest.raises(Exception, match=f"run {ours.name} is running: one training at a time here"):
+            app.client().predict(second.name, api_name="/resume_run")
+    finally:
+        app.stop()
+    assert not (second / "status.json").exists() and not (second / "train.log").exists()  # never launched

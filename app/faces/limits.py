@@ -26,6 +26,17 @@ class ServeLimits:
     max_upload_mb_per_hour: float = field(
         default=2000.0, metadata={"help": "MB of uploads a login may send in an hour (annotators: none)"}
     )
+    cache_hours: float = field(
+        default=24.0, metadata={"help": "hours the app keeps an upload or a download's copy before deleting it"}
+    )
+
+    def cache_schedule(self) -> tuple[int, int]:
+        """Gradio's delete_cache: (every how many seconds it looks, the age in seconds past which a file goes). It
+        looks every hour, or twice per age when that is shorter."""
+        if self.cache_hours <= 0:
+            raise UserError(f"--cache-hours must be above 0, got {self.cache_hours}")
+        age = max(1, round(self.cache_hours * 3600))
+        return max(1, min(3600, age // 2)), age
 
     def check_chat(self, message: str, max_new_tokens: int, best_of: int) -> None:
         """A Compare request: one line naming the cap it is over, else nothing."""

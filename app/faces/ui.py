@@ -139,9 +139,9 @@ def build_app(ctx: AppContext):
     from app.faces.data_tab import build_data_tab
     from app.faces.train_tab import build_train_tab
 
-    # delete_cache: every hour, Gradio deletes the uploads and downloads it cached over a day ago (it keeps them
-    # forever otherwise: every pairs download leaves a copy)
-    with gr.Blocks(title="rlhf-studio", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
+    # delete_cache: Gradio deletes the uploads and downloads it cached over --cache-hours ago (a day by default; it
+    # keeps them forever otherwise: every pairs download leaves a copy)
+    with gr.Blocks(title="rlhf-studio", analytics_enabled=False, delete_cache=ctx.limits.cache_schedule()) as demo:
         with gr.Row():
             gr.Markdown("# rlhf-studio\nRank sampled responses, train a reward model, run PPO, compare.")
             if ctx.auth:  # Gradio's /logout ends this login's sessions and goes back to the login page
@@ -219,6 +219,7 @@ def launch(
     if not 0 <= gold_rate <= 0.5:
         raise UserError(f"--gold-rate must be from 0 to 0.5 (a share of the tasks), got {gold_rate}")
     limits = limits or ServeLimits()
+    limits.cache_schedule()  # a bad --cache-hours is one line before anything starts
     boundary = serving_boundary(host, port, allowed_hosts, token=not users)
     uploads = Uploads(bool(users), frozenset(admin_set), limits.max_upload_mb_per_hour)
     store = store_of(db).hold()  # open while serving, passed down; CLI commands still get their turn (store/db.py)
