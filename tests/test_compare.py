@@ -1,6 +1,7 @@
 """Side-by-side compare: win rates by hand, votes as rankings in the store, the streamed chat with tiny models."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -395,6 +396,18 @@ def test_a_vote_through_the_app_reaches_no_queue_no_prompt_and_training_only_whe
         "Tell me a secret",
         "prompt 0",
     ]
+    # a training run's snapshot takes the votes only with --with-votes too (what `rlhf train-rm` freezes)
+    from app.jobs.training import prepare_run
+    from training.reward.config import RewardConfig
+
+    for with_votes, votes in ((False, 0), (True, 2)):
+        cfg = RewardConfig(model=str(tiny_model_dir), with_votes=with_votes, eval_fraction=0.0)
+        run = prepare_run(db, cfg, tmp_path / "runs")
+        data = Path(json.loads((run / "config.json").read_text())["data"])
+        files = [str(f) for f in sorted(data.glob("*.parquet"))]
+        assert query(db, f"SELECT count(*) FILTER (source = 'compare'), count(*) FROM read_parquet({files})") == [
+            (votes, 12 + votes)
+        ]
 
 
 def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):

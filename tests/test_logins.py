@@ -7,6 +7,7 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,61 @@ def test_user_add_writes_a_hash_at_mode_600_and_replaces_an_entry(cli, tmp_path,
     monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
     code, _, err = cli("user", "add", "bob", "--file", str(users), "--password-stdin")
     assert code == 1 and "at least 8 characters" in err and "bob" not in users.read_text()
+
+
+def _user_add_at_a_terminal(users: Path, name: str, answers: list[str]) -> tuple[int, str]:
+    """`rlhf user add NAME` in a child whose terminal is a pty, as a person types: each answer after its prompt.
+    Returns the exit code and all the terminal showed (a typed password is not echoed)."""
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its controlling terminal is the pty
+        os.execv(sys.executable, [sys.executable, "-m", "app.faces.cli", "user", "add", name, "--file", str(users)])
+    shown, deadline = b"", time.time() + 120
+
+    def read() -> bool:
+        nonlocal shown
+        if not select.select([fd], [], [], 0.5)[0]:
+            return True
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:  # the child closed the terminal
+            return False
+        shown += chunk
+        return bool(chunk)
+
+    # getpass flushes what was typed ahead when it turns echo off: each answer waits for its own prompt
+    for prompt, answer in zip((b"password for", b"again:"), answers, strict=True):
+        while prompt not in shown and time.time() < deadline and read():
+            pass
+        os.write(fd, answer.encode() + b"\n")
+    while time.time() < deadline:
+        more = read()
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            while read() and select.select([fd], [], [], 0)[0]:  # what it wrote before it ended
+                pass
+            return os.waitstatus_to_exitcode(status), shown.decode(errors="replace")
+        if not more:
+            time.sleep(0.1)
+    os.kill(pid, 9)
+    raise AssertionError(f"rlhf user add did not end: {shown!r}")
+
+
+@pytest.mark.integration
+def test_user_add_asks_for_the_password_twice_at_a_terminal_without_echo(tmp_path):
+    users = tmp_path / "users.txt"
+    code, shown = _user_add_at_a_terminal(users, "carol", ["tr0ub4dor&3", "tr0ub4dor&3"])
+    assert code == 0 and "password for carol: " in shown and "again: " in shown, shown
+    assert "added carol" in shown and "tr0ub4dor" not in shown  # never echoed
+    assert LoginGate(read_users(users))("carol", "tr0ub4dor&3")
+    code, shown = _user_add_at_a_terminal(users, "dave", ["tr0ub4dor&3", "tr0ub4dor&4"])
+    assert code == 1 and "the two passwords differ; nothing written" in shown
+    assert "dave" not in users.read_text()
 
 
 def test_a_users_file_others_can_read_is_refused(cli, tmp_path):
