@@ -186,6 +186,10 @@ RANKER = json.loads((LS / "ranker_rank.json").read_text())
 FIRST_IMPORT = (
     "tasks 2, annotations 4, rankings added 3, pairs added 15, already imported 0, skipped 1 (cancelled 1), flagged 1"
 )
+# ranker_rank.json again: project 5; task 17 annotations 101 and 103 (102 is cancelled), task 18 annotation 104.
+REIMPORT = (
+    "tasks 2, annotations 4, rankings added 0, pairs added 0, already imported 3, skipped 1 (cancelled 1), flagged 0"
+)
 
 
 def convert(tmp_path, tasks, config_file, fmt):

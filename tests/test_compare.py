@@ -490,3 +490,35 @@ def test_an_annotator_reads_no_path_or_reason_when_a_model_fails_to_load(tmp_pat
         list(QuietChat(LocalChat(Models())).pair([str(broken), str(broken)], history, ChatParams(max_new_tokens=2)))
     assert str(annotator_sees.value) == QuietChat.LINE and str(tmp_path) not in str(annotator_sees.value)
     assert str(broken) in capsys.readouterr().err  # the reason is in the app's log
+
+
+@pytest.mark.integration
+def test_an_annotator_chatting_with_a_model_that_fails_to_load_reads_no_path_or_reason(tmp_path):
+    """Through the app, as an annotator: a listed PPO run whose actor is broken gives the one quiet line; the folder
+    and the reason go to the app's log only."""
+    from bench.app_server import AppServer
+    from store.db import connect
+    from store.runs import record_run
+    from tests.builders import seed_store
+
+    db = str(tmp_path / "s.duckdb")
+    seed_store(db, 1)
+    run = tmp_path / "runs" / "ppo-broken"
+    (run / "actor").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"kind": "ppo", "actor": "default", "reward": ""}))
+    (run / "actor" / "config.json").write_text("{not json")
+    with connect(db) as con:
+        record_run(con, "ppo-broken", "ppo", str(run), {}, None)
+    users = tmp_path / "users.txt"
+    users.write_text("boss:pw-boss\nbob:pw-bob\n")
+    users.chmod(0o600)
+    app = AppServer(db, "--auth", str(users), "--admins", "boss")
+    try:
+        bob = app.client(auth=("bob", "pw-bob"))
+        with pytest.raises(Exception) as seen:
+            bob.predict("hi", str(run), str(run), False, 0.8, 0.95, 4, 0, api_name="/compare_send")
+    finally:
+        app.stop()
+    assert "that model could not be loaded; an admin can read why in the app's log" in str(seen.value)
+    assert str(tmp_path) not in str(seen.value) and "json" not in str(seen.value).lower()
+    assert str(run / "actor") in app.output()  # the admin reads the folder and the reason in the log

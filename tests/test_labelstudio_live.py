@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from annotation import files
-from tests.builders import FIRST_IMPORT, LS, RANKER
+from tests.builders import FIRST_IMPORT, LS, RANKER, REIMPORT
 from tests.conftest import query, store_rows
 
 CONFIG = (LS / "ranker_config.xml").read_text()
@@ -82,6 +82,24 @@ def test_a_pull_imports_the_project_and_keeps_no_credentials(cli, db, serve):
     assert (code, err) == (0, "") and out.strip() == FIRST_IMPORT
     assert query(db, "SELECT origin FROM imports") == [(f"{server.url}#project=5",)]
     assert "s3cret" not in repr(store_rows(db))
+
+
+def test_the_same_project_on_a_second_server_is_imported_not_skipped(cli, db, serve):
+    """Two Label Studio servers each with a project 5 holding the same task and annotation ids: the second pull
+    was dropped as "already imported" when the key named only the ids; now each server's rankings are stored once,
+    and pulling either again adds nothing."""
+    first, second = serve(json.dumps(RANKER).encode()), serve(json.dumps(RANKER).encode())
+    assert cli("import-ls", "--url", first.url, "--project", "5")[1].strip() == FIRST_IMPORT
+    once = query(db, "SELECT count(*) FROM rankings")[0][0]
+    assert cli("import-ls", "--url", second.url, "--project", "5")[1].strip() == FIRST_IMPORT
+    assert query(db, "SELECT count(*) FROM rankings") == [(2 * once,)]
+    assert sorted(o for (o,) in query(db, "SELECT origin FROM imports")) == sorted(
+        f"{s.url}#project=5" for s in (first, second)
+    )
+    before = store_rows(db)
+    for server in (first, second):
+        assert cli("import-ls", "--url", server.url, "--project", "5")[1].strip() == REIMPORT
+    assert store_rows(db) == before
 
 
 def test_an_export_over_the_import_limit_is_stopped_as_it_arrives(cli, db, serve, monkeypatch):

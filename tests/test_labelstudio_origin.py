@@ -13,13 +13,8 @@ from annotation.imports import import_labelstudio_tasks
 from annotation.labelstudio import server_url
 from store.db import write
 from store.errors import UserError
-from tests.builders import FIRST_IMPORT, LS, RANKER, convert
+from tests.builders import FIRST_IMPORT, LS, RANKER, REIMPORT, convert
 from tests.conftest import query, store_rows
-
-# ranker_rank.json: project 5; task 17 annotations 101 and 103 (102 is cancelled), task 18 annotation 104.
-REIMPORT = (
-    "tasks 2, annotations 4, rankings added 0, pairs added 0, already imported 3, skipped 1 (cancelled 1), flagged 0"
-)
 
 
 def export(tmp_path, tasks, name="export.json"):
