@@ -3,6 +3,7 @@ gradio_client as an annotator's script would; and the Compare tab's model cache 
 
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +79,30 @@ def test_the_caps_as_plain_checks():
             limits.check_chat(*args)
     with pytest.raises(UserError, match="max new tokens must be from 1 to 7 on this server, got 8"):
         limits.check_sampling(2, 8)
+
+
+@pytest.mark.integration
+def test_the_apps_chat_keeps_at_most_its_cap_of_models_loaded(tmp_path, tiny_model_dir):
+    """Through the app, --max-chat-models 2: chats with m0, m1, m2, then m1 and m0 again. The app's log shows each
+    load: m2 dropped m0 (the least recently used), m1 answered again from memory, and m0 had to load again."""
+    folders = [str(shutil.copytree(tiny_model_dir, tmp_path / f"m{i}")) for i in range(3)]
+    server = AppServer(str(tmp_path / "s.duckdb"), "--model", str(tiny_model_dir), "--max-chat-models", "2")
+    try:
+        client = server.client()
+        for i in (0, 1, 2, 1, 0):
+            left, right, *_ = _send(client, "hi", folders[i], folders[i])
+            assert len(left) == len(right) == 2
+        loads = [line for line in server.output().splitlines() if line.startswith("chat: loaded causal model")]
+    finally:
+        server.stop()
+    held = [line.split(" model ", 1)[1] for line in loads]
+    m0, m1, m2 = (str(Path(f).resolve()) for f in folders)
+    assert held == [
+        f"{m0} (1 of 2 held)",
+        f"{m1} (2 of 2 held)",
+        f"{m2} (2 of 2 held; dropped {m0})",
+        f"{m0} (2 of 2 held; dropped {m2})",  # m1 was used after m2: m2 went
+    ]
 
 
 def test_the_chat_cache_keeps_the_least_recently_used_out(tiny_model_dir, tmp_path):

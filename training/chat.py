@@ -8,6 +8,7 @@ streamed from the engine's process; best-of-N's N replies as n=N over one prefil
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -166,9 +167,17 @@ class Models:
         with self._lock:
             if key not in self._cache:
                 # room first: the model evicted is freed before the new one takes its memory
+                dropped = []
                 while len(self._cache) >= self.max_loaded:
-                    self._cache.popitem(last=False)
+                    dropped.append(self._cache.popitem(last=False)[0][1])
                 self._cache[key] = load()
+                # the app's log says what the chat holds (an admin sizing --max-chat-models reads it)
+                gone = f"; dropped {', '.join(dropped)}" if dropped else ""
+                print(
+                    f"chat: loaded {key[0]} model {key[1]} ({len(self._cache)} of {self.max_loaded} held{gone})",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self._cache.move_to_end(key)
             return self._cache[key]
 
