@@ -1,8 +1,8 @@
-"""The lead's view of a labeling campaign (`rlhf annotators`, the Data tab): per annotator, how much (rankings,
-skips), how fast (median seconds a task, tasks an hour of lead time), how well (agreement with the others on shared
-prompts, Kendall tau-b, with how many prompts it rests on; agreement with the newest reward model scored, `rlhf
-rm-agreement`) and how carefully (rankings made too fast to have read the responses, rankings left in the order
-shown), and the reasons, if any, to look at someone's work.
+"""The lead's view of a labeling campaign (`rlhf annotators`, the Data tab): per annotator, how much (rankings, all
+bad answers, skips), how fast (median seconds a task, tasks an hour of lead time), how well (agreement with the
+others on shared prompts, Kendall tau-b, with how many prompts it rests on; agreement with the newest reward model
+scored, `rlhf rm-agreement`) and how carefully (rankings made too fast to have read the responses, rankings left in
+the order shown), and the reasons, if any, to look at someone's work.
 
 The reasons (`watch`) are fixed rules, stated here so that a lead knows what they mean:
 - fast: at least WATCH_FAST_SHARE of their rankings took under FAST_S seconds;
@@ -41,6 +41,7 @@ HEADERS = [
     "annotator",
     "rankings",
     "skips",
+    "all bad",
     "edits",
     "tags",
     "median s",
@@ -70,6 +71,7 @@ class AnnotatorRow:
     gold_accuracy: float | None = None  # against the gold rankings of the gold prompts they ranked (None: none)
     gold_tasks: int = 0
     edits: int = 0  # rankings with their edit of the best response (store/edits.py)
+    all_bad: int = 0  # answers saying none of the shown was good (with or without an edit; a skip's count too)
     tags: dict[str, int] = field(default_factory=dict)  # tag -> responses they gave it (store/guidelines.py)
     rm_agreement: float | None = None  # share of their pairs the newest scored reward model orders as they did
     rm_pairs: int = 0  # the pairs it rests on (`rlhf rm-agreement` scores them)
@@ -123,6 +125,7 @@ def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
             gold_accuracy=gold.get(w.annotator, (None, 0))[0],
             gold_tasks=gold.get(w.annotator, (None, 0))[1],
             edits=w.edited,
+            all_bad=w.all_bad,
             tags=tags.get(w.annotator, {}),
             rm_agreement=rm.get(w.annotator, (None, 0))[0],
             rm_pairs=rm.get(w.annotator, (None, 0))[1],
@@ -148,6 +151,7 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
             r.annotator,
             r.rankings,
             r.skipped,
+            r.all_bad,
             r.edits,
             tag_line(r.tags),
             num(r.median_s, 1),

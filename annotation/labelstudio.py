@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from annotation.files import loads_json, read_csv
-from annotation.questions import Shown, flat_result, from_ls
+from annotation.questions import Shown, answered_alone, flat_result, from_ls, settle
 from store.conversations import conversation_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
@@ -349,7 +349,7 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
             break
     if items is None:
         return "unsupported"
-    if len(items) < 2:
+    if len(items) < 2 and not (exported(ann.data) and not pairwise and answered_alone(ann.results)):
         return "no preference"
     prompt = ann.data.get(cfg.prompt_field)
     if isinstance(prompt, list):  # a project of its own whose tasks hold the conversation as messages
@@ -376,8 +376,6 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     )
     ranking.items = _dense(ranking.items)
     problem = ranking.problem()
-    if problem:
-        raise UserError(f"{where}: {problem}")
     # the questions asked beside the Ranker of a task `rlhf export-ls` wrote (its config asks them:
     # annotation/questions/): a project's own controls that happen to share a name are not read as answers
     if not pairwise and exported(ann.data):
@@ -386,10 +384,15 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
             ranks=[it.rank for it in items],
             numbers=[it.shown_position + 1 for it in items],
         )
-        for name, answer in from_ls(ann.results, shown, where).items():
-            setattr(ranking, name, answer)
-        if problem := ranking.problem():
+        answers = from_ls(ann.results, shown, where)
+        if problem and not (answers["all_bad"] and answers["edit"] is None):  # all bad alone needs no order
             raise UserError(f"{where}: {problem}")
+        for name, answer in answers.items():
+            setattr(ranking, name, answer)
+        settle(ranking, where)
+        problem = ranking.problem()
+    if problem:
+        raise UserError(f"{where}: {problem}")
     return ranking
 
 

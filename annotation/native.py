@@ -17,7 +17,7 @@ import hashlib
 import json
 
 from annotation.files import loads_json
-from annotation.questions import Shown, from_native
+from annotation.questions import Shown, from_native, settle
 from store.conversations import prompt_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
@@ -63,8 +63,9 @@ def parse_line(obj: object, where: str) -> RankingIn:
     if problem := ranking.problem():  # the ranking first: the answers below are checked against it
         raise UserError(f"{where}: {problem}")
     shown = Shown(texts=list(responses), ranks=list(ranks))
-    for name, answer in from_native(obj, shown, where).items():  # strengths, edit, tags (annotation/questions/)
+    for name, answer in from_native(obj, shown, where).items():  # strengths, edit, tags, all_bad (questions/)
         setattr(ranking, name, answer)
+    settle(ranking, where)
     problem = ranking.problem()
     if problem:
         raise UserError(f"{where}: {problem}")

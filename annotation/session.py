@@ -9,6 +9,7 @@ import os
 import random
 from dataclasses import dataclass
 
+from annotation.questions.all_bad import ALL_BAD
 from annotation.ranker_view import is_shown_order
 from store.assignments import (
     annotation_counts,
@@ -151,12 +152,13 @@ def submit_and_next(
     edit: str | None = None,
     tags: list[list[str]] | None = None,
     guideline_version: int | None = None,
+    all_bad: bool = False,
 ) -> tuple[Task | None, Progress]:
     """What the Submit button does, in one transaction: store the ranking (with its strengths, the edit of its
     best response and its tags, where given, and the guideline version shown with the task: None, the current one),
-    hand out the next task, count."""
+    hand out the next task, count. all_bad: the All bad button with an edit (the shown tie below it)."""
     with write(db) as con:
-        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths, edit, tags, guideline_version)
+        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths, edit, tags, guideline_version, all_bad)
         # an annotator holds one open task at a time: having just answered it, they hold none (a repeated submit
         # of an answered task may find the one handed out after it)
         task = _next(con, annotator, overlap, holds=not stored_now, gold_rate=gold_rate)
@@ -172,23 +174,43 @@ def _submit(
     edit: str | None = None,
     tags: list[list[str]] | None = None,
     guideline_version: int | None = None,
+    all_bad: bool = False,
 ) -> tuple[int, bool]:
     """(ranking id, whether it was stored now: False for a task already answered). edit: the annotator's correction
     of the response they ranked best (blank: none), stored as a response ranked above all (store/edits.py)."""
     _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
     if status == "done":
         return ranking_id, False
-    check_ranks(ranks, len(order))
+    if all_bad:  # the shown tie below the edit: the one ranking where all of them tie
+        if not edit or not edit.strip() or ranks != [1] * len(order) or strengths is not None:
+            raise UserError("all bad with a ranking takes an edit, and the shown responses tie below it")
+    else:
+        check_ranks(ranks, len(order))
     if strengths is not None and (problem := steps_problem(ranks, strengths)):
         raise UserError(problem)
     if tags is not None and (problem := tags_problem(tags, len(order))):
         raise UserError(problem)
     version = _guideline_version(con, guideline_version)
-    edit_id = _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit) if edit and edit.strip() else None
+    edit_id = (
+        _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit, all_bad) if edit and edit.strip() else None
+    )
     flags = ["shown_order"] if is_shown_order(ranks) else []  # an edit is no flag: --drop-flagged keeps its pairs
     key = f"ui:{assignment_id}"
     ranking_id = add_ranking(
-        con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, strengths, edit_id, tags, version
+        con,
+        prompt_id,
+        annotator,
+        SOURCE,
+        key,
+        lead_time,
+        order,
+        ranks,
+        flags,
+        strengths,
+        edit_id,
+        tags,
+        version,
+        all_bad,
     )
     close_assignment(con, assignment_id, ranking_id)
     return ranking_id, True
@@ -206,31 +228,46 @@ def _guideline_version(con, shown: int | None) -> int | None:
 
 
 def _edit(
-    con, annotator: str, assignment_id: int, prompt_id: int, order: list[int], ranks: list[int], edit: str
+    con,
+    annotator: str,
+    assignment_id: int,
+    prompt_id: int,
+    order: list[int],
+    ranks: list[int],
+    edit: str,
+    all_bad: bool = False,
 ) -> int:
-    """Store the edit of the best-ranked response (checked against the shown texts); returns its response id."""
+    """Store the edit of the best-ranked response (checked against the shown texts; all bad: of the first shown, as
+    they tie); returns its response id."""
     texts = response_texts(con, order)
     edit = edit.strip()
-    if problem := edit_problem(edit, ranks, [texts[i] for i in order]):
+    if problem := edit_problem(edit, ranks, [texts[i] for i in order], ties_ok=all_bad):
         raise UserError(problem)
     best = order[ranks.index(min(ranks))]
     return add_edit(con, prompt_id, best, annotator, edit, assignment_round(con, assignment_id))
 
 
 def skip(
-    db: str | os.PathLike, annotator: str, assignment_id: int, reason: str, guideline_version: int | None = None
+    db: str | os.PathLike,
+    annotator: str,
+    assignment_id: int,
+    reason: str,
+    guideline_version: int | None = None,
+    all_bad: bool = False,
 ) -> int:
     """Close the task without a ranking; the reason is kept (a skipped ranking gives no pairs), with the guideline
-    version shown (None: the current one)."""
-    if not reason or not reason.strip():
-        raise UserError("say why you skip (e.g. 'all responses are bad', 'cannot judge')")
+    version shown (None: the current one). all_bad: the All bad button without an edit (its reason: ALL_BAD, unless
+    the annotator wrote one)."""
+    reason = (reason or "").strip() or (ALL_BAD if all_bad else "")
+    if not reason:
+        raise UserError("say why you skip (e.g. 'cannot judge'; none of them good is the All bad button)")
     with write(db) as con:
         _, prompt_id, _, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
         if status == "done":
             return ranking_id
         version = _guideline_version(con, guideline_version)
         key = f"ui:{assignment_id}"
-        ranking_id = add_skip(con, prompt_id, annotator, SOURCE, key, lead_time, reason.strip(), version)
+        ranking_id = add_skip(con, prompt_id, annotator, SOURCE, key, lead_time, reason, version, all_bad)
         close_assignment(con, assignment_id, ranking_id)
         return ranking_id
 

@@ -22,6 +22,7 @@ class AnnotatorWork:
     fast: int  # rankings made in under the fast threshold, or flagged 'fast' by their source
     shown_order: int  # rankings identical to the order the responses were shown in
     edited: int = 0  # rankings holding the annotator's edit of the best response (store/edits.py)
+    all_bad: int = 0  # answers saying none of the shown responses was good (annotation/questions/all_bad.py)
 
 
 def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[AnnotatorWork]:
@@ -36,13 +37,14 @@ def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[Annota
                   count(*) FILTER (WHERE NOT skipped AND (lead_time_s < ? OR list_contains(flags, 'fast'))),
                   count(*) FILTER (WHERE NOT skipped AND list_contains(flags, 'shown_order')),
                   (SELECT count(*) FROM ranking_items i JOIN edits e USING (response_id)
-                   WHERE i.ranking_id IN (SELECT ranking_id FROM rankings k WHERE k.annotator = r.annotator))
+                   WHERE i.ranking_id IN (SELECT ranking_id FROM rankings k WHERE k.annotator = r.annotator)),
+                  count(*) FILTER (WHERE all_bad)
            FROM rankings r GROUP BY annotator ORDER BY annotator""",
         [fast_s],
     ).fetchall()
     return [
-        AnnotatorWork(a, n, s, t, None if m is None else float(m), float(tot), f, o, e)
-        for a, n, s, t, m, tot, f, o, e in rows
+        AnnotatorWork(a, n, s, t, None if m is None else float(m), float(tot), f, o, e, b)
+        for a, n, s, t, m, tot, f, o, e, b in rows
     ]
 
 

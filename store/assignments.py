@@ -195,11 +195,11 @@ def keep_undone(con: duckdb.DuckDBPyConnection, ranking_id: int, assignment_id: 
     """Copy a ranking (or skip) about to be undone into undone_rankings, in the caller's transaction."""
     con.execute(
         """INSERT INTO undone_rankings (ranking_id, assignment_id, prompt_id, annotator, skipped, skip_reason,
-                                        response_ids, ranks, ranked_at)
+                                        response_ids, ranks, ranked_at, all_bad)
            SELECT r.ranking_id, ?, r.prompt_id, r.annotator, r.skipped, r.skip_reason,
                   coalesce(list(i.response_id ORDER BY i.shown_position) FILTER (i.response_id IS NOT NULL), []),
                   coalesce(list(i.rank ORDER BY i.shown_position) FILTER (i.response_id IS NOT NULL), []),
-                  r.created_at
+                  r.created_at, r.all_bad
            FROM rankings r LEFT JOIN ranking_items i USING (ranking_id) WHERE r.ranking_id = ?
            GROUP BY ALL""",
         [assignment_id, ranking_id],
@@ -220,13 +220,14 @@ class Undone:
     ranks: list[int]
     ranked_at: str
     undone_at: str
+    all_bad: bool = False  # the answer said none of the shown responses was good (annotation/questions/all_bad.py)
 
 
 def undone(con: duckdb.DuckDBPyConnection, annotator: str | None = None) -> list[Undone]:
     """Every undone answer (one annotator's with `annotator`), oldest first."""
     rows = con.execute(
         """SELECT undo_id, annotator, prompt_id, ranking_id, skipped, skip_reason, response_ids, ranks,
-                  strftime(ranked_at, '%Y-%m-%d %H:%M:%S'), strftime(undone_at, '%Y-%m-%d %H:%M:%S')
+                  strftime(ranked_at, '%Y-%m-%d %H:%M:%S'), strftime(undone_at, '%Y-%m-%d %H:%M:%S'), all_bad
            FROM undone_rankings WHERE ? IS NULL OR annotator = ? ORDER BY undo_id""",
         [annotator, annotator],
     ).fetchall()

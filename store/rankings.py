@@ -43,6 +43,9 @@ class RankingIn:
     strengths: list[int] | None = None  # how much better, per step down the order (store/strengths.py)
     edit: str | None = None  # a correction of the best-ranked item, stored ranked above all (store/edits.py)
     tags: list[list[str]] | None = None  # each item's tags, in items' order (store/guidelines.py)
+    # none of the shown responses is good (annotation/questions/all_bad.py): a skip without an edit, else the shown
+    # tie below the edit (None: not said, as False)
+    all_bad: bool | None = None
 
     def problem(self) -> str | None:
         """Why this ranking cannot be stored, or None. Parsers prefix it with the line or task it came from."""
@@ -51,6 +54,8 @@ class RankingIn:
         if self.skipped:  # a skip answers nothing: no items, no strengths, edit or tags
             answered = self.items or any(a is not None for a in (self.strengths, self.edit, self.tags))
             return "a skipped prompt has no ranking or answers" if answered else None
+        if self.all_bad and (self.edit is None or len({it.rank for it in self.items}) > 1):
+            return "an all-bad answer ranks nothing: without an edit it is a skip, with one the shown responses tie"
         k = len(self.items)
         if k < 2:
             return f"a ranking needs at least 2 responses, got {k}"
@@ -68,7 +73,8 @@ class RankingIn:
             return problem
         if self.edit is not None and not self.edit.strip():
             return "the edit is empty"
-        if self.edit is not None and (problem := edit_problem(self.edit, ranks, [it.text for it in self.items])):
+        texts = [it.text for it in self.items]
+        if self.edit is not None and (problem := edit_problem(self.edit, ranks, texts, ties_ok=self.all_bad)):
             return problem
         if self.tags is not None:
             return tags_problem(self.tags, k)
@@ -308,10 +314,10 @@ def _write_rankings(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, impor
     ranking_ids = next_ids(con, "ranking_ids", len(todo))
     con.execute(
         """INSERT INTO rankings (ranking_id, prompt_id, annotator, source, external_key, import_id, lead_time_s,
-                                 skipped, skip_reason, flags)
+                                 skipped, skip_reason, flags, all_bad)
            SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
                   unnest(?::VARCHAR[]), ?, unnest(?::DOUBLE[]), unnest(?::BOOLEAN[]), unnest(?::VARCHAR[]),
-                  unnest(?::VARCHAR[][])""",
+                  unnest(?::VARCHAR[][]), unnest(?::BOOLEAN[])""",
         [
             ranking_ids,
             [ids[r.prompt] for r in todo],
@@ -323,6 +329,7 @@ def _write_rankings(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, impor
             [r.skipped for r in todo],
             [r.skip_reason for r in todo],
             [list(r.flags) for r in todo],
+            [bool(r.all_bad) for r in todo],
         ],
     )
     return ranking_ids
@@ -342,6 +349,7 @@ def add_ranking(
     edit_id: int | None = None,
     tags: list[list[str]] | None = None,
     guideline_version: int | None = None,
+    all_bad: bool = False,
 ) -> int:
     """One ranking of stored responses as they were shown (ranks[i] is the rank of response_ids[i], shown at
     position i), with its strengths where the annotator gave them, counted in ranking_counts; returns its id. The
@@ -351,11 +359,12 @@ def add_ranking(
     edit_id: the annotator's edit of their best response (store/edits.py), ranked above all of them (after the shown
     responses, at position K); the strengths are the annotator's steps between the shown responses, so the edit's
     pairs have none. tags: the annotator's tags of each shown response (store/guidelines.py); guideline_version:
-    the guideline shown with the task."""
+    the guideline shown with the task. all_bad: none of the shown was good, so they tie below the edit."""
     ranking_id = con.execute(
-        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version)
-           VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
-        [prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version],
+        """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version,
+                                 all_bad)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING ranking_id""",
+        [prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version, all_bad],
     ).fetchone()[0]
     ids, all_ranks = (response_ids, ranks) if edit_id is None else ([*response_ids, edit_id], ranks_with_edit(ranks))
     con.execute(
@@ -380,13 +389,15 @@ def add_skip(
     lead_time_s: float | None,
     reason: str,
     guideline_version: int | None = None,
+    all_bad: bool = False,
 ) -> int:
-    """A skipped prompt: a ranking without items that keeps the reason (it gives no pairs); returns its id."""
+    """A skipped prompt: a ranking without items that keeps the reason (it gives no pairs); returns its id. all_bad:
+    the answer was "none of these is good", not a pass."""
     ranking_id = con.execute(
         """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, skipped, skip_reason,
-                                 guideline_version)
-           VALUES (?, ?, ?, ?, ?, true, ?, ?) RETURNING ranking_id""",
-        [prompt_id, annotator, source, external_key, lead_time_s, reason, guideline_version],
+                                 guideline_version, all_bad)
+           VALUES (?, ?, ?, ?, ?, true, ?, ?, ?) RETURNING ranking_id""",
+        [prompt_id, annotator, source, external_key, lead_time_s, reason, guideline_version, all_bad],
     ).fetchone()[0]
     count_rankings(con, [(annotator, source, True, 0)])
     return ranking_id

@@ -433,6 +433,7 @@ def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):
     con.execute(
         "CREATE TABLE ranking_counts (annotator VARCHAR, source VARCHAR, rankings BIGINT, skipped BIGINT, pairs BIGINT)"
     )
+    con.execute("ALTER TABLE rankings ADD COLUMN all_bad BOOLEAN DEFAULT false")  # 0015's, written by insert_rankings
     (pid,) = prompt_ids(con, ["prompt 0"], "test").values()
     add_samples(con, [Sample(pid, f"sampled {j}", j, 3, "eos", 0) for j in range(4)], model_id="test")
 
@@ -456,6 +457,7 @@ def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):
     items = [RankedItem("secret L", 1, 0, kept[0]), RankedItem("secret R", 2, 1, kept[1])]
     insert_rankings(con, [RankingIn("Tell me a secret", items, "bob", "ui")])
     con.execute("DROP VIEW task_state; DROP TABLE tasks; DROP TABLE ranking_counts")
+    con.execute("ALTER TABLE rankings DROP COLUMN all_bad")
     migrate(con)
     got = con.execute("SELECT prompt, left_text, right_text, choice, flags FROM votes ORDER BY vote_id").fetchall()
     assert got == [

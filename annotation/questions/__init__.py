@@ -1,8 +1,9 @@
 """The questions a ranking task asks besides the order (issue 30's "answers as kinds"): how much better each step
-down the order is (strength.py), a correction of the best response (edit.py), and tags on single responses
-(tags.py). Each kind is one module holding one `Question`: how its answer is read from the ranking widget's value,
-from a native line and from a Label Studio annotation, the labeling-config controls that ask it in Label Studio,
-the check of an answer against the ranking it goes with, and what it does to pairs. The Annotate tab, the native
+down the order is (strength.py), a correction of the best response (edit.py), tags on single responses (tags.py),
+and the outcome "none of them is good" (all_bad.py). Each kind is one module holding one `Question`: how its
+answer is read from the ranking widget's value, from a native line and from a Label Studio annotation, the
+labeling-config controls that ask it in Label Studio, the check of an answer against the ranking it goes with, what
+it does to the ranking once every answer is in (`settle`), and what it does to pairs. The Annotate tab, the native
 importer (annotation/native.py) and the Label Studio importer and exporter (annotation/labelstudio*.py) go through
 QUESTIONS and know no kind by name; store/rankings.py writes each answer (RankingIn has one field per question).
 docs/questions.md is the recipe for the next kind.
@@ -14,12 +15,23 @@ from __future__ import annotations
 
 import re
 
-from annotation.questions import edit, strength, tags
+from annotation.questions import all_bad, edit, strength, tags
 from annotation.questions.base import Campaign, Question, Shown
 from store.errors import UserError
 
-QUESTIONS: tuple[Question, ...] = (strength.QUESTION, edit.QUESTION, tags.QUESTION)
-__all__ = ["QUESTIONS", "Campaign", "Question", "Shown", "from_ls", "from_native", "from_widget", "ls_controls"]
+QUESTIONS: tuple[Question, ...] = (strength.QUESTION, edit.QUESTION, tags.QUESTION, all_bad.QUESTION)
+__all__ = [
+    "QUESTIONS",
+    "Campaign",
+    "answered_alone",
+    "Question",
+    "Shown",
+    "from_ls",
+    "from_native",
+    "from_widget",
+    "ls_controls",
+    "settle",
+]
 
 
 def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> dict[str, object]:
@@ -48,6 +60,23 @@ def from_ls(results: list[dict], shown: Shown, where: str) -> dict[str, object]:
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
     return out
+
+
+def settle(ranking, where: str) -> None:
+    """Each answer's effect on the ranking it came with (RankingIn), once all of them are set on it."""
+    for q in QUESTIONS:
+        if q.settle is not None:
+            try:
+                q.settle(ranking)
+            except UserError as e:
+                raise UserError(f"{where}: {e}") from None
+
+
+def answered_alone(results: list[dict]) -> bool:
+    """Whether a Label Studio annotation answers a question that needs no order beside it (its Ranker may be
+    empty)."""
+    names = {str(r.get("from_name", "")) for r in results if isinstance(r, dict) and r.get("value")}
+    return any(q.alone and any(re.fullmatch(q.ls_names, n) for n in names) for q in QUESTIONS)
 
 
 def ls_controls(k: int) -> str:

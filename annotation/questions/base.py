@@ -41,6 +41,9 @@ class Question:
     pairs: str  # what an answer does to the pairs (the SQL rule it feeds), for docs/questions.md
     ls_names: str = ""  # a regex of its Label Studio control names (JSON_MIN and CSV flatten them into the record)
     ls_kind: str = "choices"  # those controls' kind: choices or textarea
+    # what the answer does to the ranking it came with, once every answer is in (all_bad.py: ties or a skip)
+    settle: Callable[[object], None] | None = None
+    alone: bool = False  # an answer that needs no order beside it (all_bad.py: a Label Studio Ranker left empty)
 
 
 def choices_of(result: dict | None, control: str) -> list[str]:

@@ -27,7 +27,8 @@ def from_native(value: object, shown: Shown) -> str | None:
         raise UserError("'edit' must be the text of the corrected best response")
     if not value.strip():
         return None
-    if problem := edit_problem(value.strip(), shown.ranks, shown.texts):
+    # the tie rule is the ranking's, checked once every answer is in (RankingIn.problem): all bad ties them
+    if problem := edit_problem(value.strip(), shown.ranks, shown.texts, ties_ok=True):
         raise UserError(problem)
     return value.strip()
 

@@ -125,6 +125,39 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
     return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts, admin)
 
 
+def on_all_bad(ctx, annotator: str, task: dict | None, value: dict | None, admin: bool = True) -> View:
+    """The All bad button: none of the shown responses is good (annotation/questions/all_bad.py). With an edit in the
+    widget, the edit is ranked over them and they tie below it; without one, the task closes with no pairs, counted
+    as all bad on the dashboard. The order and strengths on the widget are not an answer here."""
+    if not task:
+        return on_load(ctx, annotator, admin)
+    ties = [1] * len(task["response_ids"])
+    shown = Shown(texts=[], ranks=ties, response_ids=task["response_ids"])
+    campaign = Campaign(ask_strength=ctx.ask_strength, allow_edits=ctx.allow_edits)
+    answers = from_widget({**(value or {}), "strengths": None, "all_bad": True}, shown, campaign)
+    version = task.get("guideline_version")
+    if answers["edit"] is None:
+        if answers["tags"] is not None:
+            raise UserError("all bad without an edit ranks nothing, so it keeps no tags: clear them, or write an edit")
+        skip(ctx.db, annotator, task["assignment_id"], "", version, all_bad=True)
+        nxt = next_task(ctx.db, annotator, ctx.overlap, gold_rate=ctx.gold_rate)
+        return _view(ctx, annotator, nxt, "Saved as all bad. Next prompt.", admin=admin)
+    nxt, counts = submit_and_next(
+        ctx.db,
+        annotator,
+        task["assignment_id"],
+        ties,
+        ctx.overlap,
+        ctx.gold_rate,
+        None,
+        answers["edit"],
+        answers["tags"],
+        version,
+        all_bad=True,
+    )
+    return _view(ctx, annotator, nxt, "Saved as all bad, your edit ranked first. Next prompt.", counts, admin)
+
+
 def _view_same(ctx, annotator: str, task: dict, value: dict, status: str) -> View:
     p = progress(ctx.db, annotator, ctx.overlap).line()
     return View(task, "", value, p, status)
@@ -167,13 +200,14 @@ def _show(view: View) -> tuple:
 
 
 def _buttons() -> tuple:
-    """(submit, skip reason, skip, undo) under the ranker."""
+    """(submit, all bad, skip reason, skip, undo) under the ranker."""
     import gradio as gr
 
     with gr.Row():
         submit_btn = gr.Button("Submit ranking", variant="primary", elem_id="annotate-submit")
+        all_bad_btn = gr.Button("All bad", elem_id="annotate-all-bad")
         reason = gr.Dropdown(
-            ["all responses are bad", "responses are identical", "cannot judge", "offensive prompt"],
+            ["responses are identical", "cannot judge", "offensive prompt"],
             value="cannot judge",
             allow_custom_value=True,
             label="Skip reason",
@@ -181,7 +215,7 @@ def _buttons() -> tuple:
         )
         skip_btn = gr.Button("Skip", elem_id="annotate-skip")
         undo_btn = gr.Button("Undo last", elem_id="annotate-undo")
-    return submit_btn, reason, skip_btn, undo_btn
+    return submit_btn, all_bad_btn, reason, skip_btn, undo_btn
 
 
 def build_annotate_tab(ctx, demo) -> None:
@@ -215,9 +249,11 @@ def build_annotate_tab(ctx, demo) -> None:
             if ctx.allow_edits
             else ""
         )
+        + " If none of them is good, press All bad"
+        + (" (with your version written, it is ranked over all of them)." if ctx.allow_edits else ".")
     )
     widget = ranker(elem_id="ranker")
-    submit_btn, reason, skip_btn, undo_btn = _buttons()
+    submit_btn, all_bad_btn, reason, skip_btn, undo_btn = _buttons()
     status_md = gr.Markdown(elem_id="annotate-status")
     outputs = [task_state, prompt_md, widget, progress_md, status_md, confirm_state, guideline]
 
@@ -233,6 +269,9 @@ def build_annotate_tab(ctx, demo) -> None:
 
     def sub(name, task, value, confirmed, request: gr.Request):
         return guarded(on_submit, request, name, task, value, confirmed)
+
+    def bad(name, task, value, request: gr.Request):
+        return guarded(on_all_bad, request, name, task, value)
 
     def skp(name, task, why, request: gr.Request):
         return guarded(on_skip, request, name, task, why)
@@ -250,5 +289,6 @@ def build_annotate_tab(ctx, demo) -> None:
     submit_btn.click(
         sub, [name, task_state, widget, confirm_state], outputs, api_name="annotate_submit", trigger_mode="once"
     )
+    all_bad_btn.click(bad, [name, task_state, widget], outputs, api_name="annotate_all_bad", trigger_mode="once")
     skip_btn.click(skp, [name, task_state, reason], outputs, api_name="annotate_skip", trigger_mode="once")
     undo_btn.click(und, [name], outputs, api_name="annotate_undo")

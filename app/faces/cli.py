@@ -347,6 +347,7 @@ def cmd_undone(args: argparse.Namespace) -> None:
             if r.skipped
             else "ranks " + " ".join(f"{i}:{k}" for i, k in zip(r.response_ids, r.ranks, strict=True))
         )
+        what = f"all bad: {what}" if r.all_bad else what
         print(f"{r.undone_at}  {r.annotator}  prompt {r.prompt_id}  ranking {r.ranking_id} of {r.ranked_at}  {what}")
 
 

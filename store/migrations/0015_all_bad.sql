@@ -1,0 +1,6 @@
+-- "All bad" (issue 30's outcome kind, annotation/questions/all_bad.py): the annotator found none of the shown
+-- responses good. Without an edit the answer ranks nothing: it is kept as a skip is (skipped, no items, no pairs)
+-- and counted apart on the dashboard. With an edit, the edit is ranked over the shown responses, which tie below
+-- it: K pairs, none among the shown. Undo keeps the mark in its trace.
+ALTER TABLE rankings ADD COLUMN all_bad BOOLEAN DEFAULT false;
+ALTER TABLE undone_rankings ADD COLUMN all_bad BOOLEAN DEFAULT false;

@@ -1,0 +1,150 @@
+"""All bad (annotation/questions/all_bad.py): "none of the shown responses is good" is an answer of its own, from the
+Annotate tab's button, a native line or a Label Studio annotation alike. Without an edit it ranks nothing (kept as a
+skip, no pairs); with one, the edit is ranked over every shown response and they tie below it. The dashboard counts
+it, Undo keeps it in its trace, and a malformed one is one line that stores nothing."""
+
+import json
+
+import pytest
+
+from store.errors import UserError
+from tests.builders import seed_store
+from tests.conftest import query, store_rows, write_jsonl
+from tests.test_questions import _choices, _ls_task
+
+LINE = {"prompt": "Name a fruit.", "responses": ["Rocks.", "Mud.", "Sand."], "ranks": [1, 2, 3], "annotator": "ann"}
+
+
+def _pairs(db) -> set[tuple[str, str]]:
+    return set(query(db, "SELECT chosen, rejected FROM pairs"))
+
+
+def test_a_native_all_bad_line_is_a_skip_without_an_edit_and_the_edits_k_pairs_with_one(db, cli, tmp_path):
+    lines = [
+        {**LINE, "all_bad": True},
+        {**LINE, "prompt": "Name a vegetable.", "all_bad": True, "edit": "A carrot."},
+        {**LINE, "prompt": "Name a colour.", "all_bad": False},  # an ordinary ranking: 3 pairs
+    ]
+    code, out, err = cli("import", str(write_jsonl(tmp_path / "r.jsonl", lines)))
+    assert code == 0, err
+    got = query(
+        db, "SELECT p.text, r.skipped, r.skip_reason, r.all_bad FROM rankings r JOIN prompts p USING (prompt_id)"
+    )
+    assert sorted(got) == [
+        ("Name a colour.", False, None, False),
+        ("Name a fruit.", True, "all bad", True),
+        ("Name a vegetable.", False, None, True),
+    ]
+    # by hand: the edit over each of the 3 shown (which tie: no pair among them), and the colour ranking's 3
+    assert _pairs(db) == {
+        ("A carrot.", "Rocks."),
+        ("A carrot.", "Mud."),
+        ("A carrot.", "Sand."),
+        ("Rocks.", "Mud."),
+        ("Rocks.", "Sand."),
+        ("Mud.", "Sand."),
+    }
+    assert query(db, "SELECT count(*) FROM pairs p JOIN prompts USING (prompt_id) WHERE text = 'Name a fruit.'") == [
+        (0,)
+    ]
+    before = store_rows(db)
+    assert cli("import", str(tmp_path / "r.jsonl"))[0] == 0 and store_rows(db) == before  # a re-import adds nothing
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"all_bad": "yes"}, "'all_bad' must be true or false"),
+        ({"all_bad": True, "tags": [["unsafe"], [], []]}, "an all-bad answer without an edit ranks nothing, so it"),
+        ({"all_bad": True, "edit": "Rocks."}, "the edit is the same as response 1: change it, or clear it"),
+    ],
+)
+def test_a_bad_all_bad_line_is_one_line_and_nothing_is_stored(db, cli, tmp_path, change, message):
+    cli("init")
+    before = store_rows(db)
+    code, _, err = cli(
+        "import", str(write_jsonl(tmp_path / "r.jsonl", [{**LINE, "prompt": "Other."}, {**LINE, **change}]))
+    )
+    assert code == 1 and err.startswith(f"error: r.jsonl line 2: {message}"), err
+    assert store_rows(db) == before
+
+
+def test_a_label_studio_all_bad_needs_no_order_and_takes_an_edit(db, cli, tmp_path):
+    """From a task `rlhf export-ls` wrote: All bad ticked with the Ranker left empty is stored as the tab's; with an
+    edit, the edit goes over the ranked responses, which tie."""
+    alone = _ls_task([_choices("all_bad", "None of these responses is good")])
+    alone[0]["annotations"][0]["result"][0]["value"]["ranker"]["rank"] = []  # nothing ranked
+    edited = _ls_task(
+        [
+            _choices("all_bad", "None of these responses is good"),
+            {"from_name": "edit", "to_name": "prompt", "type": "textarea", "value": {"text": ["A pear."]}},
+        ]
+    )
+    edited[0]["id"], edited[0]["data"]["prompt"] = 8, "Name a pear."
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(alone + edited))
+    code, out, err = cli("import-ls", str(export))
+    assert code == 0 and "rankings added 2, pairs added 3" in out, (out, err)
+    assert sorted(query(db, "SELECT skipped, all_bad, skip_reason FROM rankings")) == [
+        (False, True, None),
+        (True, True, "all bad"),
+    ]
+    assert {c for c, _ in _pairs(db)} == {"A pear."} and len(_pairs(db)) == 3
+    bad = _ls_task([_choices("all_bad", "Everything is fine")])
+    export.write_text(json.dumps(bad))
+    before = store_rows(db)
+    code, _, err = cli("import-ls", str(export))
+    assert code == 1 and "the all_bad result holds ['Everything is fine']" in err
+    assert store_rows(db) == before
+
+
+def test_the_annotate_tabs_all_bad_button_skips_or_ranks_the_edit_first_and_undo_keeps_the_trace(db):
+    from annotation.dashboard import annotator_rows
+    from app.faces.annotate_tab import on_all_bad, on_load, on_undo
+    from app.faces.ui import AppContext
+    from store.assignments import undone
+    from store.db import connect
+
+    seed_store(db, 3, k=3)
+    ctx = AppContext(db, allow_edits=True)
+    first = on_load(ctx, "ann")
+    # the widget's order and strengths are no answer here; a tag without an edit is refused, nothing stored
+    tagged = {**first.ranker, "items": [{**it, "tags": ["unsafe"]} for it in first.ranker["items"]]}
+    before = store_rows(db)
+    with pytest.raises(UserError, match="all bad without an edit ranks nothing, so it keeps no tags"):
+        on_all_bad(ctx, "ann", first.task, tagged)
+    assert store_rows(db) == before
+    second = on_all_bad(ctx, "ann", first.task, {**first.ranker, "strengths": [3, 3]})
+    assert second.status == "Saved as all bad. Next prompt." and second.task != first.task
+    third = on_all_bad(ctx, "ann", second.task, {**second.ranker, "edit": "A better answer."})
+    assert third.status == "Saved as all bad, your edit ranked first. Next prompt."
+    assert query(db, "SELECT skipped, skip_reason, all_bad FROM rankings ORDER BY ranking_id") == [
+        (True, "all bad", True),
+        (False, None, True),
+    ]
+    # the edit over the 3 shown, which tie; no strengths
+    assert query(db, "SELECT count(*), count(DISTINCT chosen), max(strength) FROM pairs") == [(3, 1, None)]
+    (row,) = annotator_rows(db)
+    assert (row.rankings, row.skipped, row.all_bad, row.edits) == (1, 1, 2, 1)
+    on_undo(ctx, "ann")
+    with connect(db, create=False) as con:
+        (trace,) = undone(con)
+    assert trace.all_bad and not trace.skipped and len(trace.ranks) == 4  # the 3 shown and the edit
+    assert query(db, "SELECT count(*) FROM pairs") == [(0,)]
+
+
+def test_a_store_of_schema_14_migrates_with_no_answer_all_bad(tmp_path):
+    import duckdb
+
+    from store.db import connect, migrate
+
+    path = str(tmp_path / "old.duckdb")
+    con = duckdb.connect(path)
+    migrate(con, upto=14)
+    con.execute("INSERT INTO prompts (text, source) VALUES ('p', 't')")
+    con.execute(
+        "INSERT INTO rankings (prompt_id, annotator, source, skipped, skip_reason) VALUES (1, 'a', 'ui', true, 'x')"
+    )
+    con.close()
+    with connect(path) as con:
+        assert con.execute("SELECT all_bad FROM rankings").fetchall() == [(False,)]
