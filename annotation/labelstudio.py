@@ -322,7 +322,7 @@ def _pairwise(ann: Annotation, from_name: str, value: dict, cfg: LabelConfig, wh
 def _flags(items: list[RankedItem], lead_time: float | None, pairwise: bool) -> list[str]:
     flags = []
     by_rank = [it.shown_position for it in sorted(items, key=lambda it: it.rank)]
-    if not pairwise and len({it.rank for it in items}) == len(items) and by_rank == sorted(by_rank):
+    if not pairwise and len(items) > 1 and len({it.rank for it in items}) == len(items) and by_rank == sorted(by_rank):
         flags.append("shown_order")  # Label Studio saves the original order when the annotator never dragged
     if lead_time is not None and lead_time < FAST_LEAD_TIME_S:
         flags.append("fast")
@@ -347,9 +347,16 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
             items, pairwise = _pairwise(ann, str(r.get("from_name", "")), value, cfg, where), True
         if items is not None:
             break
+    if not pairwise and exported(ann.data) and answered_alone(ann.results, where):
+        # an answer that needs no order (all bad): it goes with every response the task showed, tied, whatever the
+        # Ranker holds (Label Studio saves the shown order when nobody dragged)
+        listed = _list_items(ann.data, cfg, where)
+        items = [
+            RankedItem(text=t, rank=1, shown_position=n, response_id=_store_id(i)) for n, (i, t) in enumerate(listed)
+        ]
     if items is None:
         return "unsupported"
-    if len(items) < 2 and not (exported(ann.data) and not pairwise and answered_alone(ann.results)):
+    if len(items) < 2:
         return "no preference"
     prompt = ann.data.get(cfg.prompt_field)
     if isinstance(prompt, list):  # a project of its own whose tasks hold the conversation as messages
@@ -375,7 +382,8 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
         flags=_flags(items, ann.lead_time, pairwise),
     )
     ranking.items = _dense(ranking.items)
-    problem = ranking.problem()
+    if problem := ranking.problem():
+        raise UserError(f"{where}: {problem}")
     # the questions asked beside the Ranker of a task `rlhf export-ls` wrote (its config asks them:
     # annotation/questions/): a project's own controls that happen to share a name are not read as answers
     if not pairwise and exported(ann.data):
@@ -384,15 +392,12 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
             ranks=[it.rank for it in items],
             numbers=[it.shown_position + 1 for it in items],
         )
-        answers = from_ls(ann.results, shown, where)
-        if problem and not (answers["all_bad"] and answers["edit"] is None):  # all bad alone needs no order
-            raise UserError(f"{where}: {problem}")
-        for name, answer in answers.items():
+        for name, answer in from_ls(ann.results, shown, where).items():
             setattr(ranking, name, answer)
         settle(ranking, where)
-        problem = ranking.problem()
-    if problem:
-        raise UserError(f"{where}: {problem}")
+        ranking.flags = _flags(ranking.items, ann.lead_time, pairwise)  # as settled: tied responses are no order
+        if problem := ranking.problem():
+            raise UserError(f"{where}: {problem}")
     return ranking
 
 

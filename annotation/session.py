@@ -30,7 +30,7 @@ from store.edits import add_edit, edit_in, edit_problem
 from store.errors import UserError
 from store.guidelines import current_guideline, tags_of, tags_problem
 from store.prompts import prompt_text
-from store.rankings import add_ranking, add_skip, ranks_of
+from store.rankings import add_ranking, add_skip, ranks_of, said_all_bad
 from store.responses import response_texts
 from store.strengths import steps_problem
 
@@ -50,6 +50,7 @@ class Task:
     previous_edit: str | None = None  # that submission's edit of its best response (store/edits.py), if it had one
     previous_tags: list[list[str]] | None = None  # that submission's tags, per response in shown order
     guideline: tuple[int, str] | None = None  # (version, Markdown) of the campaign's guideline when it was handed out
+    previous_all_bad: bool = False  # that submission said none of the responses was good (the All bad button)
 
 
 @dataclass
@@ -289,6 +290,7 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         assignment_id, ranking_id = last
         ranks = ranks_of(con, ranking_id)
         tags = tags_of(con, ranking_id)
+        all_bad = said_all_bad(con, ranking_id)
         if current is not None:
             drop_assignment(con, current[0])
         keep_undone(con, ranking_id, assignment_id)
@@ -298,7 +300,9 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         edit = edit_in(con, list(ranks))  # an edit was ranked 1 above the shown responses' own ranks + 1
         previous = [ranks[i] - (1 if edit else 0) for i in order] if ranks else None
         previous_tags = [tags.get(i, []) for i in order] if tags else None
-        return _task(con, assignment_id, prompt_id, order, previous, edit[1] if edit else None, previous_tags)
+        task = _task(con, assignment_id, prompt_id, order, previous, edit[1] if edit else None, previous_tags)
+        task.previous_all_bad = all_bad
+        return task
 
 
 def progress(db: str | os.PathLike, annotator: str, overlap: int = 1) -> Progress:

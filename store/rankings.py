@@ -403,6 +403,12 @@ def add_skip(
     return ranking_id
 
 
+def said_all_bad(con: duckdb.DuckDBPyConnection, ranking_id: int) -> bool:
+    """Whether the answer said none of the shown responses was good (annotation/questions/all_bad.py)."""
+    row = con.execute("SELECT all_bad FROM rankings WHERE ranking_id = ?", [ranking_id]).fetchone()
+    return bool(row and row[0])
+
+
 def ranks_of(con: duckdb.DuckDBPyConnection, ranking_id: int) -> dict[int, int]:
     """response id -> rank in this ranking (empty for a skip)."""
     return dict(

@@ -212,3 +212,25 @@ def convert(tmp_path, tasks, config_file, fmt):
 # the browser (from tests/test_browser.py)
 
 ARTIFACTS = ROOT / "test-artifacts"
+
+
+def exported_ls_task(prompt: str, responses: list[str], results: list[dict]) -> list[dict]:
+    """Task 7 as `rlhf export-ls` writes it (items x0, x1, ... shown in this order), with annotation 70 by ann: the
+    Ranker's order x1, x0, x2, ... and these results."""
+    items = [{"id": f"x{n}", "title": f"Response {n + 1}", "body": t} for n, t in enumerate(responses)]
+    order = [f"x{n}" for n in (1, 0, *range(2, len(responses)))]
+    ranker = {"from_name": "rank", "to_name": "answers", "type": "ranker", "value": {"ranker": {"rank": order}}}
+    return [
+        {
+            "id": 7,
+            "data": {"prompt": prompt, "turns": [{"role": "user", "content": prompt}], "items": items},
+            "annotations": [
+                {"id": 70, "completed_by": {"email": "ann"}, "lead_time": 30, "result": [ranker, *results]}
+            ],
+        }
+    ]
+
+
+def ls_choices(name: str, *chosen: str) -> dict:
+    """A Label Studio Choices result of control `name`."""
+    return {"from_name": name, "to_name": "answers", "type": "choices", "value": {"choices": list(chosen)}}

@@ -8,11 +8,16 @@ import json
 import pytest
 
 from store.errors import UserError
-from tests.builders import seed_store
+from tests.builders import exported_ls_task, seed_store
+from tests.builders import ls_choices as _choices
 from tests.conftest import query, store_rows, write_jsonl
-from tests.test_questions import _choices, _ls_task
 
+FRUIT = ("Name a fruit.", ["Banana.", "A pear, I think.", "Rocks."])
 LINE = {"prompt": "Name a fruit.", "responses": ["Rocks.", "Mud.", "Sand."], "ranks": [1, 2, 3], "annotator": "ann"}
+
+
+def _ls_task(results: list[dict]) -> list[dict]:
+    return exported_ls_task(*FRUIT, results)
 
 
 def _pairs(db) -> set[tuple[str, str]]:
@@ -70,32 +75,40 @@ def test_a_bad_all_bad_line_is_one_line_and_nothing_is_stored(db, cli, tmp_path,
 
 
 def test_a_label_studio_all_bad_needs_no_order_and_takes_an_edit(db, cli, tmp_path):
-    """From a task `rlhf export-ls` wrote: All bad ticked with the Ranker left empty is stored as the tab's; with an
-    edit, the edit goes over the ranked responses, which tie."""
-    alone = _ls_task([_choices("all_bad", "None of these responses is good")])
-    alone[0]["annotations"][0]["result"][0]["value"]["ranker"]["rank"] = []  # nothing ranked
+    """From tasks `rlhf export-ls` wrote: All bad ticked with the Ranker left empty, or with no Ranker result at all,
+    is stored as the tab's; with an edit, the edit goes over every response the task showed, which tie, whatever the
+    Ranker holds (here the shown order Label Studio saves when nobody dragged: no shown-order flag)."""
+    said = _choices("all_bad", "None of these responses is good")
+    empty = _ls_task([said])
+    empty[0]["annotations"][0]["result"][0]["value"]["ranker"]["rank"] = []  # nothing ranked
+    no_ranker = _ls_task([said])
+    del no_ranker[0]["annotations"][0]["result"][0]
+    no_ranker[0]["id"], no_ranker[0]["data"]["prompt"] = 9, "Name a plum."
     edited = _ls_task(
-        [
-            _choices("all_bad", "None of these responses is good"),
-            {"from_name": "edit", "to_name": "prompt", "type": "textarea", "value": {"text": ["A pear."]}},
-        ]
+        [said, {"from_name": "edit", "to_name": "prompt", "type": "textarea", "value": {"text": ["A pear."]}}]
     )
+    edited[0]["annotations"][0]["result"][0]["value"]["ranker"]["rank"] = ["x0", "x1", "x2"]
     edited[0]["id"], edited[0]["data"]["prompt"] = 8, "Name a pear."
     export = tmp_path / "export.json"
-    export.write_text(json.dumps(alone + edited))
+    export.write_text(json.dumps(empty + no_ranker + edited))
     code, out, err = cli("import-ls", str(export))
-    assert code == 0 and "rankings added 2, pairs added 3" in out, (out, err)
-    assert sorted(query(db, "SELECT skipped, all_bad, skip_reason FROM rankings")) == [
-        (False, True, None),
-        (True, True, "all bad"),
+    assert code == 0 and "rankings added 3, pairs added 3, already imported 0, skipped 0, flagged 0" in out, (out, err)
+    assert sorted(query(db, "SELECT skipped, all_bad, skip_reason, flags FROM rankings")) == [
+        (False, True, None, []),
+        (True, True, "all bad", []),
+        (True, True, "all bad", []),
     ]
-    assert {c for c, _ in _pairs(db)} == {"A pear."} and len(_pairs(db)) == 3
-    bad = _ls_task([_choices("all_bad", "Everything is fine")])
-    export.write_text(json.dumps(bad))
+    # by hand: the edit over each of the task's 3 responses, none among them
+    assert _pairs(db) == {("A pear.", t) for t in ("Banana.", "A pear, I think.", "Rocks.")}
     before = store_rows(db)
-    code, _, err = cli("import-ls", str(export))
-    assert code == 1 and "the all_bad result holds ['Everything is fine']" in err
-    assert store_rows(db) == before
+    for results in ([_choices("all_bad", "Everything is fine")], [_choices("all_bad", "Everything is fine"), "empty"]):
+        bad = _ls_task([r for r in results if r != "empty"])
+        if "empty" in results:
+            bad[0]["annotations"][0]["result"][0]["value"]["ranker"]["rank"] = []
+        export.write_text(json.dumps(bad))
+        code, _, err = cli("import-ls", str(export))
+        assert code == 1 and "task 7 annotation 70: the all_bad result holds ['Everything is fine']" in err, err
+        assert store_rows(db) == before
 
 
 def test_the_annotate_tabs_all_bad_button_skips_or_ranks_the_edit_first_and_undo_keeps_the_trace(db):
@@ -126,14 +139,18 @@ def test_the_annotate_tabs_all_bad_button_skips_or_ranks_the_edit_first_and_undo
     assert query(db, "SELECT count(*), count(DISTINCT chosen), max(strength) FROM pairs") == [(3, 1, None)]
     (row,) = annotator_rows(db)
     assert (row.rankings, row.skipped, row.all_bad, row.edits) == (1, 1, 2, 1)
-    on_undo(ctx, "ann")
+    back = on_undo(ctx, "ann")
+    assert back.status == "Your last answer, All bad, is back: press All bad or rank." and back.ranker["edit"] == (
+        "A better answer."
+    )
     with connect(db, create=False) as con:
         (trace,) = undone(con)
     assert trace.all_bad and not trace.skipped and len(trace.ranks) == 4  # the 3 shown and the edit
     assert query(db, "SELECT count(*) FROM pairs") == [(0,)]
 
 
-def test_a_store_of_schema_14_migrates_with_no_answer_all_bad(tmp_path):
+def test_a_store_of_schema_14_migrates_and_its_all_bad_skips_become_the_answer(tmp_path):
+    """Before, 'all responses are bad' was one of the Annotate tab's skip reasons: those skips are this answer."""
     import duckdb
 
     from store.db import connect, migrate
@@ -142,9 +159,12 @@ def test_a_store_of_schema_14_migrates_with_no_answer_all_bad(tmp_path):
     con = duckdb.connect(path)
     migrate(con, upto=14)
     con.execute("INSERT INTO prompts (text, source) VALUES ('p', 't')")
-    con.execute(
-        "INSERT INTO rankings (prompt_id, annotator, source, skipped, skip_reason) VALUES (1, 'a', 'ui', true, 'x')"
-    )
+    for reason in ("cannot judge", "all responses are bad"):
+        con.execute(
+            "INSERT INTO rankings (prompt_id, annotator, source, skipped, skip_reason) VALUES (1, 'a', 'ui', true, ?)",
+            [reason],
+        )
     con.close()
     with connect(path) as con:
-        assert con.execute("SELECT all_bad FROM rankings").fetchall() == [(False,)]
+        got = con.execute("SELECT skip_reason, all_bad FROM rankings ORDER BY ranking_id").fetchall()
+    assert got == [("cannot judge", False), ("all responses are bad", True)]

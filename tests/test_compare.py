@@ -405,7 +405,7 @@ def test_a_vote_through_the_app_reaches_no_queue_no_prompt_and_training_only_whe
         run = prepare_run(db, cfg, tmp_path / "runs")
         data = Path(json.loads((run / "config.json").read_text())["data"])
         files = [str(f) for f in sorted(data.glob("*.parquet"))]
-        assert query(db, f"SELECT count(*) FILTER (source = 'compare'), count(*) FROM read_parquet({files})") == [
+        assert query(db, "SELECT count(*) FILTER (source = 'compare'), count(*) FROM read_parquet(?)", [files]) == [
             (votes, 12 + votes)
         ]
 

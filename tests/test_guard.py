@@ -178,7 +178,7 @@ def _opened(opener, url: str, headers: dict | None = None, data: bytes | None = 
 @pytest.mark.integration
 def test_uploads_are_the_admins_capped_per_hour_and_deleted_and_logins_expire(tmp_path):
     """An annotator has no upload control, so his uploads are refused; an admin's are capped per hour (here 1 MB)
-    and deleted from the server after --cache-hours (here 2.2 s; Gradio kept them for good before); a login ends
+    and deleted from the server after --cache-hours (here 2 s; Gradio kept them for good before); a login ends
     after --session-hours (here 2 s)."""
     import time
     from pathlib import Path
@@ -209,8 +209,10 @@ def test_uploads_are_the_admins_capped_per_hour_and_deleted_and_logins_expire(tm
         server.stop()
 
 
-def test_a_cache_kept_for_no_time_is_refused_in_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf"])
+def test_a_cache_kept_for_no_time_or_for_ever_is_refused_in_one_line(tmp_path, capsys, hours):
     from app.faces.cli import main
 
-    assert main(["--db", str(tmp_path / "s.duckdb"), "ui", "--cache-hours", "0"]) == 1
-    assert "--cache-hours must be above 0, got 0.0" in capsys.readouterr().err
+    assert main(["--db", str(tmp_path / "s.duckdb"), "ui", "--cache-hours", hours]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: --cache-hours must be a number of hours above 0, got {float(hours)}\n"

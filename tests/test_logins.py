@@ -45,7 +45,11 @@ def _user_add_at_a_terminal(users: Path, name: str, answers: list[str]) -> tuple
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: its controlling terminal is the pty
-        os.execv(sys.executable, [sys.executable, "-m", "app.faces.cli", "user", "add", name, "--file", str(users)])
+        try:
+            os.chdir(Path(__file__).resolve().parents[1])  # the repository, where `-m app.faces.cli` resolves
+            os.execv(sys.executable, [sys.executable, "-m", "app.faces.cli", "user", "add", name, "--file", str(users)])
+        finally:
+            os._exit(127)  # never back into pytest
     shown, deadline = b"", time.time() + 120
 
     def read() -> bool:
@@ -74,6 +78,7 @@ def _user_add_at_a_terminal(users: Path, name: str, answers: list[str]) -> tuple
         if not more:
             time.sleep(0.1)
     os.kill(pid, 9)
+    os.waitpid(pid, 0)
     raise AssertionError(f"rlhf user add did not end: {shown!r}")
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from annotation.labelstudio_export import ranker_config
 from annotation.questions import QUESTIONS
+from tests.builders import exported_ls_task
+from tests.builders import ls_choices as _choices
 from tests.conftest import query, store_rows, write_jsonl
 
 LINE = {
@@ -93,27 +95,7 @@ def test_a_bad_answer_is_one_line_naming_the_line_and_nothing_is_stored(db, cli,
 
 
 def _ls_task(results: list[dict]) -> list[dict]:
-    """A task as `rlhf export-ls` writes it (items shown in this order), annotated with these results."""
-    items = [{"id": f"x{n}", "title": f"Response {n + 1}", "body": t} for n, t in enumerate(LINE["responses"])]
-    ranker = {
-        "from_name": "rank",
-        "to_name": "answers",
-        "type": "ranker",
-        "value": {"ranker": {"rank": ["x1", "x0", "x2"]}},
-    }
-    return [
-        {
-            "id": 7,
-            "data": {"prompt": LINE["prompt"], "turns": [{"role": "user", "content": LINE["prompt"]}], "items": items},
-            "annotations": [
-                {"id": 70, "completed_by": {"email": "ann"}, "lead_time": 30, "result": [ranker, *results]}
-            ],
-        }
-    ]
-
-
-def _choices(name: str, *chosen: str) -> dict:
-    return {"from_name": name, "to_name": "answers", "type": "choices", "value": {"choices": list(chosen)}}
+    return exported_ls_task(LINE["prompt"], LINE["responses"], results)
 
 
 LS_ANSWERS = [

@@ -18,6 +18,7 @@ import re
 from annotation.questions import all_bad, edit, strength, tags
 from annotation.questions.base import Campaign, Question, Shown
 from store.errors import UserError
+from store.rankings import RankingIn
 
 QUESTIONS: tuple[Question, ...] = (strength.QUESTION, edit.QUESTION, tags.QUESTION, all_bad.QUESTION)
 __all__ = [
@@ -62,7 +63,7 @@ def from_ls(results: list[dict], shown: Shown, where: str) -> dict[str, object]:
     return out
 
 
-def settle(ranking, where: str) -> None:
+def settle(ranking: RankingIn, where: str) -> None:
     """Each answer's effect on the ranking it came with (RankingIn), once all of them are set on it."""
     for q in QUESTIONS:
         if q.settle is not None:
@@ -72,11 +73,15 @@ def settle(ranking, where: str) -> None:
                 raise UserError(f"{where}: {e}") from None
 
 
-def answered_alone(results: list[dict]) -> bool:
-    """Whether a Label Studio annotation answers a question that needs no order beside it (its Ranker may be
-    empty)."""
-    names = {str(r.get("from_name", "")) for r in results if isinstance(r, dict) and r.get("value")}
-    return any(q.alone and any(re.fullmatch(q.ls_names, n) for n in names) for q in QUESTIONS)
+def answered_alone(results: list[dict], where: str) -> bool:
+    """Whether a Label Studio annotation answers a question that needs no order beside it (its Ranker may be empty
+    or missing). Such a question's reader looks at no shown response."""
+    by_name = {str(r.get("from_name", "")): r for r in results if isinstance(r, dict)}
+    nothing_shown = Shown(texts=[], ranks=[])
+    try:
+        return any(q.alone and q.from_ls(by_name, nothing_shown) is not None for q in QUESTIONS)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def ls_controls(k: int) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from store.errors import UserError
+from store.rankings import RankingIn
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Question:
     ls_names: str = ""  # a regex of its Label Studio control names (JSON_MIN and CSV flatten them into the record)
     ls_kind: str = "choices"  # those controls' kind: choices or textarea
     # what the answer does to the ranking it came with, once every answer is in (all_bad.py: ties or a skip)
-    settle: Callable[[object], None] | None = None
+    settle: Callable[[RankingIn], None] | None = None
     alone: bool = False  # an answer that needs no order beside it (all_bad.py: a Label Studio Ranker left empty)
 
 

@@ -173,6 +173,8 @@ def on_skip(ctx, annotator: str, task: dict | None, reason: str, admin: bool = T
 
 def on_undo(ctx, annotator: str, admin: bool = True) -> View:
     task = undo_last(ctx.db, annotator)
+    if task.previous_all_bad:
+        return _view(ctx, annotator, task, "Your last answer, All bad, is back: press All bad or rank.", admin=admin)
     return _view(ctx, annotator, task, "Your last answer is back: change it and submit again.", admin=admin)
 
 

@@ -248,7 +248,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
         print("\n".join(headline(results)))
         failed = [name for name, ok in results["checks"].items() if not ok]
     else:  # each seed a whole demo in FOLDER/seed-S, then the claims over seeds (app/studies/demo_seeds.py)
-        from app.studies.demo_seeds import SEEDS_REPORT, write_combined
+        from app.studies.demo_seeds import SEEDS_REPORT, verdicts, write_combined
 
         runs, failed = [], []
         for seed in range(cfg.seed, cfg.seed + args.seeds):
@@ -257,8 +257,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
             print("\n".join(headline(r)), flush=True)
             runs.append(r)
             failed += [f"seed {seed}: {name}" for name, ok in r["checks"].items() if not ok]
-        write_combined(runs, folder)
-        print(f"over {args.seeds} seeds: {folder / SEEDS_REPORT}")
+        combined = write_combined(runs, folder)
+        print("\n".join(verdicts(combined)) + f"\nover {args.seeds} seeds: {folder / SEEDS_REPORT}")
     if failed:
         raise UserError(f"the demo finished but {len(failed)} check(s) failed: {'; '.join(failed)}")
 

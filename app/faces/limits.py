@@ -6,6 +6,7 @@ new tokens before the first one: about 46 GB in fp32 for SmolLM2-135M), a best-o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from store.errors import UserError
@@ -33,8 +34,8 @@ class ServeLimits:
     def cache_schedule(self) -> tuple[int, int]:
         """Gradio's delete_cache: (every how many seconds it looks, the age in seconds past which a file goes). It
         looks every hour, or twice per age when that is shorter."""
-        if self.cache_hours <= 0:
-            raise UserError(f"--cache-hours must be above 0, got {self.cache_hours}")
+        if not math.isfinite(self.cache_hours) or self.cache_hours <= 0:
+            raise UserError(f"--cache-hours must be a number of hours above 0, got {self.cache_hours}")
         age = max(1, round(self.cache_hours * 3600))
         return max(1, min(3600, age // 2)), age
 

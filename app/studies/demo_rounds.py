@@ -17,6 +17,7 @@ rule reach random's held-out accuracy with fewer labels."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import shutil
 import time
@@ -251,24 +252,26 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
     per-prompt 95% interval or None). Each arm's final win rate and held-out accuracy; the multi-round random arm
     minus one round, on both; and each other rule's accuracy after each of its rounds 2+ minus random's final one
     (above zero at fewer labels than the budget: the rule reached random's accuracy with fewer labels)."""
+    # rows are named by the labels each round was given (the budget's shares), the same in every seed; the labels
+    # a round stored can be a few fewer (a prompt whose samples are all alike is not ranked)
+    rounds, budget = r["config"]["rounds"], r["label_budget"]
+    given = list(itertools.accumulate(shares(budget, rounds)))
     out: dict[str, tuple[float, list[float] | None]] = {}
     for arm in r["arms"]:
-        p = arm["points"][-1]
-        out[f"{arm['name']}: win rate over SFT at {p['labels']} labels"] = (p["win_rate"], p["ci95"])
-        out[f"{arm['name']}: held-out reward-model accuracy at {p['labels']} labels"] = (p["rm_accuracy"], p["rm_ci95"])
+        p, n = arm["points"][-1], given[len(arm["points"]) - 1] if arm["rounds"] > 1 else budget
+        out[f"{arm['name']}: win rate over SFT at {n} labels"] = (p["win_rate"], p["ci95"])
+        out[f"{arm['name']}: held-out reward-model accuracy at {n} labels"] = (p["rm_accuracy"], p["rm_ci95"])
     one, by_rule = r["arms"][0]["points"][-1], {a["select"]: a for a in r["arms"][1:]}
     if "random" in by_rule:
-        many, rounds = by_rule["random"]["points"][-1], r["config"]["rounds"]
+        many = by_rule["random"]["points"][-1]
         out[f"{rounds} rounds (random) minus 1 round: win rate over SFT"] = (many["win_rate"] - one["win_rate"], None)
         out[f"{rounds} rounds (random) minus 1 round: held-out reward-model accuracy"] = (
             many["rm_accuracy"] - one["rm_accuracy"],
             None,
         )
         for rule, arm in by_rule.items():
-            for p in arm["points"][1:] if rule != "random" else []:  # round 1 is the arms' shared one
-                name = (
-                    f"{rule} at {p['labels']} labels minus random at {many['labels']}: held-out reward-model accuracy"
-                )
+            for n, p in list(zip(given, arm["points"], strict=False))[1:] if rule != "random" else []:  # round 1 shared
+                name = f"{rule} at {n} labels minus random at {budget}: held-out reward-model accuracy"
                 out[name] = (p["rm_accuracy"] - many["rm_accuracy"], None)
     return out
 

@@ -105,12 +105,21 @@ def _fmt(x: float, kind: str) -> str:
     return {"nats": f"{x:+.3f}", "difference": f"{100 * x:+.1f} pts"}.get(kind, f"{x:.1%}")
 
 
+def _clipped(o: tuple[float, float, float] | None, kind: str) -> tuple[float, float, float] | None:
+    """An interval over seeds within what its numbers can be: a rate in 0-100%, a difference of two rates in
+    -100 to +100 points (two seeds give t = 12.7)."""
+    low = {"rate": 0.0, "difference": -1.0}.get(kind)
+    if o is None or low is None:
+        return o
+    return o[0], max(low, o[1]), min(1.0, o[2])
+
+
 def verdicts(combined: dict) -> list[str]:
     """For each difference combined over seeds: whether its interval over seeds lies above zero, below, or holds it
     (no clear difference), in words."""
     out = []
     for row in combined["rows"]:
-        o = row["over_seeds"]
+        o = _clipped(row["over_seeds"], _kind(row["headline"]))
         if _kind(row["headline"]) != "difference" or o is None:
             continue
         mean, lo, hi = o
@@ -144,9 +153,7 @@ def report(combined: dict) -> str:
             _fmt(v, kind) + (f" ({ci[0]:.1%}-{ci[1]:.1%})" if ci else "")
             for v, ci in zip(row["values"], row["ci95"], strict=True)
         ]
-        o = row["over_seeds"]
-        if o and kind == "rate":  # a rate's interval ends at 0% and 100% (two seeds give t = 12.7)
-            o = (o[0], max(0.0, o[1]), min(1.0, o[2]))
+        o = _clipped(row["over_seeds"], kind)
         last = f"{_fmt(o[0], kind)} ({_fmt(o[1], kind)} to {_fmt(o[2], kind)})" if o else "one seed: no interval"
         lines.append(f"|{row['headline']}|" + "|".join(cells) + f"|{last}|")
     said = verdicts(combined)

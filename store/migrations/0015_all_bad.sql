@@ -4,3 +4,6 @@
 -- it: K pairs, none among the shown. Undo keeps the mark in its trace.
 ALTER TABLE rankings ADD COLUMN all_bad BOOLEAN DEFAULT false;
 ALTER TABLE undone_rankings ADD COLUMN all_bad BOOLEAN DEFAULT false;
+-- Before, the Annotate tab offered "all responses are bad" among the skip reasons: those skips were this answer.
+UPDATE rankings SET all_bad = true WHERE skipped AND skip_reason = 'all responses are bad';
+UPDATE undone_rankings SET all_bad = true WHERE skipped AND skip_reason = 'all responses are bad';
