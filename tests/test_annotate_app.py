@@ -60,6 +60,13 @@ def test_submit_skip_undo_through_the_api(server, db):
     back_prompt, back_value, _, status, _ = ann.predict("", api_name="/annotate_undo")
     assert back_prompt == prompt2 and status.startswith("Your last answer is back")
     assert query(db, "SELECT count(*) FROM rankings") == [(1,)]
+    # All bad: none of them is good (no edit here: no pairs), stored as the answer it is
+    _, _, _, status, _ = ann.predict("", back_value, api_name="/annotate_all_bad")
+    assert status == "Saved as all bad. Next prompt."
+    assert query(db, "SELECT skipped, skip_reason, all_bad FROM rankings ORDER BY ranking_id") == [
+        (False, None, False),
+        (True, "all bad", True),
+    ]
     # bob gets a prompt nobody holds (overlap 1)
     bob = _client(server, "bob")
     bob_prompt = bob.predict("", api_name="/annotate_next")[0]
