@@ -37,8 +37,9 @@ WATCH_TAU_GAP = 0.3
 WATCH_MIN_PROMPTS = 5
 WATCH_GOLD_ACCURACY = 0.7
 WATCH_MIN_GOLD = 3
-HEADERS = [
+HEADERS = [  # who to look at, and why, first: the table is wider than a screen
     "annotator",
+    "look at",
     "rankings",
     "skips",
     "all bad",
@@ -53,7 +54,6 @@ HEADERS = [
     "gold",
     "gold n",
     "RM agree",
-    "look at",
 ]
 
 
@@ -149,6 +149,7 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
     return [
         [
             r.annotator,
+            "; ".join(r.watch),
             r.rankings,
             r.skipped,
             r.all_bad,
@@ -163,7 +164,6 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
             share(r.gold_accuracy),
             r.gold_tasks,
             share(r.rm_agreement),
-            "; ".join(r.watch),
         ]
         for r in rows
     ]
@@ -179,8 +179,9 @@ def as_json(rows: list[AnnotatorRow]) -> list[dict]:
 
 
 def text_table(rows: list[AnnotatorRow]) -> str:
-    """The table as aligned text (`rlhf annotators`)."""
-    cells = [HEADERS] + [[str(c) for c in r] for r in table(rows)]
+    """The table as aligned text (`rlhf annotators`), the reasons to look last (each row's longest cell)."""
+    last = [0, *range(2, len(HEADERS)), 1]
+    cells = [[row[i] for i in last] for row in [HEADERS] + [[str(c) for c in r] for r in table(rows)]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(HEADERS))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 

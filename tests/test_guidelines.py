@@ -110,7 +110,7 @@ def test_the_dashboard_counts_each_annotators_tags(db, cli):
     rows = {r.annotator: r for r in annotator_rows(db)}
     assert rows["ann"].tags == {"unsafe": 4, "off topic": 2} and rows["bob"].tags == {}
     assert tag_line(rows["ann"].tags) == "unsafe 4, off topic 2"
-    assert table([rows["ann"]])[0][5] == "unsafe 4, off topic 2"
+    assert table([rows["ann"]])[0][6] == "unsafe 4, off topic 2"
     code, out, _ = cli("annotators")
     assert code == 0 and "unsafe 4, off topic 2" in out
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client, handle_file
 
+from app.faces.data_tab import ANNOTATOR_WIDTHS
 from app.faces.logins import read_users
 from app.faces.ui import AppContext, build_app, is_loopback
 from bench.app_server import free_port
@@ -60,8 +61,9 @@ def test_data_tab_end_to_end(app, db, tmp_path):
     assert agreement["data"] == []  # nobody shares a prompt yet
     assert "prompts 43 (5 with responses, 38 pending)" in counts and "pairs 2" in counts
     dashboard, _ = app.predict(api_name="/annotators")  # the two imported rankings, by their annotators
-    assert dashboard["headers"][:3] == ["annotator", "rankings", "skips"]
-    assert sum(row[1] for row in dashboard["data"]) == 2
+    assert dashboard["headers"][:4] == ["annotator", "look at", "rankings", "skips"]
+    assert len(ANNOTATOR_WIDTHS) == len(dashboard["headers"]) and sum(int(w[:-1]) for w in ANNOTATOR_WIDTHS) == 100
+    assert sum(row[2] for row in dashboard["data"]) == 2
 
 
 @pytest.mark.integration

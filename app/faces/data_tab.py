@@ -63,6 +63,9 @@ def agreement_table(db: str) -> list[list]:
     return [[r["annotators"], r["shared_prompts"], round(r["mean_tau"], 3)] for r in agreement(db)]
 
 
+# the Annotators table's columns (annotation/dashboard.py::HEADERS): the reasons to look at someone get the room
+ANNOTATOR_WIDTHS = ["8%", "23%", "5%", "4%", "4%", "4%", "9%", "5%", "5%", "6%", "5%", "4%", "5%", "4%", "4%", "5%"]
+
 DOWNLOAD_AGE_S = 600  # Gradio copies a download into its own cache as it answers; ours can go soon after
 
 
@@ -166,17 +169,17 @@ def _dashboard_section() -> SimpleNamespace:
     import gradio as gr
 
     gr.Markdown(
-        "### Annotators (`rlhf annotators`): how much, how fast (median seconds a task, tasks an hour), agreement "
-        "with the others (mean Kendall tau-b, on how many shared prompts), rankings under 2 s or left in the shown "
-        "order, the tags they gave, accuracy on gold prompts (on how many), agreement with the newest reward model "
-        "scored (`rlhf rm-agreement`), and whom to look at"
+        "### Annotators (`rlhf annotators`): whom to look at and why, then how much (rankings, skips, all bad, "
+        "edits, tags), how fast (median seconds a task, tasks an hour), agreement with the others (mean Kendall "
+        "tau-b, on how many shared prompts), rankings under 2 s or left in the shown order, accuracy on gold prompts "
+        "(on how many), and agreement with the newest reward model scored (`rlhf rm-agreement`)"
     )
     annotators_df = gr.Dataframe(
         headers=ANNOTATOR_HEADERS,
         interactive=False,
         elem_id="annotators",
         wrap=True,
-        column_widths=["9%", "6%", "5%", "5%", "10%", "6%", "6%", "6%", "5%", "5%", "6%", "5%", "4%", "5%", "17%"],
+        column_widths=ANNOTATOR_WIDTHS,
     )
     answers_plot = gr.LinePlot(
         x="time", y="answers", color="annotator", height=220, visible=False, elem_id="answers-over-time"
