@@ -232,19 +232,19 @@ def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], r
 
 
 def _content(r: RankingIn) -> tuple:
-    """What makes two rankings the same judgement: the prompt, and each response text with its rank (an edit
-    among them)."""
-    return r.prompt, tuple(sorted(r.stored_items()))
+    """What makes two rankings the same judgement: the prompt, whether it said all bad (a skip without items is
+    either a pass or that), and each response text with its rank (an edit among them)."""
+    return r.prompt, bool(r.all_bad), tuple(sorted(r.stored_items()))
 
 
 def _contents(rows: list[tuple]) -> dict[tuple, tuple]:
-    """(tag, key, prompt, response text, rank) rows -> {(tag, key): content as `_content` gives it}. A ranking
-    without items (a skip) has one row whose text is NULL."""
-    prompts, items = {}, {}
-    for tag, key, prompt, text, rank in rows:
-        prompts[(tag, key)] = prompt
+    """(tag, key, prompt, all bad, response text, rank) rows -> {(tag, key): content as `_content` gives it}. A
+    ranking without items (a skip) has one row whose text is NULL."""
+    heads, items = {}, {}
+    for tag, key, prompt, all_bad, text, rank in rows:
+        heads[(tag, key)] = (prompt, bool(all_bad))
         items.setdefault((tag, key), []).extend([(text, rank)] if text is not None else [])
-    return {k: (prompts[k], tuple(sorted(items[k]))) for k in prompts}
+    return {k: (*heads[k], tuple(sorted(items[k]))) for k in heads}
 
 
 def _rows_by_key(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[tuple]:
@@ -252,7 +252,7 @@ def _rows_by_key(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[tuple]
     if not keys:
         return []
     return con.execute(
-        """SELECT k.external_key, k.external_key, p.text, r.text, i.rank
+        """SELECT k.external_key, k.external_key, p.text, k.all_bad, r.text, i.rank
            FROM rankings k JOIN prompts p ON p.prompt_id = k.prompt_id
            LEFT JOIN ranking_items i ON i.ranking_id = k.ranking_id
            LEFT JOIN responses r ON r.response_id = i.response_id
@@ -269,7 +269,7 @@ def _rows_by_alias(con: duckdb.DuckDBPyConnection, wanted: list[tuple[int, Ranki
     if not asked:
         return []
     return con.execute(
-        """SELECT q.n, k.external_key, p.text, r.text, i.rank
+        """SELECT q.n, k.external_key, p.text, k.all_bad, r.text, i.rank
            FROM (SELECT unnest(?::BIGINT[]) AS n, unnest(?::VARCHAR[]) AS prompt, unnest(?::VARCHAR[]) AS pattern) q
            JOIN prompts p ON p.text = q.prompt
            JOIN rankings k ON k.prompt_id = p.prompt_id AND k.external_key LIKE q.pattern ESCAPE '\\'

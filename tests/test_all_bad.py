@@ -168,3 +168,22 @@ def test_a_store_of_schema_14_migrates_and_its_all_bad_skips_become_the_answer(t
     with connect(path) as con:
         got = con.execute("SELECT skip_reason, all_bad FROM rankings ORDER BY ranking_id").fetchall()
     assert got == [("cannot judge", False), ("all responses are bad", True)]
+
+
+def test_an_all_bad_skip_under_a_plain_skips_key_is_a_conflict_not_a_repeat(db):
+    """Two skips have no items to tell them apart: under one key, a pass and an all-bad answer are two judgements,
+    so the second is reported as a conflict and the stored one stays."""
+    from store.db import write
+    from store.rankings import RankingIn, insert_rankings
+
+    def skip(all_bad: bool) -> RankingIn:
+        return RankingIn("p", [], "ann", "native", "k1", skipped=True, skip_reason="x", all_bad=all_bad)
+
+    with write(db) as con:
+        assert insert_rankings(con, [skip(False)]).added == 1
+    before = store_rows(db)
+    with write(db) as con:
+        result = insert_rankings(con, [skip(True)])
+        again = insert_rankings(con, [skip(False)])
+    assert (result.added, result.conflicts, again.already) == (0, ["k1"], 1)
+    assert store_rows(db) == before
