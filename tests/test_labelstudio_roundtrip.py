@@ -99,21 +99,26 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
         if t.data["prompt"] == "Say hello.":  # the questions beside the order, asked by the exported config
             result += _answers(t.data["items"])
         client.annotations.create(id=t.id, lead_time=15.0, result=result)
-    # a second annotator skips the first task
+    # a second annotator skips the first task, and finds none of the second task's responses good (the Ranker as
+    # Label Studio left it: empty)
     client.annotations.create(id=ls_tasks[0].id, was_cancelled=True, result=[])
+    all_bad = {"from_name": "all_bad", "to_name": "prompt", "type": "choices"}
+    all_bad["value"] = {"choices": ["None of these responses is good"]}
+    client.annotations.create(id=ls_tasks[1].id, lead_time=9.0, result=[all_bad])
 
     responses_before = query(db, "SELECT count(*) FROM responses")[0][0]
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", ls_server.token)
     code, out, err = cli("import-ls", "--url", ls_server.url, "--project", str(project.id))
     assert code == 0, err
     assert out.strip() == (
-        "tasks 4, annotations 5, rankings added 4, pairs added 28, already imported 0, skipped 1 (cancelled 1), "
+        "tasks 4, annotations 6, rankings added 5, pairs added 28, already imported 0, skipped 1 (cancelled 1), "
         "flagged 0"
     )
     # the access token is in no row, no file next to the store (WAL included) and no output
     assert ls_server.token not in repr(store_rows(db)) and ls_server.token not in out + err
     for f in Path(db).parent.rglob("*"):
         assert not f.is_file() or ls_server.token.encode() not in f.read_bytes(), f
+    assert query(db, "SELECT skipped, skip_reason FROM rankings WHERE all_bad") == [(True, "all bad")]
     # every item mapped back to its sampled response: the one new response row is the edit
     assert query(db, "SELECT count(*) FROM responses") == [(responses_before + 1,)]
     expected = {(p, a, b) for p, texts in PROMPTS.items() for a in texts for b in texts if len(a) > len(b)}
@@ -139,7 +144,7 @@ def test_round_trip_through_label_studio(cli, db, tmp_path, ls_server, monkeypat
     export = tmp_path / "export.json"
     export.write_text(json.dumps(client.projects.exports.as_json(project.id)))
     code, out, _ = cli("import-ls", str(export))
-    assert code == 0 and "rankings added 0" in out and "already imported 4" in out
+    assert code == 0 and "rankings added 0" in out and "already imported 5" in out
     assert store_rows(db) == before
 
 
