@@ -58,3 +58,14 @@ def reward_run_paths(con: duckdb.DuckDBPyConnection, before: str | None = None) 
             [before],
         ).fetchall()
     return [p for (p,) in rows]
+
+
+def keep_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str], old: str, new: str) -> None:
+    """A store copied into another folder (`rlhf demo --fork`): only these runs recorded, and the folder `old` named
+    `new` in the runs' and the snapshots' paths (the other runs' folders were not copied)."""
+    con.execute("DELETE FROM runs WHERE run_id NOT IN (SELECT unnest(?::VARCHAR[]))", [run_ids])
+    con.execute(
+        "UPDATE runs SET path = replace(path, ?, ?), config = replace(config::VARCHAR, ?, ?)::JSON",
+        [old, new, old, new],
+    )
+    con.execute("UPDATE snapshots SET path = replace(path, ?, ?)", [old, new])

@@ -1,7 +1,9 @@
 """A demo that outlives a session (app/studies/demo_stages.py): finished stages kept and never run again, a
 started training run continued or kept, and `rlhf demo --resume` refusing what would mix two configurations."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +104,109 @@ def test_demo_resume_with_other_settings_is_one_error_line_and_changes_nothing(t
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert main(["demo", "--resume", str(tmp_path / "nothing")]) == 1
     assert "is not a demo folder to resume" in capsys.readouterr().err
+
+
+def _finished_demo(folder, db_file, **settings):
+    """A demo folder whose set-up, sampling and reward stages are done (and, as a real demo's, a PPO and a DPO run
+    after them): its settings, stages.json naming its own folder, the runs' folders and a store recording them."""
+    from store.db import write
+    from store.runs import record_run
+    from store.snapshot import write_snapshot
+
+    from tests.builders import campaign_store
+
+    folder.mkdir()
+    save_settings(folder, DemoConfig(**{**QUICK, **settings}), True, 1)
+    campaign_store(db_file)  # rankings, so pairs for the snapshot
+    (folder / "store.duckdb").write_bytes(open(db_file, "rb").read())
+    with write(str(folder / "store.duckdb")) as con:
+        snap = write_snapshot(con, folder / "snapshots")
+        for run in ("rm-1", "ppo-1", "dpo-1"):
+            (folder / "runs" / run).mkdir(parents=True)
+            config = {"output_dir": str(folder / "runs" / run), "data": str(snap)}
+            (folder / "runs" / run / "config.json").write_text(json.dumps(config))
+            record_run(con, run, run.split("-")[0], str(folder / "runs" / run), config, None)
+    (folder / "runs" / "rm-1" / "model.safetensors").write_bytes(b"w" * (1 << 20))  # big: linked, not copied
+    (folder / "runs" / "dpo-1" / "status.json").write_text('{"state": "finished"}')
+    (folder / "heldout_prompts.txt").write_text("a held-out prompt\n")
+    done = {
+        "set-up": {"value": ["tiny", "tiny", ["p"], ["h"], str(folder / "store.duckdb")], "seconds": 1.0},
+        "sampling": {"value": [[["r"]], 1, 6], "seconds": 2.0},
+        "reward": {"value": [{"seed": 0}, "rm-1", {"eval/rm_accuracy": 0.9}], "seconds": 3.0},
+        "ppo": {"value": "ppo-1", "seconds": 4.0},
+        "dpo": {"value": [{"dpo_run": "dpo-1"}, []], "seconds": 5.0},
+    }
+    write_json_atomic(folder / "stages.json", {"done": done, "started": {}})
+    return folder
+
+
+def test_a_fork_keeps_the_reward_stage_and_the_dpo_run_under_its_own_folder_and_leaves_its_source_alone(tmp_path, db):
+    from app.studies.demo_stages import fork_demo, fork_settings
+    from tests.conftest import query, store_rows
+
+    src = _finished_demo(tmp_path / "src", db)
+    before = {p: p.read_bytes() for p in src.rglob("*") if p.is_file() and p.suffix != ".duckdb"}
+    rows_before = store_rows(str(src / "store.duckdb"))
+    cfg, parent, quick = fork_settings(src, DemoConfig, {"ppo_settings": "whiten_advantages=true", "k": 4})
+    assert quick and cfg == dataclasses.replace(parent, ppo_settings="whiten_advantages=true")
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    fork_demo(src, fork, keep_dpo=True)
+    state = Stages(fork).state
+    assert list(state["done"]) == ["set-up", "sampling", "reward"] and state["started"] == {"dpo": "dpo-1"}
+    assert state["done"]["set-up"]["value"][4] == str(fork / "store.duckdb") and state["forked_from"] == str(src)
+    assert sorted(p.name for p in (fork / "runs").iterdir()) == ["dpo-1", "rm-1"]  # PPO's run is the fork's to train
+    assert json.loads((fork / "runs" / "rm-1" / "config.json").read_text())["output_dir"] == str(fork / "runs" / "rm-1")
+    assert (fork / "runs" / "rm-1" / "model.safetensors").stat().st_ino == (
+        src / "runs/rm-1/model.safetensors"
+    ).stat().st_ino
+    rows, db_fork = store_rows(str(fork / "store.duckdb")), str(fork / "store.duckdb")
+    runs = query(db_fork, "SELECT run_id, path, config->>'output_dir' FROM runs ORDER BY run_id")
+    assert runs == [(k, str(fork / "runs" / k), str(fork / "runs" / k)) for k in ("dpo-1", "rm-1")]
+    (snap,) = query(db_fork, "SELECT path FROM snapshots")
+    assert Path(snap[0]).parent == fork / "snapshots" and Path(snap[0]).is_dir()
+    assert rows["rankings"] == rows_before["rankings"] and rows["prompts"] == rows_before["prompts"]
+    assert {p: p.read_bytes() for p in src.rglob("*") if p.is_file() and p.suffix != ".duckdb"} == before
+    assert store_rows(str(src / "store.duckdb")) == rows_before
+    # other DPO settings: DPO trains again in the fork
+    fork2 = tmp_path / "fork2"
+    fork2.mkdir()
+    fork_demo(src, fork2, keep_dpo=False)
+    assert Stages(fork2).state["started"] == {} and sorted(p.name for p in (fork2 / "runs").iterdir()) == ["rm-1"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--seed", "1"], "keeps src's prompts, rankings and reward model, made with its settings; drop --seed"),
+        (["--k", "3", "--rm-lr", "1"], "drop --k, --rm-lr"),
+        (["--quick"], "drop --quick"),
+        (["--resume", "SRC"], "give one of them"),
+        (["--ppo-settings", "whiten=1"], "'whiten=1' is not key=value"),
+    ],
+)
+def test_a_fork_that_would_change_the_kept_stages_is_one_error_line_and_no_folder(tmp_path, db, capsys, flags, message):
+    from app.faces.cli import main
+
+    src = _finished_demo(tmp_path / "src", db)
+    flags = [str(src) if f == "SRC" else f for f in flags]
+    assert main(["demo", "--fork", str(src), "--runs-dir", str(tmp_path / "forks"), *flags]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "forks").exists() or not any((tmp_path / "forks").iterdir())
+
+
+def test_only_a_demo_whose_reward_stage_finished_can_be_forked(tmp_path, db):
+    from app.studies.demo_stages import fork_settings
+
+    with pytest.raises(UserError, match="is not a demo folder to fork"):
+        fork_settings(tmp_path / "nothing", DemoConfig, {})
+    src = _finished_demo(tmp_path / "src", db)
+    state = json.loads((src / "stages.json").read_text())
+    del state["done"]["reward"]
+    (src / "stages.json").write_text(json.dumps(state))
+    with pytest.raises(UserError, match="has not finished its reward stage: go on with --resume"):
+        fork_settings(src, DemoConfig, {})
+    save_settings(src, DemoConfig(**{**QUICK, "rounds": 2}), True, 1)
+    with pytest.raises(UserError, match="is a rounds study"):
+        fork_settings(src, DemoConfig, {})

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -199,6 +200,8 @@ def demo_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
     from app.studies.demo import check, new_demo_dir
     from app.studies.demo_stages import load_settings, save_settings
 
+    if args.resume and args.fork:
+        raise UserError("--resume goes on with a demo, --fork starts one from another: give one of them")
     if args.resume:  # finished stages are kept (app/studies/demo_stages.py)
         given = given_args(DemoConfig, args) | ({"quick": True} if args.quick else {})
         given |= {"seeds": args.seeds} if args.seeds is not None else {}
@@ -208,6 +211,8 @@ def demo_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
             raise UserError("the rounds study does not resume yet: start it again")
         print(f"demo {folder.name}: resuming {folder}", flush=True)
         return cfg, folder
+    if args.fork:
+        return fork_folder(args)
     cfg = demo_config(args)
     check(cfg)
     args.seeds = 1 if args.seeds is None else args.seeds
@@ -216,6 +221,31 @@ def demo_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
     folder = new_demo_dir(Path(args.runs_dir))
     save_settings(folder, cfg, args.quick, args.seeds)
     print(f"demo {folder.name}: {folder} (if it stops, go on with --resume {folder})", flush=True)
+    return cfg, folder
+
+
+def fork_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
+    """rlhf demo --fork DEMO: a new demo folder holding DEMO's set-up, sampling and reward stages (and its DPO run
+    where the DPO settings are the same), with DEMO's settings and those given here."""
+    from app.studies.demo import check, new_demo_dir
+    from app.studies.demo_stages import DPO_SETTINGS, fork_demo, fork_settings, save_settings
+
+    if args.quick or args.seeds is not None:
+        raise UserError(
+            "--fork takes --quick and the seed from the demo it forks: drop " + ("--quick" if args.quick else "--seeds")
+        )
+    source = Path(args.fork)
+    cfg, parent, args.quick = fork_settings(source, DemoConfig, given_args(DemoConfig, args))
+    check(cfg)
+    args.seeds = 1
+    folder = new_demo_dir(Path(args.runs_dir))
+    try:
+        save_settings(folder, cfg, args.quick, 1)
+        fork_demo(source, folder, keep_dpo=all(getattr(cfg, k) == getattr(parent, k) for k in DPO_SETTINGS))
+    except BaseException:  # a fork cut short (a full disk, ^C) leaves no half demo behind; its source is untouched
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    print(f"demo {folder.name}: {folder}, forked from {source} (if it stops, go on with --resume {folder})", flush=True)
     return cfg, folder
 
 
@@ -670,6 +700,12 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument("--runs-dir", default="runs", help="where the demo folder goes (default ./runs)")
     s.add_argument("--seeds", type=int, help="run the demo for seeds --seed, --seed + 1, ... and combine (default 1)")
     s.add_argument("--resume", metavar="FOLDER", help="go on with a demo that stopped, keeping its finished stages")
+    s.add_argument(
+        "--fork",
+        metavar="FOLDER",
+        help="a new demo on FOLDER's prompts, rankings and reward model (and DPO run), its settings with those given"
+        " here (PPO's, DPO's, --methods): a trial of other settings against the same reward model",
+    )
     add_dataclass_args(s, DemoConfig, given_only=True)
     s.set_defaults(func=cmd_demo)
 

@@ -101,7 +101,7 @@ def _mean(xs: list[list[float]]) -> float:
 
 
 def new_demo_dir(runs_dir: Path) -> Path:
-    folder = runs_dir / f"demo-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    folder = runs_dir.resolve() / f"demo-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     folder.mkdir(parents=True)
     return folder
 
@@ -187,6 +187,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         **campaign,
         "timings_s": timings,
         "total_s": round(sum(timings.values()), 1),  # the stages' own times, over every sitting
+        "forked_from": stages.state.get("forked_from"),  # rlhf demo --fork: its first stages are that demo's
     }
     results["equal_kl"] = at_equal_kl(method_curves(results))
     results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)

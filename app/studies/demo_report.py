@@ -92,6 +92,15 @@ Everything below is measured on {r["heldout_prompts"]} held-out prompts that no 
 {c["k"]} samples per prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens)."""
 
 
+def _forked(r: dict) -> str:
+    if not r.get("forked_from"):
+        return ""
+    return (
+        f"\nSet-up, sampling and the reward model are those of `{r['forked_from']}` (`rlhf demo --fork`), and so"
+        " are their times above; the stages that follow ran here.\n"
+    )
+
+
 def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
 
     samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
@@ -150,7 +159,7 @@ wrong).
 
 Settings: `{json.dumps(c)}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). Samples of both models:
 `samples.jsonl`; all numbers: `results.json`; the training runs' own metrics: `runs/*/metrics.jsonl`.
-"""
+{_forked(r)}"""
     out = folder / "report.md"
     out.write_text(text)
     return out

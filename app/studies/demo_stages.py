@@ -136,3 +136,106 @@ def train_run(kind: str, run: Path, mode: str, on_metrics: Callable[[dict], None
         log(f"{run.name}: goes on from its last checkpoint (it had logged step {read_status(run).get('step', 0)})")
         return resume_run(run, on_metrics=on_metrics)
     return run_training(kind, run, on_metrics=on_metrics)
+
+
+# `rlhf demo --fork DEMO`: a new demo on DEMO's prompts, rankings and reward model, training what follows afresh.
+# A trial of other PPO (or DPO) settings then costs the training it changes, not the sampling and the reward model
+# (an hour of the default-model demo here), and every trial meets the same reward model: a controlled comparison.
+KEPT_STAGES = ("set-up", "sampling", "reward")
+KEPT_SETTINGS = (  # what the kept stages were made with: a fork may not change them
+    "model",
+    "reward_base",
+    "n_prompts",
+    "heldout",
+    "k",
+    "max_new_tokens",
+    "min_new_tokens",
+    "dtype",
+    "rm_epochs",
+    "rm_ensemble",
+    "rm_lr",
+    "seed",
+    "rounds",
+)
+DPO_SETTINGS = ("dpo_lr", "dpo_beta", "dpo_epochs")  # the same: DEMO's DPO run is kept too (sampled and judged again)
+BIG_FILE = 1 << 20  # weights are linked, not copied; every smaller file is copied (and may be rewritten)
+
+
+def fork_settings(source: Path, cls: type, given: dict) -> tuple[Any, Any, bool]:
+    """(the fork's config: DEMO's settings with those given on the command line, DEMO's config, quick). One error
+    line when DEMO has not finished the kept stages or a given setting would change what they were made with."""
+    if not (source / SETTINGS_FILE).is_file():
+        raise UserError(f"{source} is not a demo folder to fork (no {SETTINGS_FILE})")
+    parent, quick, _ = load_settings(source, cls, {})
+    if parent.rounds > 1:
+        raise UserError(f"{source} is a rounds study: --fork takes a demo")
+    changed = [name for name in KEPT_SETTINGS if name in given and given[name] != getattr(parent, name)]
+    if changed:
+        flags = ", ".join("--" + name.replace("_", "-") for name in changed)
+        raise UserError(
+            f"--fork keeps {source.name}'s prompts, rankings and reward model, made with its settings; drop {flags}"
+        )
+    missing = [name for name in KEPT_STAGES if not Stages(source).done(name)]
+    if missing:
+        raise UserError(f"{source.name} has not finished its {missing[0]} stage: go on with --resume {source}")
+    return dataclasses.replace(parent, **given), parent, quick
+
+
+def _copy_tree(src: Path, dst: Path, old: str, new: str) -> None:
+    """src's files into dst: big ones hard-linked (copied where the file system cannot), the others copied with
+    the folder `old` named `new` in them (a run's config names its own folder and its snapshot)."""
+    import os
+    import shutil
+
+    for path in sorted(src.rglob("*")):
+        to = dst / path.relative_to(src)
+        if path.is_dir():
+            to.mkdir(parents=True, exist_ok=True)
+            continue
+        to.parent.mkdir(parents=True, exist_ok=True)
+        if path.stat().st_size >= BIG_FILE:
+            try:
+                os.link(path, to)
+                continue
+            except OSError:
+                pass
+            shutil.copy2(path, to)
+        elif path.suffix == ".json":
+            to.write_text(path.read_text().replace(old, new))
+        else:
+            shutil.copy2(path, to)
+
+
+def fork_demo(source: Path, folder: Path, keep_dpo: bool) -> None:
+    """Fill the new demo `folder` with DEMO's kept stages (recorded done in its stages.json, with DEMO's folder
+    named `folder` in them), their files (the reward run, the snapshots, the tiny models of --quick, the held-out
+    prompts) and a copy of DEMO's store that knows only the runs kept. keep_dpo: DEMO's DPO run is kept as well,
+    as trained (the fork samples and judges it again, against its own PPO)."""
+    import shutil
+
+    from store.db import write
+    from store.runs import keep_runs
+
+    source, folder = source.resolve(), folder.resolve()
+    old, new = str(source), str(folder)
+    done = Stages(source).state["done"]
+    runs = [done["reward"]["value"][1]]  # the reward stage's value: [config, run name, final metrics]
+    dpo_run = done.get("dpo", {}).get("value", [{}])[0].get("dpo_run") if keep_dpo else None
+    if dpo_run and (source / "runs" / dpo_run).is_dir():
+        runs.append(dpo_run)
+    else:
+        dpo_run = None
+    for name in ("snapshots", "models", *(f"runs/{run}" for run in runs)):
+        if (source / name).is_dir():
+            _copy_tree(source / name, folder / name, old, new)
+    shutil.copy2(source / "heldout_prompts.txt", folder / "heldout_prompts.txt")
+    for name in ("store.duckdb", "store.duckdb.wal"):
+        if (source / name).exists():
+            shutil.copy2(source / name, folder / name)
+    with write(str(folder / "store.duckdb")) as con:
+        keep_runs(con, runs, old, new)
+    state = json.loads(json.dumps({"done": {k: done[k] for k in KEPT_STAGES}, "started": {}}).replace(old, new))
+    if dpo_run:
+        state["started"]["dpo"] = dpo_run
+    state["forked_from"] = old
+    write_json_atomic(folder / STAGES_FILE, state)
