@@ -112,7 +112,6 @@ def _finished_demo(folder, db_file, **settings):
     from store.db import write
     from store.runs import record_run
     from store.snapshot import write_snapshot
-
     from tests.builders import campaign_store
 
     folder.mkdir()

@@ -213,7 +213,7 @@ def fork_demo(source: Path, folder: Path, keep_dpo: bool) -> None:
     as trained (the fork samples and judges it again, against its own PPO)."""
     import shutil
 
-    from store.db import write
+    from store.db import copy_store, write
     from store.runs import keep_runs
 
     source, folder = source.resolve(), folder.resolve()
@@ -229,9 +229,7 @@ def fork_demo(source: Path, folder: Path, keep_dpo: bool) -> None:
         if (source / name).is_dir():
             _copy_tree(source / name, folder / name, old, new)
     shutil.copy2(source / "heldout_prompts.txt", folder / "heldout_prompts.txt")
-    for name in ("store.duckdb", "store.duckdb.wal"):
-        if (source / name).exists():
-            shutil.copy2(source / name, folder / name)
+    copy_store(source / "store.duckdb", folder / "store.duckdb")
     with write(str(folder / "store.duckdb")) as con:
         keep_runs(con, runs, old, new)
     state = json.loads(json.dumps({"done": {k: done[k] for k in KEPT_STAGES}, "started": {}}).replace(old, new))
