@@ -3,6 +3,7 @@
     python -m bench.ppo_curve run --seeds 0 1 2 --out new.json    # on this checkout (PYTHONPATH picks another)
     python -m bench.ppo_curve compare old.json new.json
     python -m bench.ppo_curve run --seeds 0 1 --min-new-tokens 8 --out eos.json   # EOS allowed from token 8
+    python -m bench.ppo_curve run --engine hf --out decode.json   # rollouts by the hand-made decode, not vLLM
 
 `run`: `bench/ppo.py`'s fixed workload (SmolLM2-135M actor and reference, the seeded scalar-head critic and
 reward, 8 prompts of 64 tokens a step, exactly 64 new tokens), bf16, 20 steps per seed; writes each seed's
@@ -35,19 +36,21 @@ def welch_interval(a: list[float], b: list[float]) -> tuple[float, float, float]
     return diff, diff - half, diff + half
 
 
-def run_seed(w: dict, seed: int, tmp: Path, min_new_tokens: int | None = None) -> dict:
+def run_seed(w: dict, seed: int, tmp: Path, min_new_tokens: int | None = None, engine: str = "auto") -> dict:
     from bench.ppo import ours_config, train_ours
+    from training.runs import read_metrics
 
-    cfg = ours_config(w, "bf16")
+    cfg = ours_config(w, "bf16", engine=engine)
     cfg.max_steps, cfg.seed = STEPS, seed
     if min_new_tokens is not None:  # EOS allowed from this token on (the workload holds it back to the last)
         cfg.min_new_tokens = min_new_tokens
-    _, rows = train_ours(cfg, w["prompts"], tmp, f"curve-seed{seed}")
+    run, rows = train_ours(cfg, w["prompts"], tmp, f"curve-seed{seed}")
     keys = {"score": "reward/score_mean", "kl": "reward/kl", "step_s": "perf/step_s"}
-    return {"seed": seed} | {name: [r[key] for r in rows] for name, key in keys.items()}
+    engine = next(r.get("rollout_engine", "hf") for r in read_metrics(run) if r.get("event") == "start")
+    return {"seed": seed, "engine": engine} | {name: [r[key] for r in rows] for name, key in keys.items()}
 
 
-def run(seeds: list[int], out: Path, min_new_tokens: int | None = None) -> None:
+def run(seeds: list[int], out: Path, min_new_tokens: int | None = None, engine: str = "auto") -> None:
     from bench.ppo import workload
 
     work = Path(tempfile.mkdtemp(prefix="ppo-curve-"))
@@ -56,7 +59,7 @@ def run(seeds: list[int], out: Path, min_new_tokens: int | None = None) -> None:
         results = []
         for seed in seeds:
             tmp = Path(tempfile.mkdtemp(prefix="seed-", dir=work))
-            results.append(run_seed(w, seed, tmp, min_new_tokens))
+            results.append(run_seed(w, seed, tmp, min_new_tokens, engine))
             shutil.rmtree(tmp)  # its checkpoints: about 4 GB a run
             out.write_text(json.dumps(results))
             print(f"seed {seed}: {summary(results[-1])}", flush=True)
@@ -69,7 +72,7 @@ def summary(r: dict) -> str:
     return (
         f"score {mean(r['score']):.3f} (steps 11-20 {mean(r['score'][10:]):.3f}), "
         f"KL {mean(r['kl']):+.3f} (steps 11-20 {mean(r['kl'][10:]):+.3f}), "
-        f"{statistics.median(r['step_s'][2:]):.2f} s/step"
+        f"{statistics.median(r['step_s'][2:]):.2f} s/step, rollouts by {r.get('engine') or 'hf'}"
     )
 
 
@@ -93,12 +96,15 @@ def main() -> None:
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--min-new-tokens", type=int, help="hold EOS back this long only (default: all 64 tokens)")
+    r.add_argument(
+        "--engine", default="auto", choices=["auto", "vllm", "hf"], help="the rollouts' (auto: vLLM where installed)"
+    )
     c = sub.add_parser("compare")
     c.add_argument("old", type=Path)
     c.add_argument("new", type=Path)
     args = parser.parse_args()
     if args.command == "run":
-        run(args.seeds, args.out, args.min_new_tokens)
+        run(args.seeds, args.out, args.min_new_tokens, args.engine)
     else:
         print("\n".join(compare(json.loads(args.old.read_text()), json.loads(args.new.read_text()))))
 
