@@ -18,8 +18,11 @@ def test_compare_reports_each_seed_and_both_differences():
         return {"seed": s, "score": [score] * 20, "kl": [kl] * 10 + [kl + 0.1] * 10, "step_s": [5.0] * 20}
 
     old = [seed(0, 0.5, 0.0), seed(1, 0.7, 0.1)]
-    new = [seed(0, 0.6, 0.2), seed(1, 0.8, 0.3)]
-    lines = compare(old, new)
-    assert lines[0] == "old seed 0: score 0.500 (steps 11-20 0.500), KL +0.050 (steps 11-20 +0.100), 5.00 s/step"
+    new = [seed(0, 0.6, 0.2) | {"engine": "vllm"}, seed(1, 0.8, 0.3) | {"engine": "vllm"}]
+    lines = compare(old, new)  # a result from before the engine was recorded is the hand-made decode's
+    assert lines[0] == (
+        "old seed 0: score 0.500 (steps 11-20 0.500), KL +0.050 (steps 11-20 +0.100), 5.00 s/step, rollouts by hf"
+    )
+    assert lines[2].startswith("new seed 0: score 0.600") and lines[2].endswith("rollouts by vllm")
     assert "score over 20 steps: new - old = +0.100" in lines[4]
     assert "kl over steps 11-20: new - old = +0.200" in lines[7]
