@@ -150,7 +150,7 @@ def test_a_fork_keeps_the_reward_stage_and_the_dpo_run_under_its_own_folder_and_
     assert quick and cfg == dataclasses.replace(parent, ppo_settings="whiten_advantages=true")
     fork = tmp_path / "fork"
     fork.mkdir()
-    fork_demo(src, fork, keep_dpo=True)
+    assert fork_demo(src, fork, cfg, parent) == ["set-up", "sampling", "reward"]
     state = Stages(fork).state
     assert list(state["done"]) == ["set-up", "sampling", "reward"] and state["started"] == {"dpo": "dpo-1"}
     assert state["done"]["set-up"]["value"][4] == str(fork / "store.duckdb") and state["forked_from"] == str(src)
@@ -167,11 +167,24 @@ def test_a_fork_keeps_the_reward_stage_and_the_dpo_run_under_its_own_folder_and_
     assert rows["rankings"] == rows_before["rankings"] and rows["prompts"] == rows_before["prompts"]
     assert {p: p.read_bytes() for p in src.rglob("*") if p.is_file() and p.suffix != ".duckdb"} == before
     assert store_rows(str(src / "store.duckdb")) == rows_before
-    # other DPO settings: DPO trains again in the fork
+    # other DPO settings too: DPO trains again in the fork
     fork2 = tmp_path / "fork2"
     fork2.mkdir()
-    fork_demo(src, fork2, keep_dpo=False)
+    fork_demo(src, fork2, dataclasses.replace(cfg, dpo_beta=0.5), parent)
     assert Stages(fork2).state["started"] == {} and sorted(p.name for p in (fork2 / "runs").iterdir()) == ["rm-1"]
+    # no PPO or DPO setting changed (a study added, --campaign): PPO's stages and DPO's are kept as they are
+    state = json.loads((src / "stages.json").read_text())
+    state["done"] |= {
+        "evaluation": {"value": [], "seconds": 1.0},
+        "checkpoints and best-of-N": {"value": {}, "seconds": 1.0},
+    }
+    (src / "stages.json").write_text(json.dumps(state))
+    fork3 = tmp_path / "fork3"
+    fork3.mkdir()
+    kept = fork_demo(src, fork3, dataclasses.replace(parent, campaign=True), parent)
+    assert kept == ["set-up", "sampling", "reward", "ppo", "evaluation", "checkpoints and best-of-N", "dpo"]
+    assert sorted(p.name for p in (fork3 / "runs").iterdir()) == ["dpo-1", "ppo-1", "rm-1"]
+    assert query(str(fork3 / "store.duckdb"), "SELECT count(*) FROM runs") == [(3,)]
 
 
 @pytest.mark.parametrize(

@@ -228,7 +228,7 @@ def fork_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
     """rlhf demo --fork DEMO: a new demo folder holding DEMO's set-up, sampling and reward stages (and its DPO run
     where the DPO settings are the same), with DEMO's settings and those given here."""
     from app.studies.demo import check, new_demo_dir
-    from app.studies.demo_stages import DPO_SETTINGS, fork_demo, fork_settings, save_settings
+    from app.studies.demo_stages import fork_demo, fork_settings, save_settings
 
     if args.quick or args.seeds is not None:
         raise UserError(
@@ -241,11 +241,12 @@ def fork_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
     folder = new_demo_dir(Path(args.runs_dir))
     try:
         save_settings(folder, cfg, args.quick, 1)
-        fork_demo(source, folder, keep_dpo=all(getattr(cfg, k) == getattr(parent, k) for k in DPO_SETTINGS))
+        kept = fork_demo(source, folder, cfg, parent)
     except BaseException:  # a fork cut short (a full disk, ^C) leaves no half demo behind; its source is untouched
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    print(f"demo {folder.name}: {folder}, forked from {source} (if it stops, go on with --resume {folder})", flush=True)
+    print(f"demo {folder.name}: {folder}, forked from {source}, keeping {', '.join(kept)}", flush=True)
+    print(f"(if it stops, go on with --resume {folder})", flush=True)
     return cfg, folder
 
 

@@ -141,6 +141,7 @@ def train_run(kind: str, run: Path, mode: str, on_metrics: Callable[[dict], None
 # `rlhf demo --fork DEMO`: a new demo on DEMO's prompts, rankings and reward model, training what follows afresh.
 # A trial of other PPO (or DPO) settings then costs the training it changes, not the sampling and the reward model
 # (an hour of the default-model demo here), and every trial meets the same reward model: a controlled comparison.
+# A stage whose settings are all unchanged is kept too, so a study added to a finished demo (--campaign) runs alone.
 KEPT_STAGES = ("set-up", "sampling", "reward")
 KEPT_SETTINGS = (  # what the kept stages were made with: a fork may not change them
     "model",
@@ -157,8 +158,33 @@ KEPT_SETTINGS = (  # what the kept stages were made with: a fork may not change 
     "seed",
     "rounds",
 )
-DPO_SETTINGS = ("dpo_lr", "dpo_beta", "dpo_epochs")  # the same: DEMO's DPO run is kept too (sampled and judged again)
+PPO_STAGES = ("ppo", "evaluation", "checkpoints and best-of-N")
+PPO_SETTINGS = ("ppo_epochs", "ppo_steps", "actor_lr", "critic_lr", "kl_ctl", "save_every", "ppo_settings", "best_of")
+DPO_SETTINGS = ("dpo_lr", "dpo_beta", "dpo_epochs")
 BIG_FILE = 1 << 20  # weights are linked, not copied; every smaller file is copied (and may be rewritten)
+
+
+def kept_stages(done: dict, cfg: Any, parent: Any) -> tuple[list[str], list[str]]:
+    """(the stages of DEMO a fork with settings cfg keeps as they are, the finished training runs it keeps to sample
+    and judge again). Always the first three; PPO, its evaluation and checkpoints where no PPO setting changed; DPO
+    where PPO's stages are kept and no DPO setting changed (its run alone where only PPO changed: its verdict
+    against PPO is judged again); RLOO (PPO's settings) where PPO's stages are kept. The campaign study runs again
+    where it is on (its reward models are its own)."""
+    same = lambda names: all(getattr(cfg, k) == getattr(parent, k) for k in names)  # noqa: E731
+    methods = {m.strip() for m in cfg.methods.split(",")}
+    stages = list(KEPT_STAGES)
+    ppo = same(PPO_SETTINGS) and all(name in done for name in PPO_STAGES)
+    stages += list(PPO_STAGES) if ppo else []
+    runs = [done["reward"]["value"][1]]  # the reward stage's value: [config, run name, final metrics]
+    if "dpo" in done and "dpo" in methods and same(DPO_SETTINGS):
+        stages += ["dpo"] if ppo else []
+        runs += [done["dpo"]["value"][0]["dpo_run"]]  # a method stage's value: [results, held-out samples]
+    if ppo:
+        runs += [done["ppo"]["value"]]
+        if "rloo" in done and "rloo" in methods:
+            stages.append("rloo")
+            runs += [done["rloo"]["value"][0]["rloo_run"]]
+    return stages, runs
 
 
 def fork_settings(source: Path, cls: type, given: dict) -> tuple[Any, Any, bool]:
@@ -206,11 +232,12 @@ def _copy_tree(src: Path, dst: Path, old: str, new: str) -> None:
             shutil.copy2(path, to)
 
 
-def fork_demo(source: Path, folder: Path, keep_dpo: bool) -> None:
-    """Fill the new demo `folder` with DEMO's kept stages (recorded done in its stages.json, with DEMO's folder
-    named `folder` in them), their files (the reward run, the snapshots, the tiny models of --quick, the held-out
-    prompts) and a copy of DEMO's store that knows only the runs kept. keep_dpo: DEMO's DPO run is kept as well,
-    as trained (the fork samples and judges it again, against its own PPO)."""
+def fork_demo(source: Path, folder: Path, cfg: Any, parent: Any) -> list[str]:
+    """Fill the new demo `folder` with what DEMO's stages a fork keeps (kept_stages: recorded done in its
+    stages.json, with DEMO's folder named `folder` in them; a kept training run of a stage that runs again recorded
+    as started, so it is sampled, not trained), their files (the runs, the snapshots, the tiny models of --quick,
+    the held-out prompts) and a copy of DEMO's store that knows only the runs kept. Returns
+    the stages kept."""
     import shutil
 
     from store.db import copy_store, write
@@ -219,12 +246,8 @@ def fork_demo(source: Path, folder: Path, keep_dpo: bool) -> None:
     source, folder = source.resolve(), folder.resolve()
     old, new = str(source), str(folder)
     done = Stages(source).state["done"]
-    runs = [done["reward"]["value"][1]]  # the reward stage's value: [config, run name, final metrics]
-    dpo_run = done.get("dpo", {}).get("value", [{}])[0].get("dpo_run") if keep_dpo else None
-    if dpo_run and (source / "runs" / dpo_run).is_dir():
-        runs.append(dpo_run)
-    else:
-        dpo_run = None
+    stages, runs = kept_stages(done, cfg, parent)
+    runs = [run for run in runs if (source / "runs" / run).is_dir()]
     for name in ("snapshots", "models", *(f"runs/{run}" for run in runs)):
         if (source / name).is_dir():
             _copy_tree(source / name, folder / name, old, new)
@@ -232,8 +255,10 @@ def fork_demo(source: Path, folder: Path, keep_dpo: bool) -> None:
     copy_store(source / "store.duckdb", folder / "store.duckdb")
     with write(str(folder / "store.duckdb")) as con:
         keep_runs(con, runs, old, new)
-    state = json.loads(json.dumps({"done": {k: done[k] for k in KEPT_STAGES}, "started": {}}).replace(old, new))
-    if dpo_run:
-        state["started"]["dpo"] = dpo_run
+    state = json.loads(json.dumps({"done": {k: done[k] for k in stages}, "started": {}}).replace(old, new))
+    for name, key in (("dpo", "dpo_run"), ("rloo", "rloo_run")):
+        if name in done and name not in stages and done[name]["value"][0][key] in runs:
+            state["started"][name] = done[name]["value"][0][key]
     state["forked_from"] = old
     write_json_atomic(folder / STAGES_FILE, state)
+    return stages
