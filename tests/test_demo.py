@@ -166,7 +166,8 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert sorted(p.name for p in (fork / "runs").iterdir()) == sorted([r["reward_run"], r["dpo_run"], f["ppo_run"]])
     fork_ppo = run_config(fork / "runs" / f["ppo_run"])
     assert fork_ppo["whiten_advantages"] is True and fork_ppo["reward"] == str(fork / "runs" / r["reward_run"])
-    assert f["forked_from"] == str(folder) and "rlhf demo --fork" in (fork / "report.md").read_text()
+    assert f["forked"] == {"from": str(folder), "kept": ["set-up", "sampling", "reward"]}
+    assert "rlhf demo --fork" in (fork / "report.md").read_text()
     assert f["ppo_vs_dpo"]["win_rate"] != r["ppo_vs_dpo"]["win_rate"] or f["words_actor"] != r["words_actor"]
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file() and p.suffix != ".duckdb"} == before
 

@@ -153,7 +153,10 @@ def test_a_fork_keeps_the_reward_stage_and_the_dpo_run_under_its_own_folder_and_
     assert fork_demo(src, fork, cfg, parent) == ["set-up", "sampling", "reward"]
     state = Stages(fork).state
     assert list(state["done"]) == ["set-up", "sampling", "reward"] and state["started"] == {"dpo": "dpo-1"}
-    assert state["done"]["set-up"]["value"][4] == str(fork / "store.duckdb") and state["forked_from"] == str(src)
+    assert state["done"]["set-up"]["value"][4] == str(fork / "store.duckdb") and state["forked"] == {
+        "from": str(src),
+        "kept": ["set-up", "sampling", "reward"],
+    }
     assert sorted(p.name for p in (fork / "runs").iterdir()) == ["dpo-1", "rm-1"]  # PPO's run is the fork's to train
     assert json.loads((fork / "runs" / "rm-1" / "config.json").read_text())["output_dir"] == str(fork / "runs" / "rm-1")
     assert (fork / "runs" / "rm-1" / "model.safetensors").stat().st_ino == (

@@ -225,8 +225,8 @@ def demo_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
 
 
 def fork_folder(args: argparse.Namespace) -> tuple[DemoConfig, Path]:
-    """rlhf demo --fork DEMO: a new demo folder holding DEMO's set-up, sampling and reward stages (and its DPO run
-    where the DPO settings are the same), with DEMO's settings and those given here."""
+    """rlhf demo --fork DEMO: a new demo folder holding DEMO's set-up, sampling and reward stages and every later
+    stage whose settings are unchanged (demo_stages.kept_stages), with DEMO's settings and those given here."""
     from app.studies.demo import check, new_demo_dir
     from app.studies.demo_stages import fork_demo, fork_settings, save_settings
 
@@ -704,8 +704,8 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument(
         "--fork",
         metavar="FOLDER",
-        help="a new demo on FOLDER's prompts, rankings and reward model (and DPO run), its settings with those given"
-        " here (PPO's, DPO's, --methods): a trial of other settings against the same reward model",
+        help="a new demo on FOLDER's prompts, rankings and reward model, its settings with those given here (PPO's,"
+        " DPO's, --methods, --campaign), keeping every stage they leave unchanged: trials meet one reward model",
     )
     add_dataclass_args(s, DemoConfig, given_only=True)
     s.set_defaults(func=cmd_demo)

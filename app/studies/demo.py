@@ -187,7 +187,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         **campaign,
         "timings_s": timings,
         "total_s": round(sum(timings.values()), 1),  # the stages' own times, over every sitting
-        "forked_from": stages.state.get("forked_from"),  # rlhf demo --fork: its first stages are that demo's
+        "forked": stages.state.get("forked"),  # rlhf demo --fork: {"from": that demo, "kept": its stages kept here}
     }
     results["equal_kl"] = at_equal_kl(method_curves(results))
     results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)

@@ -93,11 +93,11 @@ Everything below is measured on {r["heldout_prompts"]} held-out prompts that no 
 
 
 def _forked(r: dict) -> str:
-    if not r.get("forked_from"):
+    if not r.get("forked"):
         return ""
     return (
-        f"\nSet-up, sampling and the reward model are those of `{r['forked_from']}` (`rlhf demo --fork`), and so"
-        " are their times above; the stages that follow ran here.\n"
+        f"\nThese stages are those of `{r['forked']['from']}` (`rlhf demo --fork`), and so are their times above:"
+        f" {', '.join(r['forked']['kept'])}. The others ran here.\n"
     )
 
 

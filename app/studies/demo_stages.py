@@ -259,6 +259,6 @@ def fork_demo(source: Path, folder: Path, cfg: Any, parent: Any) -> list[str]:
     for name, key in (("dpo", "dpo_run"), ("rloo", "rloo_run")):
         if name in done and name not in stages and done[name]["value"][0][key] in runs:
             state["started"][name] = done[name]["value"][0][key]
-    state["forked_from"] = old
+    state["forked"] = {"from": old, "kept": stages}
     write_json_atomic(folder / STAGES_FILE, state)
     return stages
