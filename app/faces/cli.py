@@ -567,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_commands(sub)
     _add_training_commands(sub)
     _add_store_and_run_commands(sub)
+    _add_demo_commands(sub)
     _db_after_the_command(p)
     return p
 
@@ -686,16 +687,8 @@ def _add_training_commands(sub) -> None:
         s.set_defaults(config_class=spec.config, func=cmd_train)
 
 
-def _add_store_and_run_commands(sub) -> None:
-    """Backup and restore, the demo, runs and rounds, and the pairs' export."""
-    s = sub.add_parser("backup", help="copy the whole store to a new folder (Parquet + manifest), all or nothing")
-    s.add_argument("out")
-    s.set_defaults(func=cmd_backup)
-
-    s = sub.add_parser("restore", help="rebuild a store from a backup folder into --db (never overwrites a store)")
-    s.add_argument("backup")
-    s.set_defaults(func=cmd_restore)
-
+def _add_demo_commands(sub) -> None:
+    """The demo (with --resume and --fork) and the combination of its seeds."""
     s = sub.add_parser("demo", help="the whole loop with a scripted annotator on the bundled prompts, and a report")
     s.add_argument("--quick", action="store_true", help="tiny models and a few dozen prompts (minutes; for CI)")
     s.add_argument("--runs-dir", default="runs", help="where the demo folder goes (default ./runs)")
@@ -716,6 +709,17 @@ def _add_store_and_run_commands(sub) -> None:
     s.add_argument("demos", nargs="+", help="demo folders (or their results.json)")
     s.add_argument("--out", required=True, help="folder for seeds.json and seeds.md")
     s.set_defaults(func=cmd_demo_seeds)
+
+
+def _add_store_and_run_commands(sub) -> None:
+    """Backup and restore, runs and rounds, and the pairs' export."""
+    s = sub.add_parser("backup", help="copy the whole store to a new folder (Parquet + manifest), all or nothing")
+    s.add_argument("out")
+    s.set_defaults(func=cmd_backup)
+
+    s = sub.add_parser("restore", help="rebuild a store from a backup folder into --db (never overwrites a store)")
+    s.add_argument("backup")
+    s.set_defaults(func=cmd_restore)
 
     s = sub.add_parser("stop", help="stop a running training run after its current step (checkpointed, resumable)")
     s.add_argument("run", help="the run's id (`rlhf runs`), or its folder")
