@@ -182,6 +182,9 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         (["--min-new-tokens", "64"], "--min-new-tokens must be"),
         (["--ppo-settings", "whiten=true"], "'whiten=true' is not key=value with a PPO setting"),
         (["--ppo-settings", "actor_lr=1"], "actor_lr is the demo's own flag (--actor-lr)"),
+        (["--ppo-settings", "rollout_engine=hf"], "rollout_engine is the demo's own flag (--engine)"),
+        (["--ppo-settings", "epochs=3"], "epochs is the demo's own flag (--ppo-epochs)"),
+        (["--engine", "trt"], "--engine must be auto, vllm or hf, got trt"),
         (["--ppo-settings", "generation_batch_size=many"], "generation_batch_size must be int, got 'many'"),
         (["--ppo-settings", "whiten_advantages=maybe"], "whiten_advantages must be bool"),
         (["--ppo-settings", "ema_beta=1.5"], "ema_beta must be in [0, 1)"),
@@ -205,6 +208,30 @@ def test_ppo_settings_reach_the_demos_ppo_config():
     assert (ppo.whiten_advantages, ppo.generation_batch_size, ppo.ema_beta) == (True, 16, 0.9)
     assert (ppo.max_steps, ppo.seed, ppo.save_every, ppo.actor_lr) == (10, 3, 5, cfg.actor_lr)  # the demo's own
     assert ppo_config(DemoConfig(), "tiny", Path("rm"), 10, 3) == dataclasses.replace(ppo, **PLAIN)
+
+
+def test_the_demos_engine_reaches_every_sampler_and_the_rollouts_and_picks_the_quick_actors_heads(
+    tmp_path, monkeypatch
+):
+    import json
+
+    from app.studies.demo_common import ppo_config, sampling_config, set_up, wants_vllm
+    from app.studies.demo_config import QUICK, DemoConfig
+
+    cfg = DemoConfig(engine="vllm")
+    assert (
+        sampling_config(cfg, "m").engine == "vllm" and ppo_config(cfg, "m", Path("rm"), 1, 0).rollout_engine == "vllm"
+    )
+    monkeypatch.setenv("RLHF_ENGINE", "vllm")
+    assert [wants_vllm(DemoConfig(engine=e)) for e in ("auto", "hf", "vllm")] == [True, False, True]
+    monkeypatch.delenv("RLHF_ENGINE")
+    heads = {}
+    for engine in ("auto", "vllm"):
+        quick = DemoConfig(**{**QUICK, "engine": engine})
+        model = set_up(quick, tmp_path / engine)[0]
+        config = json.loads((Path(model) / "config.json").read_text())
+        heads[engine] = config["hidden_size"] // config["num_attention_heads"]
+    assert heads == {"auto": 16, "vllm": 32}  # vLLM's CPU kernels take 32 and wider (training/vllm_engine.py)
 
 
 PLAIN = {"whiten_advantages": False, "generation_batch_size": 8, "ema_beta": 0.0, "save_every": 0}

@@ -75,6 +75,8 @@ def check(cfg: DemoConfig) -> None:
         raise UserError(f"--k must be at least 2 to rank responses, got {cfg.k}")
     if cfg.dtype not in ("auto", "fp32", "bf16"):
         raise UserError(f"--dtype must be auto, fp32 or bf16, got {cfg.dtype}")
+    if cfg.engine not in ("auto", "vllm", "hf"):
+        raise UserError(f"--engine must be auto, vllm or hf, got {cfg.engine}")
     if not 1 <= cfg.min_new_tokens < cfg.max_new_tokens:
         raise UserError("--min-new-tokens must be at least 1 and below --max-new-tokens")
     train, _ = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)

@@ -85,6 +85,7 @@ def sampling_config(cfg: DemoConfig, model: str) -> SamplingConfig:
         batch_prompts=8,
         dtype=cfg.dtype,
         seed=cfg.seed,
+        engine=cfg.engine,
     )
 
 
@@ -140,6 +141,13 @@ def mean_words(texts: list[list[str]]) -> float:
     return sum(flat) / len(flat)
 
 
+def wants_vllm(cfg: DemoConfig) -> bool:
+    """vLLM asked for by name: --engine vllm, or RLHF_ENGINE=vllm under --engine auto."""
+    import os
+
+    return cfg.engine == "vllm" or (cfg.engine == "auto" and os.environ.get("RLHF_ENGINE") == "vllm")
+
+
 def set_up(cfg: DemoConfig, folder: Path) -> tuple[str, str, list[str], list[str], str]:
     """The models (tiny ones built on the spot for --quick), the prompts split, and the demo's store with the
     training prompts: (model, reward base, training prompts, held-out prompts, store path)."""
@@ -147,7 +155,8 @@ def set_up(cfg: DemoConfig, folder: Path) -> tuple[str, str, list[str], list[str
     from training.tiny import build_plain_model, build_talking_model
 
     if cfg.model == "tiny":
-        model = str(build_talking_model(folder / "models" / "actor"))
+        heads = 2 if wants_vllm(cfg) else 4  # vLLM's CPU kernels take heads of 32 and wider (hidden 64: 2 heads)
+        model = str(build_talking_model(folder / "models" / "actor", heads=heads))
         reward_base = cfg.reward_base or str(build_plain_model(folder / "models" / "reward-base"))
     else:
         resolve_model(cfg.model)
@@ -158,6 +167,9 @@ def set_up(cfg: DemoConfig, folder: Path) -> tuple[str, str, list[str], list[str
     with write(db) as con:
         add_prompts(con, train, source="demo")
     return model, reward_base, train, heldout, db
+
+
+OWN_FLAGS = {"epochs": "ppo_epochs", "max_steps": "ppo_steps", "rollout_engine": "engine"}  # PPO's name: the demo's
 
 
 def ppo_settings(text: str) -> dict:
@@ -176,7 +188,8 @@ def ppo_settings(text: str) -> dict:
         if not sep or key not in known:
             raise UserError(f"--ppo-settings: {item!r} is not key=value with a PPO setting as the key")
         if key in own:
-            raise UserError(f"--ppo-settings: {key} is the demo's own flag (--{key.replace('_', '-')})")
+            flag = OWN_FLAGS.get(key, key).replace("_", "-")
+            raise UserError(f"--ppo-settings: {key} is the demo's own flag (--{flag})")
         kind = hints[key]
         try:
             if kind is bool:
@@ -210,6 +223,7 @@ def _ppo_kwargs(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed:
         save_every=save_every,
         dtype=cfg.dtype,
         seed=seed,
+        rollout_engine=cfg.engine,
     )
 
 

@@ -15,6 +15,14 @@ class DemoConfig:
     max_new_tokens: int = field(default=64, metadata={"help": "longest response (sampling, PPO, evaluation)"})
     min_new_tokens: int = field(default=8, metadata={"help": "shortest response in tokens (EOS held back until then)"})
     dtype: str = field(default="auto", metadata={"help": "auto (bf16 where the CPU or GPU computes it), fp32 or bf16"})
+    engine: str = field(
+        default="auto",
+        metadata={
+            "help": "what samples: auto (vLLM where it loads the model; on a CPU PPO's and RLOO's rollouts keep the "
+            "trainers' own decode), vllm (everywhere; --quick then gives its actor 32-wide heads, as vLLM's CPU "
+            "kernels need) or hf"
+        },
+    )
     rm_epochs: int = field(default=3, metadata={"help": "reward-model epochs"})
     rm_ensemble: int = field(
         default=2,

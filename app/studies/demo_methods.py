@@ -117,7 +117,8 @@ def run_rloo(
     from app.studies.demo_common import compare, mean_words
 
     ppo = run_config(ppo_run)
-    shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed", *CHECKPOINTING)
+    shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed", "rollout_engine")
+    shared += CHECKPOINTING
     rloo_cfg = RLOOConfig(
         actor=model,
         reward=str(rm_run),

@@ -159,7 +159,17 @@ KEPT_SETTINGS = (  # what the kept stages were made with: a fork may not change 
     "rounds",
 )
 PPO_STAGES = ("ppo", "evaluation", "checkpoints and best-of-N")
-PPO_SETTINGS = ("ppo_epochs", "ppo_steps", "actor_lr", "critic_lr", "kl_ctl", "save_every", "ppo_settings", "best_of")
+PPO_SETTINGS = (
+    "ppo_epochs",
+    "ppo_steps",
+    "actor_lr",
+    "critic_lr",
+    "kl_ctl",
+    "save_every",
+    "ppo_settings",
+    "best_of",
+    "engine",
+)
 DPO_SETTINGS = ("dpo_lr", "dpo_beta", "dpo_epochs")
 BIG_FILE = 1 << 20  # weights are linked, not copied; every smaller file is copied (and may be rewritten)
 
