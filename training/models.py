@@ -179,12 +179,26 @@ def _check_safetensors(path: Path) -> None:
         raise ModelError(f"{path} is cut short: {size} bytes of {8 + n + end} (an interrupted copy?)")
 
 
+CONVERSION = 1  # _convert_gguf's version: a change to what it writes gets a new cache folder
+_EDGE = 1 << 20
+
+
+def cache_key(gguf: Path) -> str:
+    """The converted copy's name: the GGUF file's size, its first and last MiB (its header and metadata, the last
+    tensors) and CONVERSION. Not the file's path or mtime: a fresh install of the same package (another venv, a
+    clean clone's CI) would convert it again (about 15 s) into another 517 MB folder."""
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(f"{CONVERSION}:{size}".encode())
+    with gguf.open("rb") as f:
+        digest.update(f.read(_EDGE))
+        f.seek(max(0, size - _EDGE))
+        digest.update(f.read(_EDGE))
+    return digest.hexdigest()[:12]
+
+
 def _cached_default() -> Path:
     gguf = default_gguf_path()
-    # The key changes if the packaged file changes (size + mtime are cheap and enough for an installed wheel).
-    stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"{DEFAULT_MODEL_NAME}-{key}"
+    target = cache_dir() / "models" / f"{DEFAULT_MODEL_NAME}-{cache_key(gguf)}"
     if (target / "model.safetensors").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
