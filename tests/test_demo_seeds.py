@@ -80,13 +80,20 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
     assert "DPO policy over the reference" not in {r["headline"] for r in over_seeds([runs[0], no_dpo])["rows"]}
 
 
-def test_one_seed_twice_or_none_is_one_error():
+def test_one_seed_twice_none_or_two_settings_is_one_error():
     from store.errors import UserError
 
     with pytest.raises(UserError, match="share a seed"):
         over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0)] * 2)
     with pytest.raises(UserError, match="no demo results"):
         over_seeds([])
+    other_lr = results(1, 0.6, 0.9, 0.3, 0.8, 1.0)
+    other_lr["config"].update(actor_lr=2e-5, ppo_settings="whiten_advantages=true")
+    with pytest.raises(UserError, match=r"differ in --actor-lr, --ppo-settings: a claim over seeds holds one setting"):
+        over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), other_lr])
+    same = results(2, 0.6, 0.9, 0.3, 0.8, 1.0)
+    same["config"].update(engine="auto", actor_lr=1e-5)  # written out as the defaults are: no difference
+    assert over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), same])["seeds"] == [0, 2]
 
 
 def test_demo_seeds_combines_demo_folders_run_apart(tmp_path, capsys):

@@ -66,6 +66,17 @@ def interval(values: list[float]) -> tuple[float, float, float] | None:
     return mean, mean - half, mean + half
 
 
+def settings_that_differ(configs: list[dict]) -> list[str]:
+    """The demo settings other than the seed on which the configs disagree (a setting a config lacks, written before
+    it existed, reads as its default)."""
+    import dataclasses
+
+    from app.studies.demo_config import DemoConfig
+
+    full = [{**dataclasses.asdict(DemoConfig()), **c} for c in configs]
+    return [k for k in full[0] if k != "seed" and any(f.get(k) != full[0][k] for f in full[1:])]
+
+
 def over_seeds(results: list[dict]) -> dict:
     """The seeds' headlines side by side and combined; only headlines every seed has are combined."""
     if not results:
@@ -78,6 +89,10 @@ def over_seeds(results: list[dict]) -> dict:
         )
     if len(set(seeds)) != len(seeds):
         raise UserError(f"the demos to combine share a seed ({', '.join(map(str, seeds))}): each seed once")
+    differ = settings_that_differ([r["config"] for r in results])
+    if differ:
+        flags = ", ".join("--" + name.replace("_", "-") for name in differ)
+        raise UserError(f"the demos to combine differ in {flags}: a claim over seeds holds one setting, seeds apart")
     per = [headlines(r) for r in results]
     names = [n for n in per[0] if all(n in h for h in per)]
     rows = []
