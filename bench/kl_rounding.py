@@ -3,9 +3,10 @@
 The reference is the default model in bf16; the actor is the same model after a random weight change of S times
 each matrix's spread (0.001: far smaller than what 20 PPO steps do). The actor samples N responses of 64 tokens to
 64-token prompts through the rollout's decode (training/decode.py::sample), once with the prompt's pass in
-SDPA (the decode as it is) and once in the trainers' kernel; each set is scored as PPO scores it (both models in
-bf16 with the trainers' kernel) and in fp32 (the change's KL without rounding). Prints the mean sampled KL (k1,
-summed over a response) with its standard error. Not part of `make bench`: it measures numerics, not speed."""
+SDPA (the decode as it is) and once in the trainers' kernel; `--engine vllm` adds a third set drawn by vLLM as
+PPO's rollouts draw them (the sampler/trainer mismatch). Each set is scored as PPO scores it (both models in bf16
+with the trainers' kernel) and in fp32 (the change's KL without rounding). Prints the mean sampled KL (k1, summed
+over a response) with its standard error. Not part of `make bench`: it measures numerics, not speed."""
 
 from __future__ import annotations
 
@@ -60,6 +61,24 @@ def responses(actor, tok, prompts: list[str], prompt_pass_sdpa: bool) -> list[to
         decode.prompt_pass_kernel = kernel
 
 
+def engine_responses(folder, actor, tok, prompts: list[str]) -> list[torch.Tensor]:
+    """The same responses drawn by vLLM as PPO's rollouts draw them (training/rollout_engine.py): an engine over the
+    reference's folder in bf16, given the actor's weights in place, 64 tokens sampled at temperature 1."""
+    from training.models import chat_prompt
+    from training.rollout_engine import actor_weights
+    from training.vllm_engine import Settings, VllmEngine
+
+    engine = VllmEngine(folder, "bf16", [tok.eos_token_id], 2 * 64 + 8, seed=0, only_eos=True)
+    try:
+        engine.load_weights(actor_weights(actor))
+        ids = [tok(chat_prompt(tok, p), add_special_tokens=False)["input_ids"] for p in prompts]
+        outs = engine.sample(ids, 1, Settings(1.0, 1.0, 0, 64, 64), seed=0)
+    finally:
+        engine.close()
+    rows = [torch.tensor(i + o[0].token_ids) for i, o in zip(ids, outs, strict=True)]
+    return [torch.stack(rows[i : i + 8]) for i in range(0, len(rows), 8)]
+
+
 def sampled_kl(actor, ref, batches: list[torch.Tensor], prompt_len: int) -> tuple[float, float]:
     """Mean and standard error over responses of sum_t log p_actor - log p_ref (PPO's reward/kl)."""
     from training.logprobs import response_logprobs
@@ -82,6 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--responses", type=int, default=64)
     parser.add_argument("--scale", type=float, default=0.001)
+    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="vllm: a third set, sampled by vLLM")
     args = parser.parse_args()
     torch.manual_seed(0)
     folder = resolve_model("default")
@@ -90,14 +110,15 @@ def main() -> None:
     ref = load(folder, "bf16")
     state, actor_state = ref.state_dict(), changed(ref.state_dict(), args.scale)
     actor = load(folder, "bf16", actor_state)
-    sets = {sdpa: responses(actor, tok, prompts, sdpa) for sdpa in (True, False)}
+    sets = {f"prompt pass {k}": responses(actor, tok, prompts, k == "SDPA") for k in ("SDPA", "trainers' kernel")}
+    if args.engine == "vllm":
+        sets["sampled by vLLM"] = engine_responses(folder, actor, tok, prompts)
     fp32 = (load(folder, "fp32", actor_state), load(folder, "fp32", state))
     scorers = {"bf16": (actor, ref), "fp32": fp32}
-    for sdpa, batches in sets.items():
+    for label, batches in sets.items():
         for name, (a, r) in scorers.items():
             mean, se = sampled_kl(a, r, batches, PROMPT_TOKENS)
-            pass_kernel = "SDPA" if sdpa else "trainers' kernel"
-            print(f"prompt pass {pass_kernel:>16}, scored in {name}: KL {mean:+.4f} +- {se:.4f} nats a response")
+            print(f"{label:>28}, scored in {name}: KL {mean:+.4f} +- {se:.4f} nats a response")
 
 
 if __name__ == "__main__":
