@@ -172,7 +172,8 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "
     out["memory"] = {
         k.removeprefix("memory/").removesuffix("_mb"): v for k, v in final.items() if k.startswith("memory/")
     }
-    out["engine"] = next(r for r in metrics if r.get("event") == "start").get("rollout_engine", "hf")
+    line = next(r for r in metrics if r.get("event") == "start").get("rollout_engine", "hf")
+    out["engine"], out["engine_why"] = line.split(" ", 1)[0], line  # 'hf' or 'vllm', and the run's own line
     return out
 
 
@@ -209,8 +210,9 @@ def run_trl(w: dict, tmp: Path, dtype: str, shape: str = "fixed") -> dict:
 
 
 def run(cases: tuple[tuple[str, str], ...] = (("fp32", "fixed"), ("bf16", "fixed"), ("bf16", "default"))) -> list[dict]:
-    """One row per (dtype, shape): ours with its default rollouts (vLLM where it is installed), ours with its own
-    decode, then TRL's, on the same prompts. The speed ratio is TRL's median seconds per step over ours."""
+    """One row per (dtype, shape): ours with the rollouts `auto` picks on this machine (on a CPU the own decode,
+    on a GPU vLLM), ours with the other engine where vLLM is installed, then TRL's, on the same prompts. The speed
+    ratio is TRL's median seconds per step over ours (auto's); the engine ratio the own decode's over vLLM's."""
     from training.vllm_engine import vllm_installed
 
     results = []
@@ -219,18 +221,21 @@ def run(cases: tuple[tuple[str, str], ...] = (("fp32", "fixed"), ("bf16", "fixed
         w = workload(tmp)
         for dtype, shape in cases:
             ours = run_ours(w, tmp, dtype, shape=shape)
-            own = run_ours(w, tmp, dtype, shape=shape, engine="hf") if vllm_installed() else ours
+            arms = {ours["engine"]: ours}
+            if vllm_installed():
+                other = "vllm" if ours["engine"] == "hf" else "hf"
+                arms[other] = run_ours(w, tmp, dtype, shape=shape, engine=other)
             trl = run_trl(w, tmp, dtype, shape)
-            results.append(
-                {
-                    "dtype": dtype,
-                    "shape": shape,
-                    "rlhf_studio": ours,
-                    "rlhf_studio_own_decode": own,
-                    "trl": trl,
-                    "speed_ratio": trl["s_per_step"] / ours["s_per_step"],
-                    "engine_speed_ratio": own["s_per_step"] / ours["s_per_step"],
-                    "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
-                }
-            )
+            row = {
+                "dtype": dtype,
+                "shape": shape,
+                "rlhf_studio": ours,
+                "trl": trl,
+                "speed_ratio": trl["s_per_step"] / ours["s_per_step"],
+                "memory_ratio": ours["peak_rss_mb"] / trl["peak_rss_mb"],
+            }
+            if len(arms) == 2:
+                row["rlhf_studio_vllm"], row["rlhf_studio_own_decode"] = arms["vllm"], arms["hf"]
+                row["engine_speed_ratio"] = arms["hf"]["s_per_step"] / arms["vllm"]["s_per_step"]
+            results.append(row)
     return results

@@ -203,8 +203,37 @@ def _ppo(rows: list[dict]) -> list[str]:
         f"{r['rlhf_studio']['peak_rss_mb']:.0f} / {r['trl']['peak_rss_mb']:.0f} | {r['memory_ratio']:.2f}x |"
         for r in rows
     ]
+    out += _ppo_engines([r for r in rows if "rlhf_studio_vllm" in r])
     out += _ppo_profile([r for r in rows if "parts" in r["rlhf_studio"]])
     return out + _ppo_memory([r for r in rows if r["rlhf_studio"].get("memory")])
+
+
+def _ppo_engines(rows: list[dict]) -> list[str]:
+    """rlhf-studio's step with vLLM rollouts against its own decode, in the same run."""
+    if not rows:
+        return []
+    auto = rows[0]["rlhf_studio"]["engine"]
+    intro = (
+        "rlhf-studio's step with each rollout engine, in the same run: vLLM beside the trainer, given the actor's "
+        "weights before each step's rollouts (*weight sync*, seconds a step, part of the step), against the trainers' "
+        f"own decode. The table above is what `auto` took here ({'vLLM' if auto == 'vllm' else 'the own decode'})."
+    )
+    out = [
+        "",
+        intro,
+        "",
+        "| shape | dtype | vLLM s/step | own decode s/step | own / vLLM | decode share (vLLM / own) | weight sync s "
+        "| peak MB (vLLM / own) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        v, h = r["rlhf_studio_vllm"], r["rlhf_studio_own_decode"]
+        out.append(
+            f"| {_shape(r)} | {r['dtype']} | {v['s_per_step']:.2f} | {h['s_per_step']:.2f} | "
+            f"{r['engine_speed_ratio']:.2f}x | {v['gen_share']:.0%} / {h['gen_share']:.0%} | "
+            f"{v.get('parts', {}).get('weight_sync', 0.0):.2f} | {v['peak_rss_mb']:.0f} / {h['peak_rss_mb']:.0f} |"
+        )
+    return out
 
 
 def _shape(row: dict) -> str:

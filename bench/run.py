@@ -33,6 +33,13 @@ def print_ppo(rows: list[dict]) -> None:
             )
         shape = r.get("shape", "fixed")
         print(f"| ratio | {shape} | {r['dtype']} | | {r['speed_ratio']:.2f}x | | | {r['memory_ratio']:.2f}x |")
+        if "rlhf_studio_vllm" in r:
+            v = r["rlhf_studio_vllm"]
+            print(
+                f"| | {shape} | {r['dtype']} | rlhf_studio, vLLM rollouts | {v['s_per_step']:.2f} | "
+                f"{v.get('decoded', 64):.0f} | {v['gen_share']:.0%} | {v['peak_rss_mb']:.0f} |"
+            )
+            print(f"| own decode / vLLM | {shape} | {r['dtype']} | | {r['engine_speed_ratio']:.2f}x | | | |")
 
 
 def print_pairs_trainer(title: str, rows: list[dict]) -> None:

@@ -90,6 +90,19 @@ def test_the_ppo_profile_gives_each_part_its_share_and_the_rest_as_other():
     assert "| fp32 | 8.00 | 3.00 | 4.00 | 5.00 | 16.00 | 2.00x | 7000 / 8750 |" in page
 
 
+def test_the_ppo_section_sets_vllm_rollouts_beside_the_own_decode_where_both_ran():
+    own = {"s_per_step": 6.0, "gen_share": 0.3, "peak_rss_mb": 7000.0, "engine": "hf"}
+    vllm = {"s_per_step": 8.0, "gen_share": 0.45, "peak_rss_mb": 9100.0, "engine": "vllm"}
+    vllm["parts"] = {"weight_sync": 0.9}
+    trl = {"s_per_step": 15.0, "gen_share": 0.35, "peak_rss_mb": 8500.0}
+    row = {"dtype": "bf16", "shape": "fixed", "rlhf_studio": own, "trl": trl, "speed_ratio": 2.5, "memory_ratio": 0.82}
+    assert "vLLM s/step" not in report.render({"machine": "m", "ppo": [row]})  # vLLM not installed: one arm
+    row |= {"rlhf_studio_vllm": vllm, "rlhf_studio_own_decode": own, "engine_speed_ratio": 6.0 / 8.0}
+    page = report.render({"machine": "m", "ppo": [row]})
+    assert "| fixed | bf16 | 8.00 | 6.00 | 0.75x | 45% / 30% | 0.90 | 9100 / 7000 |" in page
+    assert "what `auto` took here (the own decode)" in page
+
+
 def test_the_rloo_section_sets_rloo_beside_ppo_on_the_same_tokens():
     from bench import report
 
