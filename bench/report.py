@@ -216,14 +216,15 @@ def _ppo_engines(rows: list[dict]) -> list[str]:
     intro = (
         "rlhf-studio's step with each rollout engine, in the same run: vLLM beside the trainer, given the actor's "
         "weights before each step's rollouts (*weight sync*, seconds a step, part of the step), against the trainers' "
-        f"own decode. The table above is what `auto` took here ({'vLLM' if auto == 'vllm' else 'the own decode'})."
+        f"own decode. The table above is what `auto` took here ({'vLLM' if auto == 'vllm' else 'the own decode'}). "
+        "Peak MB is the training rank's: vLLM's engine runs in a process of its own, with its KV cache, not counted."
     )
     out = [
         "",
         intro,
         "",
         "| shape | dtype | vLLM s/step | own decode s/step | own / vLLM | decode share (vLLM / own) | weight sync s "
-        "| peak MB (vLLM / own) |",
+        "| rank's peak MB (vLLM / own) |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

@@ -273,10 +273,10 @@ def load_policy_models(cfg: PromptsConfig):
     return actor, ref, judges, folders
 
 
-# Why `auto` rolls out with the trainers' own decode on a CPU: a vLLM engine sharing the trainer's cores was not
-# faster there (bench/ppo.py, bf16, SmolLM2-135M, 2 cores, 2026-12-04: 33.9 s a step against 26.8 at the default
-# shape, 22.4 against 21.2 at the fixed one; its decode 15.3 against 13.0 s and 8.9 against 9.6 s, plus 1.0 s of
-# weight sync). On a GPU `auto` takes vLLM; `--rollout-engine vllm` or RLHF_ENGINE=vllm asks for it anywhere.
+# Why `auto` rolls out with the trainers' own decode on a CPU: a vLLM engine sharing the trainer's cores was slower
+# there (bench/ppo.py, SmolLM2-135M, 2 cores, 2026-12-05, docs/benchmarks.md: 11.25 s a step against 10.37 at the
+# default shape in bf16, 6.91 against 5.23 at the fixed one, 11.76 against 8.33 in fp32, with 0.4-0.8 s of weight
+# sync). On a GPU `auto` takes vLLM; `--rollout-engine vllm` or RLHF_ENGINE=vllm asks for it anywhere.
 CPU_ROLLOUTS = "on a CPU the trainers' own decode rolls out at least as fast as vLLM beside the trainer"
 
 
