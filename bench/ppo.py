@@ -6,11 +6,11 @@ chat-templated prompts of exactly 64 tokens; exactly 64 new tokens (min = max), 
 8 prompts per step; ppo_epochs 1; one minibatch; ZeRO 0; one process. Metric: median seconds per step over
 steps 3..8, tokens/s = 8 x (64 + 64) / median, the generation share, peak RSS of the training process.
 
-Beside that fixed shape, the shape a user runs by default (bf16): `rlhf train-ppo`'s defaults (up to 128 new
-tokens, EOS ends a response, a sample logged every step) on everyday prompts of mixed length, the critic and
-reward the default model with a scalar head (what `rlhf train-rm` trains by default); TRL with the same lengths and
-`stop_token="eos"`. The decode steps each side took (to the last row's EOS) are reported with it: sampling makes
-them differ from run to run."""
+Beside that fixed shape, the shape a user runs by default (bf16): `rlhf train-ppo`'s defaults but the batch, 8
+prompts as TRL's (up to 128 new tokens, EOS ends a response, a sample logged every step) on everyday prompts of
+mixed length, the critic and reward the default model with a scalar head (what `rlhf train-rm` trains by default);
+TRL with the same lengths and `stop_token="eos"`. The decode steps each side took (to the last row's EOS) are
+reported with it: sampling makes them differ from run to run."""
 
 from __future__ import annotations
 
@@ -114,15 +114,14 @@ def summarize(step_s: list[float], gen_s: list[float], peak_mb: float, decoded: 
 
 def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed", engine: str = "auto"):
     """Ours on the workload: the fixed shape pins prompt and response lengths and the batch to the TRL run's; the
-    default shape leaves PPOConfig's defaults."""
+    default shape leaves PPOConfig's defaults but the batch, which both shapes pin to TRL's (8 prompts, one
+    minibatch)."""
     from training.ppo.config import PPOConfig
 
     fixed = dict(
         max_prompt_length=PROMPT_TOKENS,
         max_new_tokens=NEW_TOKENS,
         min_new_tokens=NEW_TOKENS,
-        generation_batch_size=BATCH,
-        minibatch_size=BATCH,
         sample_every=0,
         zero_stage=zero_stage,
     )
@@ -133,6 +132,8 @@ def ours_config(w: dict, dtype: str, zero_stage: int = 0, shape: str = "fixed", 
         max_steps=STEPS,
         dtype=dtype,
         rollout_engine=engine,
+        generation_batch_size=BATCH,
+        minibatch_size=BATCH,
         **({} if shape == "default" else fixed),
     )
 

@@ -183,7 +183,8 @@ def _ppo(rows: list[dict]) -> list[str]:
         "rlhf-studio (DeepSpeed, actor + reference + critic + reward) against TRL 0.29.1's PPOTrainer (the last TRL "
         "with PPO): SmolLM2-135M-Instruct for all four, one process, median of steps 3-8 (`bench/ppo.py`). Two "
         "shapes: *fixed*, 8 prompts of 64 tokens and exactly 64 new tokens; *default*, what `rlhf train-ppo` runs "
-        "when given no options (8 prompts a step of mixed length, up to 128 new tokens, EOS ends a response, a sample "
+        "when given no options but the batch, 8 prompts a step as TRL's (its own default is 32 since 2026-12-06; "
+        "mixed length, up to 128 new tokens, EOS ends a response, a sample "
         'logged each step; TRL with the same lengths and `stop_token="eos"`). *Decoded* is the median number of '
         "decode steps a step took (to the last row's EOS): sampling makes it differ between the two sides, so the "
         "default shape's ratio carries that noise. DeepSpeed-Chat's own step-3 engine also runs on this CPU "

@@ -234,18 +234,25 @@ def test_the_demos_engine_reaches_every_sampler_and_the_rollouts_and_picks_the_q
     assert heads == {"auto": 16, "vllm": 32}  # vLLM's CPU kernels take 32 and wider (training/vllm_engine.py)
 
 
-PLAIN = {"whiten_advantages": False, "generation_batch_size": 8, "ema_beta": 0.0, "save_every": 0}
+PLAIN = {"whiten_advantages": True, "generation_batch_size": 32, "ema_beta": 0.0, "save_every": 0}  # PPO's defaults
 
 
 @pytest.mark.parametrize(
     "flags, expected",
     [
-        (["--quick"], {"model": "tiny", "dtype": "fp32", "n_prompts": 120}),  # the preset
+        (["--quick"], {"model": "tiny", "dtype": "fp32", "n_prompts": 120, "kl_ctl": 0.1}),  # the preset
+        # --ppo-settings on top of the preset's: the quick demo's batch kept, its whitening given
+        (
+            ["--quick", "--ppo-settings", "whiten-advantages=true,ema_beta=0.9"],
+            {"ppo_settings": "whiten_advantages=true,generation_batch_size=8,ema_beta=0.9"},
+        ),
+        (["--ppo-settings", "ema_beta=0.9"], {"ppo_settings": "ema_beta=0.9", "kl_ctl": 0.05, "actor_lr": 2e-5}),
         (["--quick", "--dtype", "bf16"], {"model": "tiny", "dtype": "bf16"}),  # was the default, lost to the preset
         (["--quick", "--model", "default"], {"model": "default", "dtype": "fp32"}),
         (["--dtype", "fp32"], {"model": "default", "dtype": "fp32", "n_prompts": 0}),
-        ([], {"model": "default", "dtype": "auto", "n_prompts": 0}),  # the defaults
+        ([], {"model": "default", "dtype": "auto", "n_prompts": 0, "save_every": 4}),  # the defaults
         (["--rounds", "3"], {"n_prompts": 264, "label_budget": 120, "ppo_steps": 48, "actor_lr": 2e-5}),  # rounds
+        (["--rounds", "3"], {"kl_ctl": 0.1, "ppo_settings": "whiten_advantages=false,generation_batch_size=8"}),
         (["--rounds", "3", "--label-budget", "240"], {"n_prompts": 264, "label_budget": 240}),
         (["--quick", "--rounds", "2"], {"model": "tiny", "n_prompts": 120, "label_budget": 0, "ppo_steps": 0}),
     ],
@@ -490,3 +497,18 @@ def test_quick_rounds_study_spends_one_budget_in_one_round_or_two_in_each_of_two
     assert "2 rounds (random) minus 1 round: win rate over SFT: " in out and "over 2 seeds: " in out
     assert "(rounds.png)" in report and (folder / "rounds.png").read_bytes()[:4] == b"\x89PNG"
     assert "2 rounds beat 1 round" in report or "2 rounds did not beat 1 round" in report
+
+
+def test_ppo_settings_on_top_of_a_preset_are_checked_and_keep_the_order():
+    from app.studies.demo_common import merged_ppo_settings
+    from store.errors import UserError
+
+    base = "whiten_advantages=false,generation_batch_size=8"
+    assert merged_ppo_settings(base, "") == base
+    assert merged_ppo_settings(base, " generation-batch-size = 16 , ema_beta=0.9") == (
+        "whiten_advantages=false,generation_batch_size=16,ema_beta=0.9"
+    )
+    with pytest.raises(UserError, match="'colour=red' is not key=value with a PPO setting"):
+        merged_ppo_settings(base, "colour=red")
+    with pytest.raises(UserError, match="kl_ctl is the demo's own flag"):
+        merged_ppo_settings(base, "kl_ctl=0.2")

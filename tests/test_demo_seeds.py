@@ -88,11 +88,11 @@ def test_one_seed_twice_none_or_two_settings_is_one_error():
     with pytest.raises(UserError, match="no demo results"):
         over_seeds([])
     other_lr = results(1, 0.6, 0.9, 0.3, 0.8, 1.0)
-    other_lr["config"].update(actor_lr=2e-5, ppo_settings="whiten_advantages=true")
+    other_lr["config"].update(actor_lr=1e-5, ppo_settings="whiten_advantages=true")
     with pytest.raises(UserError, match=r"differ in --actor-lr, --ppo-settings: a claim over seeds holds one setting"):
         over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), other_lr])
     same = results(2, 0.6, 0.9, 0.3, 0.8, 1.0)
-    same["config"].update(engine="auto", actor_lr=1e-5)  # written out as the defaults are: no difference
+    same["config"].update(engine="auto", actor_lr=2e-5)  # written out as the defaults are: no difference
     assert over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), same])["seeds"] == [0, 2]
 
 

@@ -147,7 +147,9 @@ def test_a_fork_keeps_the_reward_stage_and_the_dpo_run_under_its_own_folder_and_
     before = {p: p.read_bytes() for p in src.rglob("*") if p.is_file() and p.suffix != ".duckdb"}
     rows_before = store_rows(str(src / "store.duckdb"))
     cfg, parent, quick = fork_settings(src, DemoConfig, {"ppo_settings": "whiten_advantages=true", "k": 4})
-    assert quick and cfg == dataclasses.replace(parent, ppo_settings="whiten_advantages=true")
+    # --ppo-settings goes on top of the source's (the quick preset's): its whitening given, its batch kept
+    merged = "whiten_advantages=true,generation_batch_size=8"
+    assert quick and cfg == dataclasses.replace(parent, ppo_settings=merged)
     fork = tmp_path / "fork"
     fork.mkdir()
     assert fork_demo(src, fork, cfg, parent) == ["set-up", "sampling", "reward"]

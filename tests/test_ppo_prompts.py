@@ -147,3 +147,22 @@ def test_a_folder_without_a_readable_manifest_is_one_error_for_pairs_and_prompts
         with pytest.raises(DataError, match=message) as e:
             read(str(tmp_path))
         assert len(str(e.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "n_prompts, batch, world, buffers, fitted",
+    [
+        (100, 32, 1, 1, 32),  # enough: the setting
+        (20, 32, 1, 1, 20),  # fewer than one batch: every prompt in the epoch's one batch
+        (20, 32, 2, 1, 10),  # two ranks share them
+        (20, 8, 1, 2, 8),  # two batches of 8 fit in 20
+        (20, 32, 1, 2, 10),  # a buffer of two batches: 10 each
+        (3, 8, 4, 1, 0),  # not one prompt a rank
+    ],
+)
+def test_the_rollout_batch_fits_the_prompts(n_prompts, batch, world, buffers, fitted):
+    from training.prompt_data import fitted_batch, prompt_batches
+
+    assert fitted_batch(n_prompts, batch, world, buffers) == fitted
+    if fitted:  # each epoch then has a buffer of batches for every rank
+        assert len(prompt_batches(n_prompts, fitted, world, 0, 0)) >= buffers

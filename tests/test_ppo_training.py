@@ -103,6 +103,7 @@ def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prom
     )
     steps = steps_of(run)
     assert sorted(steps) == list(range(1, 25))
+    assert next(r for r in rows_of(run) if r.get("event") == "start")["generation_batch_size"] == 32  # the default
     for row in steps.values():
         missing = [k for k in METRICS if k not in row]
         assert not missing, missing
@@ -112,8 +113,8 @@ def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prom
     assert parts == {f"perf/part/{p}_s" for p in PARTS}
     assert sum(steps[3][p] for p in parts) <= steps[3]["perf/step_s"]
     scores = [steps[s]["reward/score_mean"] for s in sorted(steps)]
-    first, last = sum(scores[:5]) / 5, sum(scores[-5:]) / 5
-    assert last > first + 0.5, scores  # measured: about 0.2 -> 1.6
+    last = sum(scores[-5:]) / 5  # step 1's rollouts are the untrained actor's
+    assert last > scores[0] + 0.5, scores  # measured: 0.2 -> 1.6 at DS-Chat's settings, 0.7 -> 2.0 at PPO's defaults
     assert steps[1]["reward/kl"] == pytest.approx(0.0, abs=1e-3)  # actor == reference before the first update
     assert steps[24]["reward/kl"] > 0.1  # ... and it moved away, with the KL reported
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
@@ -125,7 +126,8 @@ def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prom
 def test_two_ranks_train_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_file):
     run = ppo(tmp_path, tiny_model_dir, liked_rm, prompts_file, "--max-steps", "3", "--num-accelerators", "2")
     start = next(r for r in rows_of(run) if r.get("event") == "start")
-    assert start["world_size"] == 2
+    # 48 prompts do not fill PPO's default batch of 32 for each of 2 ranks: 24 each, every prompt in a step
+    assert start["world_size"] == 2 and start["generation_batch_size"] == 24
     steps = steps_of(run)
     assert sorted(steps) == [1, 2, 3] and all(k in steps[3] for k in METRICS)
     assert sorted(p.name for p in (run / "actor").glob("*.safetensors")) == ["model.safetensors"]
@@ -363,7 +365,7 @@ def test_the_options_beyond_deepspeed_chat_run_together(tmp_path, tiny_model_dir
     flags += ["--gradient-checkpointing", "--tensorboard", "--actor-lr", "1e-2"]
     run = ppo(tmp_path, tiny_model_dir, rm, prompts_file, *flags)
     steps = steps_of(run)
-    assert steps[1]["policy/kl_ctl"] == 0.1 and steps[2]["policy/kl_ctl"] != 0.1  # the controller moved it
+    assert steps[1]["policy/kl_ctl"] == 0.05 and steps[2]["policy/kl_ctl"] != 0.05  # the controller moved it
     for folder in ("actor", "actor_ema"):
         model = AutoModelForCausalLM.from_pretrained(run / folder)
         assert not any("lora" in k for k in model.state_dict())  # adapters merged: a plain HF model

@@ -79,6 +79,12 @@ def encode_prompts(tokenizer, prompts: list[str], max_prompt_length: int) -> tup
     return kept, skipped
 
 
+def fitted_batch(n_prompts: int, batch_size: int, world: int, buffers: int = 1) -> int:
+    """Prompts per rank per rollout batch: batch_size, or fewer where the prompts do not fill `buffers` batches for
+    every rank (then every prompt is used in each epoch's one buffer); 0 where there is not one prompt a rank."""
+    return min(batch_size, n_prompts // (world * buffers))
+
+
 def prompt_batches(n: int, batch_size: int, world: int, seed: int, epoch: int) -> list[list[int]]:
     """Prompt indices per rollout batch, a deterministic order for (seed, epoch) so a resumed run sees the same
     batches. Each batch holds batch_size x world indices; rank r takes [r::world]. A short last batch is dropped."""

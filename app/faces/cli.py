@@ -307,10 +307,15 @@ def cmd_demo_seeds(args: argparse.Namespace) -> None:
 def demo_config(args: argparse.Namespace) -> DemoConfig:
     """The flags given on the command line win over the quick preset (or, for a rounds study, the rounds preset),
     which wins over the defaults (`--quick --dtype bf16` runs in bf16, `--quick --model default` on the default
-    model, `--rounds 3 --label-budget 240` spends 240 labels)."""
+    model, `--rounds 3 --label-budget 240` spends 240 labels). --ppo-settings goes on top of the preset's."""
+    from app.studies.demo_common import merged_ppo_settings
+
     given = given_args(DemoConfig, args)
     preset = QUICK if args.quick else ROUNDS if given.get("rounds", 1) > 1 else {}
-    return dataclasses.replace(DemoConfig(**preset), **given)
+    base = DemoConfig(**preset)
+    if "ppo_settings" in given:
+        given["ppo_settings"] = merged_ppo_settings(base.ppo_settings, given["ppo_settings"])
+    return dataclasses.replace(base, **given)
 
 
 def cmd_backup(args: argparse.Namespace) -> None:

@@ -203,6 +203,18 @@ def ppo_settings(text: str) -> dict:
     return out
 
 
+def merged_ppo_settings(base: str, extra: str) -> str:
+    """--ppo-settings `extra` on top of `base` (a preset's): base's keys in order, each given in extra taking its
+    value, then extra's others; both checked as --ppo-settings is."""
+    ppo_settings(base), ppo_settings(extra)
+    items = {}
+    for text in (base, extra):
+        for item in filter(None, (x.strip() for x in text.split(","))):
+            key, _, value = item.partition("=")
+            items[key.strip().replace("-", "_")] = value.strip()
+    return ",".join(f"{k}={v}" for k, v in items.items())
+
+
 def ppo_config(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed: int, save_every: int = 0) -> PPOConfig:
     """The demo's PPO settings (the rounds study's too) for one run, with --ppo-settings on top."""
     return PPOConfig(**_ppo_kwargs(cfg, actor, reward, max_steps, seed, save_every), **ppo_settings(cfg.ppo_settings))

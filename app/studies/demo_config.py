@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from training.ppo.config import PPOConfig
+
 
 @dataclass
 class DemoConfig:
@@ -31,14 +33,15 @@ class DemoConfig:
     rm_lr: float = field(default=1e-5, metadata={"help": "reward-model learning rate"})
     ppo_epochs: int = field(default=2, metadata={"help": "PPO passes over the training prompts"})
     ppo_steps: int = field(default=0, metadata={"help": "stop PPO after this many steps (0 = all epochs)"})
-    actor_lr: float = field(default=1e-5, metadata={"help": "actor learning rate"})
+    actor_lr: float = field(default=PPOConfig.actor_lr, metadata={"help": "actor learning rate"})
     critic_lr: float = field(default=5e-6, metadata={"help": "critic learning rate"})
-    kl_ctl: float = field(default=0.1, metadata={"help": "KL penalty coefficient"})
-    save_every: int = field(default=16, metadata={"help": "PPO checkpoints every N steps, each judged held out"})
+    kl_ctl: float = field(default=PPOConfig.kl_ctl, metadata={"help": "KL penalty coefficient"})
+    save_every: int = field(default=4, metadata={"help": "PPO checkpoints every N steps, each judged held out"})
     ppo_settings: str = field(
         default="",
         metadata={
-            "help": "more PPO settings, as `rlhf train-ppo` names them: whiten_advantages=true,generation_batch_size=16"
+            "help": "more PPO settings, as `rlhf train-ppo` names them: whiten_advantages=false,"
+            "generation_batch_size=16 (with --quick, --rounds or --fork, on top of their settings)"
         },
     )
     best_of: int = field(default=16, metadata={"help": "best-of-N of the reference for N = 1, 2, 4, ... up to this"})
@@ -64,6 +67,10 @@ class DemoConfig:
     seed: int = field(default=0, metadata={"help": "seed of sampling, training and evaluation"})
 
 
+# The quick demo and the rounds study keep the PPO settings their committed results were made with, DeepSpeed-Chat's
+# (8 prompts a step, no whitening, kl_ctl 0.1); PPO's defaults changed after (docs/ppo-settings.md, "The defaults").
+DS_CHAT_PPO = dict(kl_ctl=0.1, ppo_settings="whiten_advantages=false,generation_batch_size=8")
+
 # Quick mode: tiny models, a few dozen prompts; a couple of minutes on two CPU cores.
 QUICK = dict(
     model="tiny",
@@ -80,8 +87,9 @@ QUICK = dict(
     dpo_lr=5e-3,
     dpo_epochs=2,
     campaign=True,
+    **DS_CHAT_PPO,
 )
 
 # The rounds study on the default model (`rlhf demo --rounds R`, not --quick): 200 training prompts, 120 labels, 48 PPO
 # steps per arm at twice the actor's learning rate; about an hour on two CPU cores (docs/demo-rounds/).
-ROUNDS = dict(n_prompts=264, label_budget=120, ppo_steps=48, actor_lr=2e-5)
+ROUNDS = dict(n_prompts=264, label_budget=120, ppo_steps=48, actor_lr=2e-5, **DS_CHAT_PPO)

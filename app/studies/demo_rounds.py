@@ -148,9 +148,10 @@ def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
 
 def ppo_steps(cfg: DemoConfig, train_prompts: int) -> int:
     """The one-round arm's PPO steps: --ppo-steps, else epochs over the training prompts in rollout batches."""
+    from app.studies.demo_common import ppo_settings
     from training.ppo.config import PPOConfig
 
-    batch = PPOConfig().generation_batch_size
+    batch = ppo_settings(cfg.ppo_settings).get("generation_batch_size", PPOConfig.generation_batch_size)
     return cfg.ppo_steps or cfg.ppo_epochs * -(-train_prompts // batch)
 
 

@@ -214,6 +214,10 @@ def fork_settings(source: Path, cls: type, given: dict) -> tuple[Any, Any, bool]
     missing = [name for name in KEPT_STAGES if not Stages(source).done(name)]
     if missing:
         raise UserError(f"{source.name} has not finished its {missing[0]} stage: go on with --resume {source}")
+    if "ppo_settings" in given:  # on top of DEMO's, as on top of a preset's
+        from app.studies.demo_common import merged_ppo_settings
+
+        given = {**given, "ppo_settings": merged_ppo_settings(parent.ppo_settings, given["ppo_settings"])}
     return dataclasses.replace(parent, **given), parent, quick
 
 

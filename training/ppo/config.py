@@ -1,8 +1,10 @@
 """PPO settings: one dataclass, the source of `rlhf train-ppo`'s flags, the app's form and every run's config.json.
 The fields every trainer on prompts shares are training/prompts_config.py's; these are PPO's own (the critic, GAE,
-the PPO epochs over a buffer, the EMAs, PPO-ptx). Defaults follow DeepSpeed-Chat step 3 (kl_ctl 0.1, reward clip 5,
-clip ranges 0.2, gamma 1, lambda 0.95, one PPO epoch, learning rates 9.65e-6 / 5e-6); everything beyond it is off by
-default."""
+the PPO epochs over a buffer, the EMAs, PPO-ptx). Defaults follow DeepSpeed-Chat step 3 (reward clip 5, clip ranges 0.2,
+gamma 1, lambda 0.95, one PPO epoch, critic learning rate 5e-6) except four, chosen by measurement on the
+default-model demo (docs/ppo-settings.md, "The defaults"): 32 prompts a rollout batch (DS-Chat 8), advantages
+whitened per batch, the KL coefficient 0.05 (DS-Chat 0.1) and the actor's learning rate 2e-5 (DS-Chat 9.65e-6). The
+rest beyond DS-Chat is off by default."""
 
 from __future__ import annotations
 
@@ -31,7 +33,15 @@ class PPOConfig(PromptsConfig):
         metadata={"help": "RUN/actor = the checkpoint the held-out judge scores best (the last one in RUN/actor_last)"},
     )
     critic: str = field(default="", metadata={"help": "critic start: a reward run or HF folder (default: --reward)"})
+    # PPO's own defaults of the shared settings (docs/ppo-settings.md; DeepSpeed-Chat's are 8, 9.65e-6 and 0.1)
+    generation_batch_size: int = field(
+        default=32,
+        metadata={"help": "prompts per rank per rollout batch (fewer where the prompts do not fill one for each rank)"},
+    )
+    actor_lr: float = field(default=2e-5, metadata={"help": "actor learning rate"})
+    kl_ctl: float = field(default=0.05, metadata={"help": "KL penalty coefficient"})
     # rollouts and updates
+    whiten_advantages: bool = field(default=True, metadata={"help": "normalise advantages per batch"})
     generation_batches: int = field(default=1, metadata={"help": "rollout batches buffered before each update"})
     ppo_epochs: int = field(default=1, metadata={"help": "passes over each buffer of experience"})
     minibatch_size: int = field(default=8, metadata={"help": "sequences per rank per PPO micro-batch"})
@@ -44,7 +54,6 @@ class PPOConfig(PromptsConfig):
     adaptive_kl: bool = field(default=False, metadata={"help": "adapt kl_ctl toward --kl-target (Ziegler et al.)"})
     kl_target: float = field(default=6.0, metadata={"help": "target KL (nats per sequence) of the adaptive control"})
     kl_horizon: int = field(default=10000, metadata={"help": "horizon of the adaptive KL controller"})
-    whiten_advantages: bool = field(default=False, metadata={"help": "normalise advantages per batch"})
     ema_beta: float = field(default=0.0, metadata={"help": "keep an EMA of the actor (0 = off; DS-Chat uses 0.992)"})
     ref_ema_beta: float = field(
         default=0.0,

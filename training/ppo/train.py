@@ -9,6 +9,7 @@ are DeepSpeed engines; the reference and reward models are frozen. Saves RUN/act
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ from training.ppo.experience import add_advantages
 from training.ppo.losses import critic_loss_fn
 from training.ppo.models import Critic
 from training.profile import Clock
-from training.prompt_data import encode_prompts, prompt_batches, read_prompts
+from training.prompt_data import encode_prompts, fitted_batch, prompt_batches, read_prompts
 from training.prompt_run import (
     after_step,
     alarm_field,
@@ -289,13 +290,15 @@ def step_metrics(
 
 
 def setup(cfg: PPOConfig, rank: int, world: int) -> tuple:
-    """The prompts, the step count, the four models, the reward statistics and where a resumed run starts."""
+    """The settings with the rollout batch fitted to the prompts, the prompts, the step count, the four models, the
+    reward statistics and where a resumed run starts."""
     tokenizer = load_tokenizer(_actor_folder(cfg))
     prompts, skipped = encode_prompts(tokenizer, read_prompts(cfg.prompts), cfg.max_prompt_length)
-    per_epoch = len(prompt_batches(len(prompts), cfg.generation_batch_size, world, cfg.seed, 0))
-    per_epoch //= cfg.generation_batches
-    if per_epoch == 0:
-        raise ValueError(f"{len(prompts)} usable prompts are fewer than one rollout buffer for {world} rank(s)")
+    batch = fitted_batch(len(prompts), cfg.generation_batch_size, world, cfg.generation_batches)
+    if batch == 0:
+        raise ValueError(f"{len(prompts)} usable prompts are fewer than one a rank for {world} rank(s)")
+    cfg = dataclasses.replace(cfg, generation_batch_size=batch)
+    per_epoch = len(prompt_batches(len(prompts), batch, world, cfg.seed, 0)) // cfg.generation_batches
     total = cfg.max_steps or per_epoch * cfg.epochs
     updates_per_step = cfg.ppo_epochs * sum(
         -(-cfg.generation_batch_size // cfg.minibatch_size) for _ in range(cfg.generation_batches)
@@ -303,6 +306,7 @@ def setup(cfg: PPOConfig, rank: int, world: int) -> tuple:
     m = Models(cfg, total * updates_per_step, world)
     state = load_checkpoint(m, Path(cfg.output_dir) / "checkpoints") or {"step": 0, "kl_ctl": cfg.kl_ctl}
     info = {"prompts": len(prompts), "skipped_prompts": skipped, "world_size": world, "total_steps": total}
+    info["generation_batch_size"] = batch  # the setting's, or the prompts a rank has where they are fewer
     m.eval_prompts = eval_prompts(cfg, tokenizer)
     if m.eval_prompts:
         info["eval_prompts"] = len(m.eval_prompts)
@@ -313,7 +317,7 @@ def setup(cfg: PPOConfig, rank: int, world: int) -> tuple:
         texts = read_texts(cfg.unsupervised_data)
         m.unsup = [tokenizer(t + tokenizer.eos_token, add_special_tokens=False)["input_ids"][:limit] for t in texts]
         info["unsupervised_texts"] = len(m.unsup)
-    return tokenizer, prompts, per_epoch, total, m, state, info
+    return cfg, tokenizer, prompts, per_epoch, total, m, state, info
 
 
 def train(cfg: PPOConfig) -> None:
@@ -322,7 +326,7 @@ def train(cfg: PPOConfig) -> None:
     run.status("running", step=0)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    tokenizer, prompts, per_epoch, total, m, state, info = setup(cfg, rank, world)
+    cfg, tokenizer, prompts, per_epoch, total, m, state, info = setup(cfg, rank, world)
     if state["step"]:
         run.metrics({"event": "resumed", "step": state["step"]})
     run.metrics({"event": "start", **info})
