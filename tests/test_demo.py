@@ -112,7 +112,16 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert r["dpo_point"]["win_rate"] == r["dpo_vs_reference"]["win_rate"] and math.isfinite(r["dpo_point"]["kl"])
     assert set(r["equal_kl"]["win_rates"]) == {"PPO", "best-of-N", "RLOO", "DPO"} and r["equal_kl"]["kl"] > 0
     assert "at equal KL (" in report and "at equal KL (" in out
-    assert all(len(json.loads(line)["rloo"]) == r["config"]["k"] for line in (folder / "samples.jsonl").open())
+    samples = [json.loads(line) for line in (folder / "samples.jsonl").open()]
+    assert all(len(s["rloo"]) == len(s["kept_checkpoint"]) == r["config"]["k"] for s in samples)
+    # the checkpoint the held-out judge kept meets DPO too, on its own samples
+    from app.studies.demo_common import compare
+
+    kept, dpo = [s["kept_checkpoint"] for s in samples], [s["dpo"] for s in samples]
+    assert (
+        r["kept_vs_dpo"] == compare(kept, dpo, r["config"]["seed"])
+        and "|PPO's kept checkpoint vs DPO policy|" in report
+    )
     # the labeling campaign (on in --quick): the dashboard flags the noisy annotator alone, and the gold-filtered
     # reward model left out its pairs and only those
     c = r["campaign"]
@@ -148,6 +157,8 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     again = json.loads((folder / "results.json").read_text())
     assert again["ppo_run"] == r["ppo_run"] and again["win_rate"] == r["win_rate"]  # the same seeded samples
     assert again["timings_s"].keys() == r["timings_s"].keys() and all(again["checks"].values())
+    assert again["kept_vs_dpo"] == r["kept_vs_dpo"]  # the kept checkpoint's samples came back with their stage
+    assert [json.loads(line)["kept_checkpoint"] for line in (folder / "samples.jsonl").open()] == kept
     # --fork: a new demo on this one's prompts, rankings and reward model with another PPO setting trains PPO
     # alone; DPO's run is kept (its settings are the same) and judged against the new PPO; the source is untouched
     before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file() and p.suffix != ".duckdb"}

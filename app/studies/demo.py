@@ -57,6 +57,7 @@ SAMPLE_KEYS = (
     ("reference", "reference"),
     ("actor", "ppo"),
     ("dpo", "dpo"),
+    ("kept_checkpoint", "ppo_kept"),
     ("rloo", "rloo"),
 )  # samples.jsonl key, method
 
@@ -147,9 +148,13 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "evaluation", lambda: evaluate_actor(cfg, rm_run, ppo_run, heldout, reference, rm_cfg.max_length)
     )
     texts = {"reference": reference, "ppo": actor}
-    watch = stage(
+    watch, texts["ppo_kept"] = stage(  # the kept checkpoint's samples too, for DPO's matchup after a resume
         "checkpoints and best-of-N",
-        lambda: run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log),
+        lambda: (
+            run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log),
+            texts.get("ppo_kept"),
+        ),
+        decode=lambda v: (v, None) if isinstance(v, dict) else v,  # a demo of before 2026-12-06 kept no samples
     )
 
     def method(kind: str, fn: Callable) -> dict:  # a method's results, and its held-out samples into texts
@@ -240,7 +245,7 @@ def write_samples(path: Path, heldout: list[str], texts: dict) -> None:
     """One line per held-out prompt with each model's samples (samples.jsonl)."""
     path.write_text(
         "".join(
-            json.dumps({"prompt": p, **{k: texts[name][i] for k, name in SAMPLE_KEYS if name in texts}}) + "\n"
+            json.dumps({"prompt": p, **{k: texts[name][i] for k, name in SAMPLE_KEYS if texts.get(name)}}) + "\n"
             for i, p in enumerate(heldout)
         )
     )

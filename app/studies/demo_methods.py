@@ -96,6 +96,7 @@ def run_dpo(
         "words_dpo": mean_words(texts["dpo"]),
         "dpo_vs_reference": compare(texts["dpo"], texts["reference"], cfg.seed),
         "ppo_vs_dpo": compare(texts["ppo"], texts["dpo"], cfg.seed),
+        **({"kept_vs_dpo": compare(texts["ppo_kept"], texts["dpo"], cfg.seed)} if texts.get("ppo_kept") else {}),
     }
 
 
@@ -162,6 +163,8 @@ def method_rows(r: dict) -> list[tuple[str, float, list[float]]]:
     if "dpo_vs_reference" in r:
         rows.append(("DPO policy vs reference", r["dpo_vs_reference"]["win_rate"], r["dpo_vs_reference"]["ci95"]))
         rows.append(("PPO actor vs DPO policy", r["ppo_vs_dpo"]["win_rate"], r["ppo_vs_dpo"]["ci95"]))
+    if "kept_vs_dpo" in r:
+        rows.append(("PPO's kept checkpoint vs DPO policy", r["kept_vs_dpo"]["win_rate"], r["kept_vs_dpo"]["ci95"]))
     if "rloo_vs_reference" in r:
         rows.append(("RLOO actor vs reference", r["rloo_vs_reference"]["win_rate"], r["rloo_vs_reference"]["ci95"]))
         rows.append(("PPO actor vs RLOO actor", r["ppo_vs_rloo"]["win_rate"], r["ppo_vs_rloo"]["ci95"]))

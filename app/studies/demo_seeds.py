@@ -33,6 +33,8 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
     if "dpo_vs_reference" in r:
         out["DPO policy over the reference"] = (r["dpo_vs_reference"]["win_rate"], r["dpo_vs_reference"]["ci95"])
         out["PPO actor over the DPO policy"] = (r["ppo_vs_dpo"]["win_rate"], r["ppo_vs_dpo"]["ci95"])
+    if "kept_vs_dpo" in r:
+        out["PPO's kept checkpoint over the DPO policy"] = (r["kept_vs_dpo"]["win_rate"], r["kept_vs_dpo"]["ci95"])
     top = r["best_of_n"][-1] if r.get("best_of_n") else None
     if top:
         out[f"best-of-{top['n']} of the reference over the reference"] = (top["win_rate"], top.get("ci95"))

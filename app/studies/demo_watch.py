@@ -47,7 +47,7 @@ def checkpoint_points(
     """Every evaluated checkpoint of a run on prompts (PPO's, RLOO's) still on disk: the run's own numbers (KL, the
     optimised and the held-out judge's score on the store's held-out prompts) and the scripted annotator's win rate
     over the reference on the demo's held-out prompts. The run's final actor reuses the samples the demo already drew
-    from it (texts[method])."""
+    from it (texts[method]); the samples of the checkpoint the held-out judge keeps go to texts[method + "_kept"]."""
     from app.studies.demo_common import compare, mean_words, sample_texts, sampling_config
     from training.generation import open_sampler
 
@@ -61,6 +61,8 @@ def checkpoint_points(
             with open_sampler(sampling_config(cfg, r["actor"])) as sampler:
                 samples = sample_texts(sampler, heldout, cfg.k, cfg.seed + CHECKPOINT_SEED)
         won = compare(samples, texts["reference"], cfg.seed)
+        if r is chosen:
+            texts[f"{method}_kept"] = samples
         log(f"{method} checkpoint step {r['step']}: KL {r['kl']:.2f}, win rate {won['win_rate']:.1%}")
         points.append(
             {
