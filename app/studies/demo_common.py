@@ -206,9 +206,9 @@ def ppo_settings(text: str) -> dict:
 def merged_ppo_settings(base: str, extra: str) -> str:
     """--ppo-settings `extra` on top of `base` (a preset's): base's keys in order, each given in extra taking its
     value, then extra's others; both checked as --ppo-settings is."""
-    ppo_settings(base), ppo_settings(extra)
     items = {}
     for text in (base, extra):
+        ppo_settings(text)  # one error line for a bad key or value, in either
         for item in filter(None, (x.strip() for x in text.split(","))):
             key, _, value = item.partition("=")
             items[key.strip().replace("-", "_")] = value.strip()
