@@ -147,6 +147,10 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     ]
     del stages["done"]["ppo"], stages["done"]["evaluation"]
     stages["started"]["ppo"] = r["ppo_run"]
+    # and whose checkpoints and DPO stages were kept before the kept checkpoint's samples were (2026-12-06)
+    done = stages["done"]
+    done["checkpoints and best-of-N"]["value"] = done["checkpoints and best-of-N"]["value"][0]
+    del done["dpo"]["value"][0]["kept_vs_dpo"]
     (folder / "stages.json").write_text(json.dumps(stages))
     (folder / "results.json").unlink()
     run_folders = sorted(p.name for p in (folder / "runs").iterdir())
@@ -157,7 +161,8 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     again = json.loads((folder / "results.json").read_text())
     assert again["ppo_run"] == r["ppo_run"] and again["win_rate"] == r["win_rate"]  # the same seeded samples
     assert again["timings_s"].keys() == r["timings_s"].keys() and all(again["checks"].values())
-    assert again["kept_vs_dpo"] == r["kept_vs_dpo"]  # the kept checkpoint's samples came back with their stage
+    assert again["kept_vs_dpo"] == r["kept_vs_dpo"]  # its samples drawn again from its weights, judged again
+    assert "the kept checkpoint (step" in out and "as the checkpoints stage recorded" in out
     assert [json.loads(line)["kept_checkpoint"] for line in (folder / "samples.jsonl").open()] == kept
     # --fork: a new demo on this one's prompts, rankings and reward model with another PPO setting trains PPO
     # alone; DPO's run is kept (its settings are the same) and judged against the new PPO; the source is untouched

@@ -75,9 +75,14 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
     assert "seed 1: step 12" in md and "seed 0: did not fire" in md
     wide = report(over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), results(1, 0.9, 0.9, 0.4, 0.8, 2.0)]))
     assert "|75.0% (0.0% to 100.0%)|" in wide  # 0.75 +- 12.71 * 0.15: cut at the ends of a win rate
-    # a headline one seed lacks (a demo without DPO) is not combined
+    # a headline one seed lacks (a demo made before it existed) is combined over the seeds that have it, and says so
     no_dpo = {k: v for k, v in results(3, 0.7, 0, 0, 0.8, 1.0).items() if k not in ("dpo_vs_reference", "ppo_vs_dpo")}
-    assert "DPO policy over the reference" not in {r["headline"] for r in over_seeds([runs[0], no_dpo])["rows"]}
+    partial = over_seeds([*runs, no_dpo])
+    dpo = next(r for r in partial["rows"] if r["headline"] == "DPO policy over the reference")
+    assert dpo["values"] == [0.9, 0.9, 0.9, None] and dpo["over_seeds"] == pytest.approx((0.9, 0.9, 0.9))
+    assert "|90.0% (85.0%-95.0%)|n/a|90.0% (90.0% to 90.0%), seeds 0, 1, 2 only|" in report(partial)
+    alone = over_seeds([runs[0], no_dpo])  # on one seed: its value, no interval
+    assert next(r for r in alone["rows"] if r["headline"] == "DPO policy over the reference")["over_seeds"] is None
 
 
 def test_one_seed_twice_none_or_two_settings_is_one_error():

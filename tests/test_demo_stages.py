@@ -227,3 +227,34 @@ def test_only_a_demo_whose_reward_stage_finished_can_be_forked(tmp_path, db):
     save_settings(src, DemoConfig(**{**QUICK, "rounds": 2}), True, 1)
     with pytest.raises(UserError, match="is a rounds study"):
         fork_settings(src, DemoConfig, {})
+
+
+def test_an_old_demos_kept_checkpoint_is_judged_against_dpo_where_its_samples_are_known(tmp_path):
+    """A demo whose checkpoints stage ran before the kept checkpoint's samples were kept: resumed, the kept one is
+    the final actor (its samples are the demo's own), or an earlier one whose weights are gone (one line, no
+    matchup); DPO's results gain kept_vs_dpo only from samples that are known."""
+    from app.studies.demo_common import compare
+    from app.studies.demo_methods import with_kept_matchup
+    from app.studies.demo_watch import kept_samples_again
+    from training.checkpoints import CHECKPOINTS_FILE
+
+    run = tmp_path / "ppo-run"
+    (run / "actor").mkdir(parents=True)
+    rows = [{"step": 4, "actor": str(run / "checkpoints" / "actor-step4")}, {"step": 8, "actor": str(run / "actor")}]
+    (run / CHECKPOINTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    texts = {"reference": [["a b", "c"]], "ppo": [["a b c d", "e f"]], "dpo": [["a", "b c d e f g"]]}
+    lines = []
+
+    def watch(kept_step: int) -> dict:
+        return {"checkpoints": [{"step": s, "chosen": s == kept_step, "win_rate": 0.5} for s in (4, 8)]}
+
+    assert kept_samples_again(DemoConfig(), run, ["p"], texts, watch(8), lines.append) == texts["ppo"]
+    assert kept_samples_again(DemoConfig(), run, ["p"], texts, watch(4), lines.append) is None
+    assert len(lines) == 2 and "step 4) has no weights left" in lines[1]
+    assert kept_samples_again(DemoConfig(), run, ["p"], texts, {"checkpoints": []}, lines.append) is None
+    dpo = {"ppo_vs_dpo": {"win_rate": 0.25}}
+    judged = with_kept_matchup(dpo, {**texts, "ppo_kept": texts["ppo"]}, 7)
+    assert judged == {**dpo, "kept_vs_dpo": compare(texts["ppo"], texts["dpo"], 7)}
+    assert with_kept_matchup(dpo, {**texts, "ppo_kept": None}, 7) == dpo  # unknown samples: no matchup
+    assert with_kept_matchup(judged, {**texts, "ppo_kept": texts["dpo"]}, 7) == judged  # one it has stays
+    assert with_kept_matchup({}, {**texts, "ppo_kept": texts["ppo"]}, 7) == {}  # no DPO in this demo

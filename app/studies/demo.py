@@ -44,7 +44,7 @@ from app.studies.demo_common import (
     split_prompts,
 )
 from app.studies.demo_config import DemoConfig
-from app.studies.demo_methods import methods_of, run_dpo, run_rloo
+from app.studies.demo_methods import methods_of, run_dpo, run_rloo, with_kept_matchup
 from store.errors import UserError
 from training.generation import open_sampler
 from training.ppo.config import PPOConfig
@@ -117,7 +117,7 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
     from app.studies.demo_stages import Stages, run_stage
-    from app.studies.demo_watch import at_equal_kl, method_curves, run_watch_part
+    from app.studies.demo_watch import at_equal_kl, method_curves, run_watch_stage
     from training.precision import with_resolved_dtype
 
     t0 = time.time()
@@ -148,14 +148,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "evaluation", lambda: evaluate_actor(cfg, rm_run, ppo_run, heldout, reference, rm_cfg.max_length)
     )
     texts = {"reference": reference, "ppo": actor}
-    watch, texts["ppo_kept"] = stage(  # the kept checkpoint's samples too, for DPO's matchup after a resume
-        "checkpoints and best-of-N",
-        lambda: (
-            run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log),
-            texts.get("ppo_kept"),
-        ),
-        decode=lambda v: (v, None) if isinstance(v, dict) else v,  # a demo of before 2026-12-06 kept no samples
-    )
+    watch = run_watch_stage(stage, cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log)
 
     def method(kind: str, fn: Callable) -> dict:  # a method's results, and its held-out samples into texts
         result, texts[kind] = stage(
@@ -163,7 +156,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         )
         return result
 
-    dpo = method("dpo", run_dpo) if "dpo" in methods_of(cfg) else {}
+    dpo = with_kept_matchup(method("dpo", run_dpo), texts, cfg.seed) if "dpo" in methods_of(cfg) else {}
     rloo = method("rloo", run_rloo) if "rloo" in methods_of(cfg) else {}
     campaign = {}
     if cfg.campaign:

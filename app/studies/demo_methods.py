@@ -89,15 +89,25 @@ def run_dpo(
     status = train_and_sample("dpo", run, cfg, heldout, texts, cfg.seed + 3 * 10**6, log, mode)
     point = policy_point(run / trainer("dpo").output, ppo_run, texts["dpo"], texts["reference"], cfg.seed)
     log(f"DPO policy: KL {point['kl']:.2f}, win rate {point['win_rate']:.1%}")
-    return {
+    result = {
         "dpo_point": point,
         "dpo_run": run.name,
         "dpo_eval_accuracy": status["final"].get("eval/dpo_accuracy"),
         "words_dpo": mean_words(texts["dpo"]),
         "dpo_vs_reference": compare(texts["dpo"], texts["reference"], cfg.seed),
         "ppo_vs_dpo": compare(texts["ppo"], texts["dpo"], cfg.seed),
-        **({"kept_vs_dpo": compare(texts["ppo_kept"], texts["dpo"], cfg.seed)} if texts.get("ppo_kept") else {}),
     }
+    return with_kept_matchup(result, texts, cfg.seed)
+
+
+def with_kept_matchup(dpo: dict, texts: dict[str, list[list[str]]], seed: int) -> dict:
+    """DPO's results with PPO's kept checkpoint judged against DPO's policy (`kept_vs_dpo`) where the kept
+    checkpoint's samples are known and the results lack it (a DPO stage kept from before 2026-12-06)."""
+    from app.studies.demo_common import compare
+
+    if not dpo or "kept_vs_dpo" in dpo or not texts.get("ppo_kept") or not texts.get("dpo"):
+        return dpo
+    return {**dpo, "kept_vs_dpo": compare(texts["ppo_kept"], texts["dpo"], seed)}
 
 
 def run_rloo(

@@ -80,7 +80,8 @@ def settings_that_differ(configs: list[dict]) -> list[str]:
 
 
 def over_seeds(results: list[dict]) -> dict:
-    """The seeds' headlines side by side and combined; only headlines every seed has are combined."""
+    """The seeds' headlines side by side and combined. A headline some seeds lack (a demo made before it existed, a
+    checkpoint whose weights are gone) is combined over the seeds that have it, and its row says which."""
     if not results:
         raise UserError("no demo results to combine")
     seeds = [r["config"]["seed"] for r in results]
@@ -96,12 +97,17 @@ def over_seeds(results: list[dict]) -> dict:
         flags = ", ".join("--" + name.replace("_", "-") for name in differ)
         raise UserError(f"the demos to combine differ in {flags}: a claim over seeds holds one setting, seeds apart")
     per = [headlines(r) for r in results]
-    names = [n for n in per[0] if all(n in h for h in per)]
+    names = list(dict.fromkeys(n for h in per for n in h))  # in the order the seeds name them
     rows = []
     for name in names:
-        values = [h[name][0] for h in per]
+        values = [h[name][0] if name in h else None for h in per]
         rows.append(
-            {"headline": name, "values": values, "ci95": [h[name][1] for h in per], "over_seeds": interval(values)}
+            {
+                "headline": name,
+                "values": values,
+                "ci95": [h[name][1] if name in h else None for h in per],
+                "over_seeds": interval([v for v in values if v is not None]),
+            }
         )
     alarms = [(r.get("watch") or {}).get("alarm_step") for r in results]
     return {
@@ -158,8 +164,8 @@ def report(combined: dict) -> str:
         f"# {study} over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}",
         "",
         "Each seed reruns the stochastic parts (sampling, training order). A seed's cell: its value, with its 95% "
-        "interval over prompts where it has one; the last column: the mean over seeds with a 95% Student t interval "
-        "over seeds (none for one seed).",
+        "interval over prompts where it has one (n/a: that seed's demo lacks it); the last column: the mean over seeds "
+        "with a 95% Student t interval over seeds (none for one seed).",
         "",
         head,
         "|---|" + "---:|" * len(seeds) + "---:|",
@@ -167,11 +173,14 @@ def report(combined: dict) -> str:
     for row in combined["rows"]:
         kind = _kind(row["headline"])
         cells = [
-            _fmt(v, kind) + (f" ({ci[0]:.1%}-{ci[1]:.1%})" if ci else "")
+            "n/a" if v is None else _fmt(v, kind) + (f" ({ci[0]:.1%}-{ci[1]:.1%})" if ci else "")
             for v, ci in zip(row["values"], row["ci95"], strict=True)
         ]
         o = _clipped(row["over_seeds"], kind)
         last = f"{_fmt(o[0], kind)} ({_fmt(o[1], kind)} to {_fmt(o[2], kind)})" if o else "one seed: no interval"
+        have = [str(s) for s, v in zip(seeds, row["values"], strict=True) if v is not None]
+        if o and len(have) < len(seeds):
+            last += f", seeds {', '.join(have)} only"
         lines.append(f"|{row['headline']}|" + "|".join(cells) + f"|{last}|")
     said = verdicts(combined)
     if said:

@@ -48,18 +48,13 @@ def checkpoint_points(
     optimised and the held-out judge's score on the store's held-out prompts) and the scripted annotator's win rate
     over the reference on the demo's held-out prompts. The run's final actor reuses the samples the demo already drew
     from it (texts[method]); the samples of the checkpoint the held-out judge keeps go to texts[method + "_kept"]."""
-    from app.studies.demo_common import compare, mean_words, sample_texts, sampling_config
-    from training.generation import open_sampler
+    from app.studies.demo_common import compare, mean_words
 
     rows = [r for r in read_checkpoints(ppo_run) if Path(r.get("actor", "")).is_dir()]
     chosen = best_checkpoint(rows)
     points = []
     for r in rows:
-        if Path(r["actor"]).resolve() == (ppo_run / "actor").resolve():
-            samples = texts[method]
-        else:
-            with open_sampler(sampling_config(cfg, r["actor"])) as sampler:
-                samples = sample_texts(sampler, heldout, cfg.k, cfg.seed + CHECKPOINT_SEED)
+        samples = checkpoint_samples(cfg, ppo_run, r["actor"], heldout, texts[method])
         won = compare(samples, texts["reference"], cfg.seed)
         if r is chosen:
             texts[f"{method}_kept"] = samples
@@ -76,6 +71,69 @@ def checkpoint_points(
             }
         )
     return points
+
+
+def checkpoint_samples(
+    cfg: DemoConfig, run: Path, actor: str, heldout: list[str], final: list[list[str]]
+) -> list[list[str]]:
+    """A checkpoint's samples of the held-out prompts: the run's final actor's are `final`, the ones the demo drew;
+    any other is sampled with the seed every checkpoint shares, so a resumed demo draws the same ones again."""
+    from app.studies.demo_common import sample_texts, sampling_config
+    from training.generation import open_sampler
+
+    if Path(actor).resolve() == (run / "actor").resolve():
+        return final
+    with open_sampler(sampling_config(cfg, actor)) as sampler:
+        return sample_texts(sampler, heldout, cfg.k, cfg.seed + CHECKPOINT_SEED)
+
+
+def kept_samples_again(
+    cfg: DemoConfig, ppo_run: Path, heldout: list[str], texts: dict[str, list[list[str]]], watch: dict, log: Callable
+) -> list[list[str]] | None:
+    """The kept checkpoint's samples for a demo whose checkpoints stage ran before they were kept (2026-12-06):
+    drawn again from its weights (None, said in one line, where they are gone), checked against the win rate over
+    the reference that the stage recorded."""
+    from app.studies.demo_common import compare
+
+    kept = next((p for p in watch.get("checkpoints") or [] if p.get("chosen")), None)
+    row = next((r for r in read_checkpoints(ppo_run) if kept and r["step"] == kept["step"]), None)
+    if kept is None or row is None:
+        return None
+    if not Path(row.get("actor", "")).is_dir():
+        log(f"the kept checkpoint (step {kept['step']}) has no weights left at {row.get('actor')}: not judged")
+        return None
+    samples = checkpoint_samples(cfg, ppo_run, row["actor"], heldout, texts["ppo"])
+    again = compare(samples, texts["reference"], cfg.seed)["win_rate"]
+    log(
+        f"the kept checkpoint (step {kept['step']}) sampled again: win rate {again:.1%} over the reference, "
+        f"{'as' if again == kept['win_rate'] else 'where'} the checkpoints stage recorded {kept['win_rate']:.1%}"
+    )
+    return samples
+
+
+def run_watch_stage(
+    stage: Callable,
+    cfg: DemoConfig,
+    model: str,
+    rm_run: Path,
+    ppo_run: Path,
+    heldout: list[str],
+    texts: dict[str, list[list[str]]],
+    max_length: int,
+    log: Callable,
+) -> dict:
+    """The demo's checkpoints-and-best-of-N stage through `stage` (app/studies/demo.py::run_demo): its results, with
+    the kept checkpoint's samples in texts["ppo_kept"] for DPO's matchup. Kept in stages.json as [results, samples]
+    so a resume has both; a stage kept before 2026-12-06 holds the results alone, and its samples are drawn again
+    (on each resume: that stage stays as it was kept)."""
+    again = object()
+    watch, kept = stage(
+        "checkpoints and best-of-N",
+        lambda: (run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, max_length, log), texts.get("ppo_kept")),
+        decode=lambda v: (v, again) if isinstance(v, dict) else v,
+    )
+    texts["ppo_kept"] = kept_samples_again(cfg, ppo_run, heldout, texts, watch, log) if kept is again else kept
+    return watch
 
 
 def best_of_n_points(
