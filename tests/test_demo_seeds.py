@@ -69,6 +69,14 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
     assert rows["DPO's KL to the reference (nats)"]["values"] == [2.0, 4.0, 6.0]
     assert rows["best-of-16's KL bound (nats)"]["over_seeds"] == pytest.approx((1.835, 1.835, 1.835))
     assert combined["seeds"] == [0, 1, 2] and combined["alarm_steps"] == [None, 12, None]
+    # a head-to-head against 50%, a difference against zero: 0.3, 0.4, 0.5 -> 0.4 +- 0.2484
+    assert verdicts(combined) == [
+        "PPO actor over the DPO policy: 40.0% (15.2% to 64.8%), holds 50%: no clear difference over seeds",
+        "PPO's kept checkpoint minus best-of-16: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear "
+        "difference over seeds",
+        "PPO's best checkpoint minus best-of-N at its KL: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear "
+        "difference over seeds",
+    ]
     md = report(combined)
     row = "|PPO actor over the reference|60.0% (55.0%-65.0%)|70.0% (65.0%-75.0%)|80.0% (75.0%-85.0%)|"
     assert row + "70.0% (45.2% to 94.8%)|" in md
@@ -81,6 +89,7 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
     dpo = next(r for r in partial["rows"] if r["headline"] == "DPO policy over the reference")
     assert dpo["values"] == [0.9, 0.9, 0.9, None] and dpo["over_seeds"] == pytest.approx((0.9, 0.9, 0.9))
     assert "|90.0% (85.0%-95.0%)|n/a|90.0% (90.0% to 90.0%), seeds 0, 1, 2 only|" in report(partial)
+    assert verdicts(partial)[0].endswith("holds 50%: no clear difference over seeds (3 of 4 seeds)")
     alone = over_seeds([runs[0], no_dpo])  # on one seed: its value, no interval
     assert next(r for r in alone["rows"] if r["headline"] == "DPO policy over the reference")["over_seeds"] is None
 

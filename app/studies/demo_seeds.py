@@ -137,19 +137,30 @@ def _clipped(o: tuple[float, float, float] | None, kind: str) -> tuple[float, fl
     return o[0], max(low, o[1]), min(1.0, o[2])
 
 
+def head_to_head(headline: str) -> bool:
+    """A win rate of one policy over another that is not the reference (PPO's actor over DPO's policy): 50% is a
+    tie, as zero is for a difference."""
+    return _kind(headline) == "rate" and " over the " in headline and not headline.endswith(" over the reference")
+
+
 def verdicts(combined: dict) -> list[str]:
     """For each difference combined over seeds: whether its interval over seeds lies above zero, below, or holds it
-    (no clear difference), in words."""
+    (no clear difference), in words; for each head-to-head win rate the same about 50%."""
     out = []
     for row in combined["rows"]:
-        o = _clipped(row["over_seeds"], _kind(row["headline"]))
-        if _kind(row["headline"]) != "difference" or o is None:
+        kind = _kind(row["headline"])
+        o = _clipped(row["over_seeds"], kind)
+        if o is None or not (kind == "difference" or head_to_head(row["headline"])):
             continue
         mean, lo, hi = o
-        side = "above zero" if lo > 0 else "below zero" if hi < 0 else "holds zero: no clear difference over seeds"
+        tie, at = (0.0, "zero") if kind == "difference" else (0.5, "50%")
+        side = (
+            f"above {at}" if lo > tie else f"below {at}" if hi < tie else f"holds {at}: no clear difference over seeds"
+        )
+        seeds = sum(v is not None for v in row["values"])
         out.append(
-            f"{row['headline']}: {_fmt(mean, 'difference')} ({_fmt(lo, 'difference')} to "
-            f"{_fmt(hi, 'difference')}), {side}"
+            f"{row['headline']}: {_fmt(mean, kind)} ({_fmt(lo, kind)} to {_fmt(hi, kind)}), {side}"
+            + (f" ({seeds} of {len(row['values'])} seeds)" if seeds < len(row["values"]) else "")
         )
     return out
 
@@ -184,7 +195,7 @@ def report(combined: dict) -> str:
         lines.append(f"|{row['headline']}|" + "|".join(cells) + f"|{last}|")
     said = verdicts(combined)
     if said:
-        lines += ["", "Each difference over seeds:", ""] + [f"- {line}" for line in said]
+        lines += ["", "Each difference and head-to-head over seeds:", ""] + [f"- {line}" for line in said]
     if combined.get("study") != "rounds":
         alarms = ", ".join(
             f"seed {s}: {'step ' + str(a) if a is not None else 'did not fire'}"
