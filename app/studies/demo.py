@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import secrets
 import time
@@ -117,7 +118,7 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
     from app.studies.demo_stages import Stages, run_stage
-    from app.studies.demo_watch import at_equal_kl, method_curves, run_watch_stage
+    from app.studies.demo_watch import at_equal_kl, method_curves, run_watch_part, run_watch_stage
     from training.precision import with_resolved_dtype
 
     t0 = time.time()
@@ -148,7 +149,8 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "evaluation", lambda: evaluate_actor(cfg, rm_run, ppo_run, heldout, reference, rm_cfg.max_length)
     )
     texts = {"reference": reference, "ppo": actor}
-    watch = run_watch_stage(stage, cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log)
+    part = functools.partial(run_watch_part, cfg, model, rm_run, ppo_run, heldout, texts, rm_cfg.max_length, log)
+    watch = run_watch_stage(stage, part, cfg, ppo_run, heldout, texts, log)
 
     def method(kind: str, fn: Callable) -> dict:  # a method's results, and its held-out samples into texts
         result, texts[kind] = stage(

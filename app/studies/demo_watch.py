@@ -113,23 +113,21 @@ def kept_samples_again(
 
 def run_watch_stage(
     stage: Callable,
+    part: Callable[[], dict],
     cfg: DemoConfig,
-    model: str,
-    rm_run: Path,
     ppo_run: Path,
     heldout: list[str],
     texts: dict[str, list[list[str]]],
-    max_length: int,
     log: Callable,
 ) -> dict:
-    """The demo's checkpoints-and-best-of-N stage through `stage` (app/studies/demo.py::run_demo): its results, with
-    the kept checkpoint's samples in texts["ppo_kept"] for DPO's matchup. Kept in stages.json as [results, samples]
-    so a resume has both; a stage kept before 2026-12-06 holds the results alone, and its samples are drawn again
-    (on each resume: that stage stays as it was kept)."""
+    """The demo's checkpoints-and-best-of-N stage (`part`: run_watch_part on the demo's runs) through `stage`
+    (app/studies/demo.py::run_demo): its results, with the kept checkpoint's samples in texts["ppo_kept"] for DPO's
+    matchup. Kept in stages.json as [results, samples] so a resume has both; a stage kept before 2026-12-06 holds
+    the results alone, and its samples are drawn again (on each resume: that stage stays as it was kept)."""
     again = object()
     watch, kept = stage(
         "checkpoints and best-of-N",
-        lambda: (run_watch_part(cfg, model, rm_run, ppo_run, heldout, texts, max_length, log), texts.get("ppo_kept")),
+        lambda: (part(), texts.get("ppo_kept")),
         decode=lambda v: (v, again) if isinstance(v, dict) else v,
     )
     texts["ppo_kept"] = kept_samples_again(cfg, ppo_run, heldout, texts, watch, log) if kept is again else kept
