@@ -239,3 +239,26 @@ def test_a_rounds_study_over_seeds_answers_its_two_questions_with_intervals(tmp_
     (tmp_path / "d" / "results.json").write_text(json.dumps(results(5, 0.6, 0.9, 0.4, 0.8, 1.0)))
     assert main(["demo-seeds", str(tmp_path / "r0"), str(tmp_path / "d"), "--out", str(tmp_path / "out")]) == 1
     assert "of different studies (demo, rounds): one at a time" in capsys.readouterr().err
+
+
+def test_the_labeling_campaigns_numbers_combine_over_seeds():
+    def campaign(seed: int, every: float, kept: float) -> dict:
+        arms = {"all": {"accuracy": every, "ci95": [every - 0.05, every + 0.04]}}
+        arms["gold-filtered"] = {"accuracy": kept, "ci95": [kept - 0.05, kept + 0.03]}
+        diff = {"value": kept - every, "ci95": [0.0, kept - every + 0.04]}
+        return {
+            **results(seed, 0.7, 0.9, 0.5, 0.8, 1.0),
+            "campaign": {"min_gold_accuracy": 0.8, "arms": arms, "difference": diff},
+        }
+
+    combined = over_seeds([campaign(0, 0.88, 0.92), campaign(1, 0.86, 0.89), campaign(2, 0.9, 0.95)])
+    rows = {r["headline"]: r for r in combined["rows"]}
+    gain_name = "campaign: without annotators under 80% on gold minus every pair, held-out accuracy"
+    # 0.04, 0.03, 0.05: mean 0.04, sd 0.01, half-width 4.303 * 0.01 / sqrt 3 = 0.02484
+    gain = rows[gain_name]
+    assert gain["values"] == pytest.approx([0.04, 0.03, 0.05])
+    assert gain["over_seeds"] == pytest.approx((0.04, 0.01516, 0.06484), abs=1e-5)
+    assert rows["campaign: reward model on every pair, held-out accuracy"]["values"] == [0.88, 0.86, 0.9]
+    kept = rows["campaign: reward model without annotators under 80% on gold, held-out accuracy"]
+    assert kept["ci95"][1] == pytest.approx([0.84, 0.92])
+    assert f"{gain_name}: +4.0 pts (+1.5 pts to +6.5 pts), above zero" in verdicts(combined)

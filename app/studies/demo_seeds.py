@@ -56,7 +56,27 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
         out["DPO's KL to the reference (nats)"] = (r["dpo_point"]["kl"], None)
     if top and top.get("kl") is not None:
         out[f"best-of-{top['n']}'s KL bound (nats)"] = (top["kl"], None)
-    return out
+    return out | campaign_headlines(r.get("campaign"))
+
+
+def campaign_headlines(c: dict | None) -> dict[str, tuple[float, list[float] | None]]:
+    """The labeling campaign's (app/studies/demo_campaign.py): each reward model's held-out accuracy and the gain
+    from leaving out the annotators under the gold bar."""
+    if not c:
+        return {}
+    every, kept = c["arms"]["all"], c["arms"]["gold-filtered"]
+    bar = f"{c['min_gold_accuracy']:.0%}"
+    return {
+        "campaign: reward model on every pair, held-out accuracy": (every["accuracy"], every["ci95"]),
+        f"campaign: reward model without annotators under {bar} on gold, held-out accuracy": (
+            kept["accuracy"],
+            kept["ci95"],
+        ),
+        f"campaign: without annotators under {bar} on gold minus every pair, held-out accuracy": (
+            c["difference"]["value"],
+            c["difference"]["ci95"],
+        ),
+    }
 
 
 def interval(values: list[float]) -> tuple[float, float, float] | None:
