@@ -30,10 +30,7 @@ class DemoConfig:
         default=2,
         metadata={"help": "reward models on alternate halves of the prompts: PPO optimises the first, the last judges"},
     )
-    rm_lr: float = field(
-        default=2e-5,  # 1e-5 until 2026-12-06: member 0, on half the pairs, scored 78-86% held out (docs/reward-lr.md)
-        metadata={"help": "reward-model learning rate"},
-    )
+    rm_lr: float = field(default=1e-5, metadata={"help": "reward-model learning rate"})
     ppo_epochs: int = field(default=2, metadata={"help": "PPO passes over the training prompts"})
     ppo_steps: int = field(default=0, metadata={"help": "stop PPO after this many steps (0 = all epochs)"})
     actor_lr: float = field(default=PPOConfig.actor_lr, metadata={"help": "actor learning rate"})
@@ -94,6 +91,5 @@ QUICK = dict(
 )
 
 # The rounds study on the default model (`rlhf demo --rounds R`, not --quick): 200 training prompts, 120 labels, 48 PPO
-# steps per arm at twice the actor's learning rate; about an hour on two CPU cores (docs/demo-rounds/). Its reward
-# models keep the learning rate its committed results were made with.
-ROUNDS = dict(n_prompts=264, label_budget=120, ppo_steps=48, actor_lr=2e-5, rm_lr=1e-5, **DS_CHAT_PPO)
+# steps per arm at twice the actor's learning rate; about an hour on two CPU cores (docs/demo-rounds/).
+ROUNDS = dict(n_prompts=264, label_budget=120, ppo_steps=48, actor_lr=2e-5, **DS_CHAT_PPO)
