@@ -207,12 +207,7 @@ def launch(
     # (unused here): 1-5 ms of CPU per submit, growing with uptime. Once every 1,000 events is plenty.
     os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
     users = read_users(auth) if auth else None
-    if not is_loopback(host) and not users:
-        raise UserError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
-    if bool(ssl_keyfile) != bool(ssl_certfile):
-        raise UserError("TLS takes both --ssl-keyfile and --ssl-certfile")
-    if session_hours <= 0:
-        raise UserError(f"--session-hours must be above 0, got {session_hours}")
+    check_serving(host, users, bool(ssl_keyfile), bool(ssl_certfile), session_hours)
     admin_set = admin_logins(admins, users)
     if overlap < 1:
         raise UserError(f"--overlap must be at least 1, got {overlap}")
@@ -239,16 +234,7 @@ def launch(
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)
     share_the_queue(demo, limits.max_queue, ctx.chat.activity)
-    scheme = "https" if ssl_certfile else "http"
-    if boundary.token is not None:
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        print(f"* rlhf-studio: open {scheme}://{shown}:{port}/?token={boundary.token}", flush=True)
-    if users and users.plaintext:
-        print(
-            f"* rlhf-studio: {len(users.plaintext)} login(s) in {auth} have a plaintext password "
-            f"({', '.join(users.plaintext[:3])}): replace each with `rlhf user add NAME --file {auth}`",
-            flush=True,
-        )
+    announce(boundary, "https" if ssl_certfile else "http", host, port, users, auth)
     demo.launch(
         server_name=host,
         server_port=port,
@@ -266,6 +252,29 @@ def launch(
             "lifespan": sessions_expire(session_hours, uploads),
         },
     )
+
+
+def check_serving(host: str, users, ssl_key: bool, ssl_cert: bool, session_hours: float) -> None:
+    """One line for a server that would be open to the network, or half-configured, before anything starts."""
+    if not is_loopback(host) and not users:
+        raise UserError(f"refusing to listen on {host} without --auth: anyone on the network could read the store")
+    if ssl_key != ssl_cert:
+        raise UserError("TLS takes both --ssl-keyfile and --ssl-certfile")
+    if session_hours <= 0:
+        raise UserError(f"--session-hours must be above 0, got {session_hours}")
+
+
+def announce(boundary, scheme: str, host: str, port: int, users, auth: str | None) -> None:
+    """The address to open (with its token when there are no logins), and a warning for plaintext passwords."""
+    if boundary.token is not None:
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"* rlhf-studio: open {scheme}://{shown}:{port}/?token={boundary.token}", flush=True)
+    if users and users.plaintext:
+        print(
+            f"* rlhf-studio: {len(users.plaintext)} login(s) in {auth} have a plaintext password "
+            f"({', '.join(users.plaintext[:3])}): replace each with `rlhf user add NAME --file {auth}`",
+            flush=True,
+        )
 
 
 def serving_boundary(host: str, port: int, allowed_hosts: str | None, token: bool):
