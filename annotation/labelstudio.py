@@ -22,15 +22,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from annotation.files import loads_json, read_csv
-from annotation.questions import Shown, answered_alone, flat_result, from_ls, settle
+from annotation.labelstudio_read import Annotation, exported, read_export
+from annotation.questions import Shown, answered_alone, from_ls, settle
 from store.conversations import conversation_text
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
 FAST_LEAD_TIME_S = 2.0
-# Keys JSON_MIN and CSV add beside the task data (label_studio_sdk converter).
-_META_KEYS = {"id", "annotator", "annotation_id", "created_at", "updated_at", "lead_time", "agreement", "history"}
 
 
 @dataclass
@@ -64,160 +62,11 @@ def parse_label_config(xml: str) -> LabelConfig:
 
 
 @dataclass
-class Annotation:
-    """One annotation of one task, whatever the export format it came from."""
-
-    task_id: object
-    annotation_id: object
-    data: dict
-    results: list[dict]  # each with 'from_name' and 'value'
-    annotator: str
-    lead_time: float | None = None
-    cancelled: bool = False
-    annotated: bool = True  # False: a task without annotations, which an export of all tasks also lists
-    project: str | None = None  # the Label Studio project id, when the input says it
-    server: str | None = None  # scheme://host:port of a live pull; a file does not say its server
-
-
-@dataclass
 class Parsed:
     rankings: list[RankingIn]
     tasks: int
     annotations: int
     skipped: Counter
-
-
-def exported(data: dict) -> bool:
-    """Whether a task's data is one `rlhf export-ls` wrote (annotation/labelstudio_export.py::ranker_tasks gives
-    each its `turns`): only such a task's annotations carry answers to our questions."""
-    return "turns" in data
-
-
-def _annotator(completed_by: object) -> str:
-    if isinstance(completed_by, dict):
-        completed_by = completed_by.get("email") or completed_by.get("id")
-    return f"ls:{completed_by}" if completed_by not in (None, "") else "ls:unknown"
-
-
-def _float(x: object) -> float | None:
-    try:
-        return float(x)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
-        return None
-
-
-def _project(*candidates: object) -> str | None:
-    """The first project id given as a whole number (the JSON export puts one on every annotation)."""
-    for p in candidates:
-        if (isinstance(p, int) and not isinstance(p, bool)) or (isinstance(p, str) and p.isdigit()):
-            return str(p)
-    return None
-
-
-def _from_json_tasks(tasks: list) -> list[Annotation]:
-    out = []
-    for n, task in enumerate(tasks, 1):
-        if not isinstance(task, dict):
-            raise UserError(f"task {n}: expected a JSON object, got {type(task).__name__}")
-        anns = task.get("annotations", task.get("completions"))
-        if not isinstance(anns, list) or not isinstance(task.get("data"), dict):
-            raise UserError(f"task {task.get('id', n)}: needs 'data' and an 'annotations' list")
-        if not anns:
-            out.append(Annotation(task.get("id", n), None, task["data"], [], _annotator(None), annotated=False))
-        for a in anns:
-            if not isinstance(a, dict):
-                raise UserError(f"task {task.get('id', n)}: an annotation is not a JSON object")
-            results = a.get("result") or []
-            out.append(
-                Annotation(
-                    task_id=task.get("id", n),
-                    annotation_id=a.get("id"),
-                    data=task["data"],
-                    results=[r for r in results if isinstance(r, dict)],
-                    annotator=_annotator(a.get("completed_by")),
-                    lead_time=_float(a.get("lead_time")),
-                    cancelled=bool(a.get("was_cancelled") or a.get("skipped")),
-                    project=_project(a.get("project"), task.get("project")),
-                )
-            )
-    return out
-
-
-def _is_control_value(v: object) -> bool:
-    return (
-        isinstance(v, list) and bool(v) and all(isinstance(x, dict) and ("ranker" in x or "selected" in x) for x in v)
-    )
-
-
-def _from_min_records(records: list[dict]) -> list[Annotation]:
-    """JSON_MIN / CSV rows: task data flattened to the top level, one key per control name."""
-    out = []
-    for n, rec in enumerate(records, 1):
-        if not isinstance(rec, dict):
-            raise UserError(f"record {n}: expected a JSON object, got {type(rec).__name__}")
-        results = [{"from_name": k, "value": x} for k, v in rec.items() if _is_control_value(v) for x in v]
-        # a task `rlhf export-ls` wrote: its questions' answers are flattened into the record too
-        try:
-            flat = {k: flat_result(k, v) for k, v in rec.items()} if exported(rec) else {}
-        except UserError as e:
-            raise UserError(f"record {n}: {e}") from None
-        answers = {k: r for k, r in flat.items() if r is not None}
-        results += list(answers.values())
-        data = {k: v for k, v in rec.items() if k not in _META_KEYS and k not in answers and not _is_control_value(v)}
-        annotation_id = rec.get("annotation_id")
-        annotation_id = None if annotation_id == "" else annotation_id  # CSV writes a missing id as an empty cell
-        out.append(
-            Annotation(
-                task_id=rec.get("id", n),
-                annotation_id=annotation_id,
-                data=data,
-                results=results,
-                annotator=_annotator(rec.get("annotator")),
-                lead_time=_float(rec.get("lead_time")),
-                annotated=bool(results) or annotation_id is not None,  # an unannotated task has neither
-            )
-        )
-    return out
-
-
-def _csv_records(text: str, sep: str, name: str) -> list[dict]:
-    header, rows = read_csv(text, name, delimiter=sep)
-    if not header:
-        raise UserError(f"{name}: the CSV file has no header row")
-    records = []
-    for n, row in rows:
-        rec = {}
-        for k, v in row.items():
-            if k is None:
-                raise UserError(f"{name} row {n}: more values than columns")
-            v = v or ""
-            rec[k] = loads_json(v, f"{name} row {n} column {k}") if v[:1] in ("[", "{") else v
-        records.append(rec)
-    return records
-
-
-def read_export(text: str, name: str) -> list[Annotation]:
-    """Detect the format from the file name and content and return its annotations."""
-    lower = name.lower()
-    if lower.endswith((".csv", ".tsv")):
-        header = text.split("\n", 1)[0]
-        sep = "\t" if header.count("\t") > header.count(",") else ","  # the SDK writes TSV as result.csv
-        records = _csv_records(text, sep, name)
-        if records and "prompt" not in records[0]:
-            cols = ", ".join(list(records[0])[:8])
-            raise UserError(f"{name}: the CSV has no 'prompt' column (columns: {cols})")
-        return _from_min_records(records)
-    obj = loads_json(text, name)
-    tasks = [obj] if isinstance(obj, dict) else obj
-    if not isinstance(tasks, list):
-        raise UserError(f"{name}: expected a Label Studio export (a list of tasks), got {type(obj).__name__}")
-    if not tasks:
-        raise UserError(f"{name}: the export holds no tasks")
-    if all(isinstance(t, dict) and ("annotations" in t or "completions" in t) for t in tasks):
-        return _from_json_tasks(tasks)
-    if all(isinstance(t, dict) and "data" in t and len(t) <= 3 for t in tasks):
-        raise UserError(f"{name}: these are tasks without annotations (an import file, not an export)")
-    return _from_min_records(tasks)
 
 
 def _list_items(data: dict, cfg: LabelConfig, where: str) -> list[tuple[str, str]]:
@@ -338,6 +187,35 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
         return "cancelled"
     if not ann.results:
         return "empty"
+    items, pairwise = _ranked_items(ann, cfg, bucket_order, where)
+    if items is None:
+        return "unsupported"
+    if len(items) < 2:
+        return "no preference"
+    prompt = _prompt_text(ann, cfg, where)
+    key, same_as = _keys(ann, prompt, items)
+    ranking = RankingIn(
+        prompt=prompt,
+        items=items,
+        annotator=ann.annotator,
+        source="labelstudio",
+        external_key=key,
+        same_as=same_as,
+        lead_time_s=ann.lead_time,
+        flags=_flags(items, ann.lead_time, pairwise),
+    )
+    ranking.items = _dense(ranking.items)
+    if problem := ranking.problem():
+        raise UserError(f"{where}: {problem}")
+    if not pairwise and exported(ann.data):
+        _with_answers(ranking, ann, where)
+    return ranking
+
+
+def _ranked_items(
+    ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None, where: str
+) -> tuple[list[RankedItem] | None, bool]:
+    """The annotation's ranked responses (None: no Ranker or Pairwise result), and whether they came from Pairwise."""
     items, pairwise = None, False
     for r in ann.results:
         value = r.get("value")
@@ -354,10 +232,10 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
         items = [
             RankedItem(text=t, rank=1, shown_position=n, response_id=_store_id(i)) for n, (i, t) in enumerate(listed)
         ]
-    if items is None:
-        return "unsupported"
-    if len(items) < 2:
-        return "no preference"
+    return items, pairwise
+
+
+def _prompt_text(ann: Annotation, cfg: LabelConfig, where: str) -> str:
     prompt = ann.data.get(cfg.prompt_field)
     if isinstance(prompt, list):  # a project of its own whose tasks hold the conversation as messages
         try:
@@ -366,39 +244,32 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
             raise UserError(f"{where}: '{cfg.prompt_field}': {e}") from None
     if not isinstance(prompt, str):
         raise UserError(f"{where}: no '{cfg.prompt_field}' text in the task data")
+    return prompt
+
+
+def _keys(ann: Annotation, prompt: str, items: list[RankedItem]) -> tuple[str, list[str]]:
     if ann.annotation_id is not None:
-        key, same_as = ranking_keys(ann)
-    else:  # a hand-made export without annotation ids: the content is the identity
-        canon = json.dumps([prompt, [(it.text, it.rank) for it in items], ann.annotator], ensure_ascii=False)
-        key, same_as = "ls:sha256:" + hashlib.sha256(canon.encode()).hexdigest()[:32], []
-    ranking = RankingIn(
-        prompt=prompt,
-        items=items,
-        annotator=ann.annotator,
-        source="labelstudio",
-        external_key=key,
-        same_as=same_as,
-        lead_time_s=ann.lead_time,
-        flags=_flags(items, ann.lead_time, pairwise),
+        return ranking_keys(ann)
+    # a hand-made export without annotation ids: the content is the identity
+    canon = json.dumps([prompt, [(it.text, it.rank) for it in items], ann.annotator], ensure_ascii=False)
+    return "ls:sha256:" + hashlib.sha256(canon.encode()).hexdigest()[:32], []
+
+
+def _with_answers(ranking: RankingIn, ann: Annotation, where: str) -> None:
+    """The questions asked beside the Ranker of a task `rlhf export-ls` wrote (its config asks them:
+    annotation/questions/), onto the ranking; a project's own controls that happen to share a name are not read."""
+    items = ranking.items
+    shown = Shown(
+        texts=[it.text for it in items],
+        ranks=[it.rank for it in items],
+        numbers=[it.shown_position + 1 for it in items],
     )
-    ranking.items = _dense(ranking.items)
+    for name, answer in from_ls(ann.results, shown, where).items():
+        setattr(ranking, name, answer)
+    settle(ranking, where)
+    ranking.flags = _flags(ranking.items, ann.lead_time, False)  # as settled: tied responses are no order
     if problem := ranking.problem():
         raise UserError(f"{where}: {problem}")
-    # the questions asked beside the Ranker of a task `rlhf export-ls` wrote (its config asks them:
-    # annotation/questions/): a project's own controls that happen to share a name are not read as answers
-    if not pairwise and exported(ann.data):
-        shown = Shown(
-            texts=[it.text for it in items],
-            ranks=[it.rank for it in items],
-            numbers=[it.shown_position + 1 for it in items],
-        )
-        for name, answer in from_ls(ann.results, shown, where).items():
-            setattr(ranking, name, answer)
-        settle(ranking, where)
-        ranking.flags = _flags(ranking.items, ann.lead_time, pairwise)  # as settled: tied responses are no order
-        if problem := ranking.problem():
-            raise UserError(f"{where}: {problem}")
-    return ranking
 
 
 def server_url(url: str) -> str:
