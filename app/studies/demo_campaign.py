@@ -117,12 +117,6 @@ def run_campaign(
 ) -> dict:
     """The study, as the results' `campaign` field."""
     from annotation.dashboard import annotator_rows
-    from annotation.winrate import ratio_bootstrap_ci
-    from app.jobs.training import prepare_run, run_training
-    from app.studies.demo_common import pair_counts
-    from training.registry import run_config
-    from training.reward.config import RewardConfig
-    from training.scoring import score_texts
 
     db = folder / "campaign.duckdb"
     rankings, gold = build_store(demo_db, db, cfg.seed)
@@ -131,34 +125,8 @@ def run_campaign(
     log(f"campaign: {rankings} rankings by {len(rows)} annotators, {gold} gold prompts; the dashboard flags {flagged}")
     arms = {}
     for arm, min_gold in (("all", 0.0), ("gold-filtered", MIN_GOLD_ACCURACY)):
-        rm_cfg = RewardConfig(
-            model=reward_base,
-            epochs=cfg.rm_epochs,
-            lr=cfg.rm_lr,
-            dtype=cfg.dtype,
-            seed=cfg.seed,
-            min_gold_accuracy=min_gold,
-        )
-        run = prepare_run(str(db), rm_cfg, folder / "runs")
-        status = run_training("reward", run)
-        if status.get("state") != "finished":
-            raise RuntimeError(f"the campaign's reward run {run.name} {status.get('state')}: {status.get('error')}")
-        scores = score_texts(run / "model", heldout, reference, cfg.dtype, rm_cfg.max_length)
-        counts = pair_counts(reference, scores)
-        right, total = sum(r for r, _ in counts), sum(t for _, t in counts)
-        if not total:
-            raise UserError("the campaign's reward models have no held-out pair to be judged on: every sample tied")
-        manifest = json.loads((Path(run_config(run)["data"]) / "manifest.json").read_text())
-        arms[arm] = {
-            "run": run.name,
-            "pairs": sum(split["pairs"] for split in manifest["splits"].values()),
-            "left_out": manifest.get("left_out", {}).get("annotators", []),
-            "pairs_removed": manifest.get("left_out", {}).get("pairs_removed", 0),
-            "accuracy": right / total,
-            "ci95": list(ratio_bootstrap_ci(counts, seed=cfg.seed)),
-            "counts": counts,
-        }
-        log(f"campaign reward model ({arm}): held-out accuracy {right / total:.3f} on {total} pairs")
+        arms[arm] = a = train_arm(cfg, db, folder, reward_base, heldout, reference, min_gold)
+        log(f"campaign reward model ({arm}): held-out accuracy {a['accuracy']:.3f} on {a['judged']} pairs")
     diff = paired_difference(arms["all"]["counts"], arms["gold-filtered"]["counts"], cfg.seed)
     return {
         "rankings": rankings,
@@ -176,8 +144,56 @@ def run_campaign(
             for name, r in sorted(rows.items())
         },
         "flagged": flagged,
-        "arms": {arm: {k: v for k, v in a.items() if k != "counts"} for arm, a in arms.items()},
+        "arms": {arm: {k: v for k, v in a.items() if k not in ("counts", "judged")} for arm, a in arms.items()},
         "difference": diff,
+    }
+
+
+def train_arm(
+    cfg: DemoConfig,
+    db: Path,
+    folder: Path,
+    reward_base: str,
+    heldout: list[str],
+    reference: list[list[str]],
+    min_gold: float,
+) -> dict:
+    """One reward model on the campaign's store (leaving out annotators under `min_gold` gold accuracy), judged on
+    the demo's held-out reference samples by the scripted annotator's pairs."""
+    from annotation.winrate import ratio_bootstrap_ci
+    from app.jobs.training import prepare_run, run_training
+    from app.studies.demo_common import pair_counts
+    from training.registry import run_config
+    from training.reward.config import RewardConfig
+    from training.scoring import score_texts
+
+    rm_cfg = RewardConfig(
+        model=reward_base,
+        epochs=cfg.rm_epochs,
+        lr=cfg.rm_lr,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+        min_gold_accuracy=min_gold,
+    )
+    run = prepare_run(str(db), rm_cfg, folder / "runs")
+    status = run_training("reward", run)
+    if status.get("state") != "finished":
+        raise RuntimeError(f"the campaign's reward run {run.name} {status.get('state')}: {status.get('error')}")
+    scores = score_texts(run / "model", heldout, reference, cfg.dtype, rm_cfg.max_length)
+    counts = pair_counts(reference, scores)
+    right, total = sum(r for r, _ in counts), sum(t for _, t in counts)
+    if not total:
+        raise UserError("the campaign's reward models have no held-out pair to be judged on: every sample tied")
+    manifest = json.loads((Path(run_config(run)["data"]) / "manifest.json").read_text())
+    return {
+        "run": run.name,
+        "pairs": sum(split["pairs"] for split in manifest["splits"].values()),
+        "left_out": manifest.get("left_out", {}).get("annotators", []),
+        "pairs_removed": manifest.get("left_out", {}).get("pairs_removed", 0),
+        "accuracy": right / total,
+        "ci95": list(ratio_bootstrap_ci(counts, seed=cfg.seed)),
+        "counts": counts,
+        "judged": total,
     }
 
 
