@@ -33,7 +33,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from store.errors import UserError
 from training.models import ModelError
@@ -141,27 +141,33 @@ def _serve(conn, max_loaded: int, nice: int, busy=None) -> None:
             continue
         try:
             if kind == "pair":
-                sent, latest, steps, waited, cpu = 0.0, None, 0, 0, time.process_time()
-                for latest in chat.pair(*args):
-                    steps += 1
-                    if busy is not None and _yield_to_app(busy, time.process_time() - cpu):
-                        waited += 1
-                    cpu = time.process_time()
-                    if time.monotonic() - sent >= FRAME_S:
-                        conn.send(("frame", rid, latest))
-                        sent, latest = time.monotonic(), None
-                    read_ahead()
-                    if rid in cancelled:
-                        break
-                if latest is not None and rid not in cancelled:
-                    conn.send(("frame", rid, latest))
-                conn.send(("done", rid, {"steps": steps, "waited": waited, "engines": chat.last_engines}))
+                _stream_pair(conn, chat, rid, args, busy, read_ahead, cancelled)
             elif kind == "scores":
                 conn.send(("done", rid, chat.scores(*args)))
         except Exception as e:  # noqa: BLE001 - every failure goes back to the caller as its one line
             name = type(e).__name__ if type(e).__name__ in ERRORS else "Exception"
             conn.send(("error", rid, name, str(e) if name != "Exception" else f"{type(e).__name__}: {e}"))
         cancelled.discard(rid)
+
+
+def _stream_pair(conn, chat, rid, args, busy, read_ahead: Callable[[], None], cancelled: set) -> None:
+    """One pair's replies as frames (at most one every FRAME_S, the last always), yielding to the app between steps
+    and stopping at a cancel; then "done" with its steps, how many waited, and the engines that answered."""
+    sent, latest, steps, waited, cpu = 0.0, None, 0, 0, time.process_time()
+    for latest in chat.pair(*args):
+        steps += 1
+        if busy is not None and _yield_to_app(busy, time.process_time() - cpu):
+            waited += 1
+        cpu = time.process_time()
+        if time.monotonic() - sent >= FRAME_S:
+            conn.send(("frame", rid, latest))
+            sent, latest = time.monotonic(), None
+        read_ahead()
+        if rid in cancelled:
+            break
+    if latest is not None and rid not in cancelled:
+        conn.send(("frame", rid, latest))
+    conn.send(("done", rid, {"steps": steps, "waited": waited, "engines": chat.last_engines}))
 
 
 class ChatWorker:
