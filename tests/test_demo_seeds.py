@@ -102,12 +102,20 @@ def test_one_seed_twice_none_or_two_settings_is_one_error():
     with pytest.raises(UserError, match="no demo results"):
         over_seeds([])
     other_lr = results(1, 0.6, 0.9, 0.3, 0.8, 1.0)
-    other_lr["config"].update(actor_lr=1e-5, ppo_settings="whiten_advantages=true")
+    other_lr["config"].update(actor_lr=1e-5, ppo_settings="whiten_advantages=false")
     with pytest.raises(UserError, match=r"differ in --actor-lr, --ppo-settings: a claim over seeds holds one setting"):
         over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), other_lr])
     same = results(2, 0.6, 0.9, 0.3, 0.8, 1.0)
     same["config"].update(engine="auto", actor_lr=2e-5)  # written out as the defaults are: no difference
     assert over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), same])["seeds"] == [0, 2]
+    # PPO's defaults named explicitly, and a method or study more (its headlines n/a in the others): one setting
+    named = results(3, 0.6, 0.9, 0.3, 0.8, 1.0)
+    named["config"].update(ppo_settings="whiten_advantages=true,generation_batch_size=32", methods="ppo", campaign=True)
+    assert over_seeds([results(0, 0.6, 0.9, 0.3, 0.8, 1.0), named])["seeds"] == [0, 3]
+    other_batch = results(4, 0.6, 0.9, 0.3, 0.8, 1.0)
+    other_batch["config"].update(ppo_settings="whiten_advantages=true,generation_batch_size=16")
+    with pytest.raises(UserError, match=r"differ in --ppo-settings:"):
+        over_seeds([named, other_batch])
 
 
 def test_demo_seeds_combines_demo_folders_run_apart(tmp_path, capsys):
@@ -262,3 +270,7 @@ def test_the_labeling_campaigns_numbers_combine_over_seeds():
     kept = rows["campaign: reward model without annotators under 80% on gold, held-out accuracy"]
     assert kept["ci95"][1] == pytest.approx([0.84, 0.92])
     assert f"{gain_name}: +4.0 pts (+1.5 pts to +6.5 pts), above zero" in verdicts(combined)
+    # a seed's interval over prompts reads in the row's unit: points for a difference, percent for a rate
+    table = report(combined)
+    assert "|+4.0 pts (+0.0 pts to +8.0 pts)|+3.0 pts (+0.0 pts to +7.0 pts)|" in table
+    assert "|92.0% (87.0%-95.0%)|" in table

@@ -88,15 +88,36 @@ def interval(values: list[float]) -> tuple[float, float, float] | None:
     return mean, mean - half, mean + half
 
 
+# Settings that only add to a demo (more methods after PPO, the campaign study): a seed without one shows its
+# headlines as n/a, and the claims they share still hold one setting.
+ADDS_ONLY = ("seed", "methods", "campaign")
+
+
 def settings_that_differ(configs: list[dict]) -> list[str]:
-    """The demo settings other than the seed on which the configs disagree (a setting a config lacks, written before
-    it existed, reads as its default)."""
+    """The demo settings on which the configs disagree, other than ADDS_ONLY (a setting a config lacks, written before
+    it existed, reads as its default; a --ppo-settings entry equal to PPO's default is no setting)."""
     import dataclasses
 
     from app.studies.demo_config import DemoConfig
 
     full = [{**dataclasses.asdict(DemoConfig()), **c} for c in configs]
-    return [k for k in full[0] if k != "seed" and any(f.get(k) != full[0][k] for f in full[1:])]
+    for f in full:
+        f["ppo_settings"] = ppo_changes(f["ppo_settings"])
+    return [k for k in full[0] if k not in ADDS_ONLY and any(f.get(k) != full[0][k] for f in full[1:])]
+
+
+def ppo_changes(text: str) -> dict | str:
+    """--ppo-settings as the PPO settings it changes from their defaults (the text itself where it does not parse)."""
+    import dataclasses
+
+    from app.studies.demo_common import ppo_settings
+    from training.ppo.config import PPOConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
+    try:
+        return {k: v for k, v in ppo_settings(text).items() if defaults.get(k) != v}
+    except UserError:
+        return text
 
 
 def over_seeds(results: list[dict]) -> dict:
@@ -146,6 +167,11 @@ def _kind(headline: str) -> str:
 
 def _fmt(x: float, kind: str) -> str:
     return {"nats": f"{x:+.3f}", "difference": f"{100 * x:+.1f} pts"}.get(kind, f"{x:.1%}")
+
+
+def _interval(ci: list[float], kind: str) -> str:
+    """A seed's interval over prompts, in its headline's unit (a rate's as 55.0%-65.0%)."""
+    return f"{ci[0]:.1%}-{ci[1]:.1%}" if kind == "rate" else f"{_fmt(ci[0], kind)} to {_fmt(ci[1], kind)}"
 
 
 def _clipped(o: tuple[float, float, float] | None, kind: str) -> tuple[float, float, float] | None:
@@ -204,7 +230,7 @@ def report(combined: dict) -> str:
     for row in combined["rows"]:
         kind = _kind(row["headline"])
         cells = [
-            "n/a" if v is None else _fmt(v, kind) + (f" ({ci[0]:.1%}-{ci[1]:.1%})" if ci else "")
+            "n/a" if v is None else _fmt(v, kind) + (f" ({_interval(ci, kind)})" if ci else "")
             for v, ci in zip(row["values"], row["ci95"], strict=True)
         ]
         o = _clipped(row["over_seeds"], kind)
