@@ -118,7 +118,7 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
     from app.studies.demo_stages import Stages, run_stage
-    from app.studies.demo_watch import at_equal_kl, method_curves, run_watch_part, run_watch_stage
+    from app.studies.demo_watch import run_watch_part, run_watch_stage
     from training.precision import with_resolved_dtype
 
     t0 = time.time()
@@ -167,9 +167,24 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         campaign = {
             "campaign": stage("campaign", lambda: run_campaign(cfg, db, folder, reward_base, heldout, reference, log))
         }
-    timings = stages.seconds()
-
     results = {
+        **run_facts(cfg, folder, quick, rm_run, ppo_run, train, heldout, ranked),
+        **scored,
+        "rm_accuracy_eval_split": rm_final["eval/rm_accuracy"],
+        "rm_eval_split_pairs": rm_final["eval/pairs"],
+        **ppo_curve(ppo_run),
+        **watch,
+        **dpo,
+        **rloo,
+        **campaign,
+        **stage_times(stages),
+    }
+    return finish(folder, results, heldout, texts, rm_run, ppo_run)
+
+
+def run_facts(cfg: DemoConfig, folder: Path, quick: bool, rm_run: Path, ppo_run: Path, train, heldout, ranked) -> dict:
+    """What the demo ran: its settings, folder, runs, prompts and rankings (the head of results.json)."""
+    return {
         "quick": quick,
         "config": dataclasses.asdict(cfg),
         "folder": str(folder),
@@ -179,24 +194,28 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "heldout_prompts": len(heldout),
         "rankings": ranked.added,
         "pairs": ranked.pairs,
-        **scored,
-        "rm_accuracy_eval_split": rm_final["eval/rm_accuracy"],
-        "rm_eval_split_pairs": rm_final["eval/pairs"],
-        **ppo_curve(ppo_run),
-        **watch,
-        **dpo,
-        **rloo,
-        **campaign,
+    }
+
+
+def stage_times(stages) -> dict:
+    """Each stage's own seconds over every sitting, their sum, and where a fork's kept stages came from."""
+    timings = stages.seconds()
+    return {
         "timings_s": timings,
-        "total_s": round(sum(timings.values()), 1),  # the stages' own times, over every sitting
+        "total_s": round(sum(timings.values()), 1),
         "forked": stages.state.get("forked"),  # rlhf demo --fork: {"from": that demo, "kept": its stages kept here}
     }
+
+
+def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run: Path, ppo_run: Path) -> dict:
+    """The comparison at equal KL and the checks onto the results, then results.json, the samples and the report."""
+    from app.studies.demo_report import write_report
+    from app.studies.demo_watch import at_equal_kl, method_curves
+
     results["equal_kl"] = at_equal_kl(method_curves(results))
-    results["checks"] = checks(results, QUICK_BARS if quick else FULL_BARS)
+    results["checks"] = checks(results, QUICK_BARS if results["quick"] else FULL_BARS)
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_samples(folder / "samples.jsonl", heldout, texts)
-    from app.studies.demo_report import write_report
-
     write_report(folder, results, rm_run, ppo_run)
     return results
 
