@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.faces.logins import ExpiringSessions, LoginGate, Users, read_users
+from app.faces.logins import ExpiringSessions, FailureBudget, LoginGate, Users, read_users
 from bench.app_server import AppServer
 from store.errors import UserError
 
@@ -194,3 +194,52 @@ def test_the_users_file_checks_its_lines(tmp_path):
     users.chmod(0o600)
     with pytest.raises(UserError, match="line 1: expected user:password"):
         read_users(users)
+
+
+def test_the_failure_budget_counts_per_address_and_in_all_over_a_sliding_window():
+    """Issue 51 item 2: the lockout was per name only, so fresh names were always checked (64 MiB and 0.2 s of CPU
+    each). Per address 3 failures, in all 5, over 100 s (hand-worked times below)."""
+    now = [0.0]
+    budget = FailureBudget(per_address=3, total=5, window_s=100, clock=lambda: now[0])
+    for t in (0, 10, 20):
+        now[0] = t
+        assert budget.wait_s("1.2.3.4") == 0
+        budget.failed("1.2.3.4")
+    now[0] = 30
+    assert budget.wait_s("1.2.3.4") == 70  # the first failure (t=0) leaves the window at t=100: 100 - 30
+    assert budget.wait_s("5.6.7.8") == 0  # another address has its own count
+    budget.failed("5.6.7.8")
+    budget.failed("9.9.9.9")  # five failures in all now (t = 0, 10, 20, 30, 30)
+    assert budget.wait_s("7.7.7.7") == 70  # a fresh address meets the global budget: its oldest (t=0) at t=100
+    now[0] = 100.5
+    assert budget.wait_s("7.7.7.7") == 0 and budget.wait_s("1.2.3.4") == 0  # t=0 left: 2 of 3, 4 of 5
+
+
+def test_the_throttles_remember_a_bounded_number_of_names_and_addresses():
+    gate = LoginGate(Users({"ann": "right-password"}), max_tracked=3)
+    for i in range(6):  # each a fresh name: one hash check each
+        assert not gate(f"fresh-{i}", "guess")
+    assert list(gate._failures) == ["fresh-3", "fresh-4", "fresh-5"]
+    budget = FailureBudget(max_tracked=3)
+    for i in range(1000):
+        budget.failed(f"10.0.{i // 256}.{i % 256}")
+    assert len(budget._by_address) == 3 and len(budget._all) == budget.total
+
+
+def test_a_lapsed_session_does_not_break_logging_out():
+    """Issue 51 item 10: Gradio's log-out walks app.tokens.keys() and reads each; a lapsed session raised KeyError
+    (500) and the one logging out stayed valid."""
+    now = [0.0]
+    sessions = ExpiringSessions(ttl_s=60, clock=lambda: now[0])
+    sessions["old"] = "ann"
+    now[0] = 30
+    sessions["new"] = "ann"
+    now[0] = 70  # "old" has lapsed, "new" has not
+    for token in list(sessions.keys()):  # gradio/routes.py logout, as it is written
+        if sessions[token] == "ann":
+            del sessions[token]
+    assert "new" not in sessions and not sessions
+    sessions["a"] = "bob"
+    now[0] = 200
+    sessions["b"] = "bob"  # a login drops every lapsed session
+    assert list(dict.keys(sessions)) == ["b"] and list(sessions.issued) == ["b"]

@@ -8,10 +8,12 @@ not be readable by others: the server refuses it otherwise, as ssh refuses a pri
 from __future__ import annotations
 
 import hmac
+import math
 import os
 import stat
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,21 +99,83 @@ def read_users_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+MAX_TRACKED = 10_000  # names and addresses the throttles remember (the oldest go first): fresh names cost no memory
+
+
+def _bounded_put(table: OrderedDict, key, value, limit: int = MAX_TRACKED) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > limit:
+        table.popitem(last=False)
+
+
+@dataclass
+class FailureBudget:
+    """Failed logins allowed per client address and in all, over a sliding window. Over either, the next login is
+    refused before its password is checked (a check is 64 MiB and about 0.2 s of CPU): one client trying fresh
+    names cannot keep the server's cores busy, and many together cannot either. A success costs nothing.
+
+    The global budget is the guarantee (an attacker behind many addresses, or one that forges X-Forwarded-For
+    through a local proxy, still meets it); the per-address one keeps one guesser from using it all up."""
+
+    per_address: int = 10
+    total: int = 60
+    window_s: float = 300.0
+    clock: object = time.monotonic
+    max_tracked: int = MAX_TRACKED
+    _by_address: OrderedDict = field(default_factory=OrderedDict)
+    _all: list[float] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _recent(self, times: list[float], now: float) -> list[float]:
+        return [t for t in times if now - t < self.window_s]
+
+    def wait_s(self, address: str) -> float:
+        """Seconds until `address` may try again (0: now)."""
+        now = self.clock()
+        with self._lock:
+            self._all = self._recent(self._all, now)
+            mine = self._recent(self._by_address.get(address, []), now)
+            waits = [0.0]
+            if len(mine) >= self.per_address:
+                waits.append(mine[-self.per_address] + self.window_s - now)
+            if len(self._all) >= self.total:
+                waits.append(self._all[-self.total] + self.window_s - now)
+            return max(waits)
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        with self._lock:
+            self._all = [*self._recent(self._all, now), now][-self.total :]
+            mine = [*self._recent(self._by_address.get(address, []), now), now][-self.per_address :]
+            _bounded_put(self._by_address, address, mine, self.max_tracked)
+
+
 @dataclass
 class LoginGate:
     """What Gradio calls with each login's (name, password). After `max_failures` wrong passwords in a row for a
     name, that name is refused without a check for `lock_s` seconds, doubling with each further lockout (up to 15
     minutes): guessing slows to a few tries an hour. A wrong name costs what a wrong password does (a hash check),
-    so timing does not tell which names exist."""
+    so timing does not tell which names exist.
+
+    The server calls `check` (async): the hash is checked in a worker thread, never on the event loop that answers
+    everyone else, `concurrency` at a time; at most `max_waiting` logins wait for a turn (more are refused at once);
+    and `budget` counts failures per client address (the Guard refuses a login over it before Gradio reads it)."""
 
     users: Users
     max_failures: int = 5
     lock_s: float = 30.0
     clock: object = time.monotonic
-    _failures: dict[str, int] = field(default_factory=dict)
-    _locked_until: dict[str, float] = field(default_factory=dict)
-    _lockouts: dict[str, int] = field(default_factory=dict)
+    concurrency: int = 1
+    max_waiting: int = 16
+    budget: FailureBudget = field(default_factory=FailureBudget)
+    max_tracked: int = MAX_TRACKED
+    _failures: OrderedDict = field(default_factory=OrderedDict)
+    _locked_until: OrderedDict = field(default_factory=OrderedDict)
+    _lockouts: OrderedDict = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _turns: threading.BoundedSemaphore | None = None
+    _waiting: int = 0
 
     def __call__(self, name: str, password: str) -> bool:
         now = self.clock()
@@ -124,16 +188,49 @@ class LoginGate:
                 self._failures.pop(name, None)
                 self._lockouts.pop(name, None)
                 return True
-            self._failures[name] = self._failures.get(name, 0) + 1
-            if self._failures[name] >= self.max_failures:
+            failures = self._failures.get(name, 0) + 1
+            if failures >= self.max_failures:
                 n = self._lockouts.get(name, 0)
-                self._locked_until[name] = now + min(self.lock_s * 2**n, 900.0)
-                self._lockouts[name] = n + 1
-                self._failures[name] = 0
+                _bounded_put(self._locked_until, name, now + min(self.lock_s * 2**n, 900.0), self.max_tracked)
+                _bounded_put(self._lockouts, name, n + 1, self.max_tracked)
+                failures = 0
+            _bounded_put(self._failures, name, failures, self.max_tracked)
             return False
 
     def locked(self, name: str) -> bool:
         return self._locked_until.get(name, 0.0) > self.clock()
+
+    def refusal(self, address: str):
+        """(429, one line) for a login from `address` over the failure budget, else None (the Guard asks)."""
+        wait = self.budget.wait_s(address)
+        if wait > 0:
+            return 429, f"rlhf-studio: too many failed logins; try again in {math.ceil(wait)} s"
+        return None
+
+    async def check(self, name: str, password: str) -> bool:
+        """Gradio's login hook: the check off the event loop, a few at a time, failures counted to the budget."""
+        import anyio
+
+        from app.faces.guard import CLIENT
+
+        address = CLIENT.get()
+        if self._turns is None:
+            self._turns = threading.BoundedSemaphore(self.concurrency)
+        if self._waiting >= self.max_waiting:  # only the event loop's thread changes it: no lock needed
+            self.budget.failed(address)
+            return False
+        self._waiting += 1
+        try:
+            ok = await anyio.to_thread.run_sync(self._check_in_turn, name, password)
+        finally:
+            self._waiting -= 1
+        if not ok:
+            self.budget.failed(address)
+        return ok
+
+    def _check_in_turn(self, name: str, password: str) -> bool:
+        with self._turns:
+            return self(name, password)
 
 
 _DUMMY = None  # a hash to check a wrong name against, made once
@@ -166,8 +263,19 @@ class ExpiringSessions(dict):
         self.issued: dict[str, float] = {}
 
     def __setitem__(self, token, user):
+        for old in [t for t, at in self.issued.items() if self.clock() - at >= self.ttl_s]:
+            self._expire(old)  # a login also drops every lapsed session: the table holds live ones only
         self.issued[token] = self.clock()
         super().__setitem__(token, user)
+
+    def keys(self):
+        """The live sessions (Gradio's log-out walks them and reads each: a lapsed one must not be among them)."""
+        for token in list(super().keys()):
+            self._expire(token)
+        return super().keys()
+
+    def __iter__(self):
+        return iter(list(self.keys()))
 
     def _expire(self, token) -> None:
         issued = self.issued.get(token)
