@@ -140,13 +140,19 @@ def import_labelstudio_file(
 
 
 def import_labelstudio_url(
-    db: str | os.PathLike, url: str, project: int, api_key: str, bucket_order: list[str] | None = None
+    db: str | os.PathLike,
+    url: str,
+    project: int,
+    api_key: str,
+    bucket_order: list[str] | None = None,
+    allow_private: bool = False,
 ) -> ImportSummary:
-    """Pull a project's JSON export live with label-studio-sdk (Label Studio 1.2x: a personal access token)."""
+    """Pull a project's JSON export live with label-studio-sdk (Label Studio 1.2x: a personal access token).
+    allow_private: the server may be at a private-range address (annotation/labelstudio_live.py)."""
     from annotation.labelstudio_live import fetch_export
 
     server_url(url)  # a malformed URL is one clear line before any network call
-    tasks, config_xml = fetch_export(url, project, api_key)
+    tasks, config_xml = fetch_export(url, project, api_key, allow_private=allow_private)
     return import_labelstudio_tasks(db, tasks, url, project, config_xml, bucket_order)
 
 

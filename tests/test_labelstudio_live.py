@@ -25,6 +25,9 @@ class FakeLabelStudio(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.body, self.sent = body, 0
         self.url = f"http://127.0.0.1:{self.server_port}"
+        self.redirect_to: str | None = None  # answer every request with a 302 there
+        self.fail_with: bytes | None = None  # answer every request with a 500 and this body
+        self.keys: list[str] = []  # the Authorization header of every request it was sent
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -32,7 +35,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self.path.split("?")[0]
-        if path == "/api/version/":
+        self.server.keys.append(self.headers.get("Authorization") or "")
+        if self.server.redirect_to:
+            self.send_response(302)
+            self.send_header("Location", self.server.redirect_to + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.server.fail_with is not None:
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(self.server.fail_with)))
+            self.end_headers()
+            self.wfile.write(self.server.fail_with)
+        elif path == "/api/version/":
             self._send(json.dumps({"release": "1.20.0", "edition": "Community"}).encode())
         elif path == "/api/projects/5/":
             self._send(json.dumps({"id": 5, "title": "fake", "label_config": CONFIG}).encode())
@@ -129,3 +143,80 @@ def test_a_failed_pull_names_the_server_without_its_password(cli, db, serve, pro
     assert err.startswith(f"error: cannot pull project {project} from {url}: ") and len(err.splitlines()) == 1
     assert "s3cret" not in err and "alice" not in err
     assert store_rows(db) == before
+
+
+def _resolver(table: dict[str, list[str]]):
+    """A name lookup from a table (getaddrinfo's shape): the address check is tested without any request."""
+
+    def resolve(name, port):
+        if name not in table:
+            raise OSError(f"unknown name {name}")
+        return [(2, 1, 6, "", (a, 0)) for a in table[name]]
+
+    return resolve
+
+
+@pytest.mark.parametrize(
+    "host, addresses, allow_private, problem",
+    [
+        ("ls.example.com", ["93.184.216.34"], False, None),
+        ("localhost", ["127.0.0.1"], False, None),  # a Label Studio on the same machine
+        ("[::1]", ["::1"], False, None),
+        ("metadata.google.internal", ["169.254.169.254"], True, "cloud metadata name"),
+        ("rebound.example", ["93.184.216.34", "169.254.169.254"], True, "link-local or metadata address"),
+        ("169.254.1.1", ["169.254.1.1"], True, "link-local or metadata address"),
+        ("ls6.example", ["fe80::1"], True, "link-local or metadata address"),
+        ("aws6.example", ["fd00:ec2::254"], True, "link-local or metadata address"),
+        ("mapped.example", ["::ffff:169.254.169.254"], True, "link-local or metadata address"),
+        ("alibaba.example", ["100.100.100.200"], True, "link-local or metadata address"),
+        ("lan.example", ["10.1.2.3"], False, "private address (10.1.2.3): pass --allow-private-address"),
+        ("lan.example", ["10.1.2.3"], True, None),
+        ("home.example", ["192.168.1.5"], False, "private address"),
+        ("zero.example", ["0.0.0.0"], True, "not a server's address"),
+        ("nowhere.example", [], True, "cannot resolve"),
+    ],
+)
+def test_a_pull_never_goes_to_a_metadata_or_link_local_address(host, addresses, allow_private, problem):
+    """Issue 51 item 7: the pull reached any address. Checked on every address a name resolves to (one bad one is
+    enough: a rebinding name may answer with either)."""
+    from annotation.labelstudio_live import destination_problem
+
+    table = {host.strip("[]"): addresses} if addresses else {}
+    got = destination_problem(host, allow_private, _resolver(table))
+    assert (got is None) if problem is None else (problem in (got or "")), got
+
+
+def test_a_pull_to_a_refused_address_sends_nothing(cli, db, monkeypatch):
+    """The check comes before any connection: the CLI refuses a metadata name with one line, and the key goes
+    nowhere (a resolver answers, no request is made)."""
+    from annotation import labelstudio_live
+
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", "a-token")
+    monkeypatch.setattr(labelstudio_live.socket, "getaddrinfo", _resolver({"ls.internal": ["10.0.0.7"]}))
+    before = store_rows(db)
+    code, _, err = cli("import-ls", "--url", "http://metadata.google.internal", "--project", "1")
+    assert code == 1 and err.endswith("metadata.google.internal is a cloud metadata name: never pulled from\n")
+    code, _, err = cli("import-ls", "--url", "http://ls.internal:8080", "--project", "1")
+    assert code == 1 and "private address (10.0.0.7): pass --allow-private-address" in err
+    assert store_rows(db) == before
+
+
+def test_a_redirect_to_another_server_is_not_followed_and_gets_no_key(cli, db, serve):
+    """The pull followed redirects anywhere, key and all. A redirect to another server (here another port of
+    127.0.0.1, which the address check would allow) stops the pull before a request goes there."""
+    target = serve(json.dumps(RANKER).encode())
+    server = serve(b"[]")
+    server.redirect_to = target.url
+    code, out, err = cli("import-ls", "--url", server.url, "--project", "5")
+    assert code == 1 and err == (
+        f"error: cannot pull project 5 from {server.url}: the server redirected to {target.url}: not followed\n"
+    )
+    assert server.keys == ["Token a-token"] and target.keys == []  # the key went only where it was given
+
+
+def test_an_error_line_names_the_status_not_the_servers_answer(cli, db, serve):
+    """The error line echoed the server's answer (anything it likes, the key included, should it quote it)."""
+    server = serve(b"[]")
+    server.fail_with = b"<html>internal error; your token was a-token; see http://evil.example</html>"
+    code, _, err = cli("import-ls", "--url", server.url, "--project", "5")
+    assert code == 1 and err == f"error: cannot pull project 5 from {server.url}: the server answered HTTP 500\n"
