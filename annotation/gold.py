@@ -1,7 +1,9 @@
 """Scoring annotators against gold rankings (store/gold.py): each ranking of a gold prompt earns, for every pair
 the gold ranking orders (response i above j) whose responses it ranked too, 1 when it puts i above j, 1/2 when it
 ties them, 0 when it reverses them. An annotator's gold accuracy is the credit over the pairs, all their gold
-rankings together (a ranking of K = 4 responses without ties weighs 6 pairs)."""
+rankings together (a ranking of K = 4 responses without ties weighs 6 pairs). A skipped gold task scores 0 on every
+pair the gold ranking orders: an annotator who skips the tasks they cannot tell apart from gold ones is scored, not
+kept unscored by `--min-gold-accuracy`."""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ import itertools
 from collections import defaultdict
 
 
-def gold_credit(gold: dict[int, int], ranks: dict[int, int]) -> tuple[float, int]:
-    """(credit, pairs) of one ranking against the gold one; both {response id: rank}, 1 = best."""
+def gold_credit(gold: dict[int, int], ranks: dict[int, int] | None) -> tuple[float, int]:
+    """(credit, pairs) of one ranking against the gold one; both {response id: rank}, 1 = best. ranks None: a
+    skip, which earns nothing on every pair the gold ranking orders."""
+    if ranks is None:
+        return 0.0, sum(gold[i] != gold[j] for i, j in itertools.combinations(sorted(gold), 2))
     credit, pairs = 0.0, 0
     for i, j in itertools.combinations(sorted(gold.keys() & ranks.keys()), 2):
         if gold[i] == gold[j]:
@@ -21,7 +26,7 @@ def gold_credit(gold: dict[int, int], ranks: dict[int, int]) -> tuple[float, int
     return credit, pairs
 
 
-def gold_accuracy(answers: list[tuple[str, dict[int, int], dict[int, int]]]) -> dict[str, tuple[float, int]]:
+def gold_accuracy(answers: list[tuple[str, dict[int, int], dict[int, int] | None]]) -> dict[str, tuple[float, int]]:
     """answers: (annotator, gold ranks, their ranks). Per annotator with at least one scored pair: (accuracy, how
     many gold rankings it rests on)."""
     credit, pairs, tasks = defaultdict(float), defaultdict(int), defaultdict(int)

@@ -24,6 +24,7 @@ from store.assignments import (
     last_closed,
     open_assignment,
     reopen,
+    undos_in_last_hour,
 )
 from store.db import connect, write
 from store.edits import add_edit, edit_in, edit_problem
@@ -35,6 +36,7 @@ from store.responses import response_texts
 from store.strengths import steps_problem
 
 SOURCE = "ui"
+MAX_REASON_CHARS = 300  # a skip reason is a line (the store keeps it, and a copy on every undo)
 
 
 @dataclass
@@ -60,8 +62,11 @@ class Progress:
     pending: int
     pairs: int
 
-    def line(self) -> str:
-        return f"you: {self.mine} ranked · team: {self.team} · prompts waiting: {self.pending} · pairs: {self.pairs}"
+    def line(self, waiting: bool = True) -> str:
+        """waiting=False leaves out the prompts waiting: with gold tasks on, it drops after a new prompt's task and
+        not after a gold one's, so an annotator could tell the two apart (the app shows it to admins only then)."""
+        pending = f" · prompts waiting: {self.pending}" if waiting else ""
+        return f"you: {self.mine} ranked · team: {self.team}{pending} · pairs: {self.pairs}"
 
 
 def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=None, edit=None, tags=None) -> Task:
@@ -262,6 +267,8 @@ def skip(
     reason = (reason or "").strip() or (ALL_BAD if all_bad else "")
     if not reason:
         raise UserError("say why you skip (e.g. 'cannot judge'; none of them good is the All bad button)")
+    if len(reason) > MAX_REASON_CHARS:
+        raise UserError(f"a skip reason has at most {MAX_REASON_CHARS} characters; this one has {len(reason):,}")
     with write(db) as con:
         _, prompt_id, _, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
         if status == "done":
@@ -273,10 +280,10 @@ def skip(
         return ranking_id
 
 
-def undo_last(db: str | os.PathLike, annotator: str) -> Task:
+def undo_last(db: str | os.PathLike, annotator: str, max_per_hour: int | None = None) -> Task:
     """Take back the annotator's last submission or skip and hand its task back for editing; what was taken back is
     kept in undone_rankings (`rlhf undone`). Only the last one: while its task is open again, Undo refuses (the
-    answers before it stay as they are).
+    answers before it stay as they are). max_per_hour: undos a login may make in an hour (each keeps a copy).
 
     The prompt the annotator holds meanwhile (if any) goes back to the pool."""
     _check_annotator(annotator)
@@ -284,6 +291,8 @@ def undo_last(db: str | os.PathLike, annotator: str) -> Task:
         current = open_assignment(con, annotator)
         if current is not None and is_undone(con, current[0]):
             raise UserError("only your last answer can be undone, and it is open now: submit or skip it first")
+        if max_per_hour is not None and undos_in_last_hour(con, annotator) >= max_per_hour:
+            raise UserError(f"this server takes {max_per_hour} undos an hour per login; try again later")
         last = last_closed(con, annotator)
         if last is None:
             raise UserError("nothing to undo yet")

@@ -191,6 +191,15 @@ def is_undone(con: duckdb.DuckDBPyConnection, assignment_id: int) -> bool:
     )
 
 
+def undos_in_last_hour(con: duckdb.DuckDBPyConnection, annotator: str) -> int:
+    """How many answers `annotator` took back in the last hour (each undo keeps a copy: the count bounds the store's
+    growth through Undo)."""
+    return con.execute(
+        "SELECT count(*) FROM undone_rankings WHERE annotator = ? AND undone_at > current_timestamp - INTERVAL 1 HOUR",
+        [annotator],
+    ).fetchone()[0]
+
+
 def keep_undone(con: duckdb.DuckDBPyConnection, ranking_id: int, assignment_id: int) -> None:
     """Copy a ranking (or skip) about to be undone into undone_rankings, in the caller's transaction."""
     con.execute(

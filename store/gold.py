@@ -81,9 +81,10 @@ def gold_list(con: duckdb.DuckDBPyConnection) -> list[Gold]:
     return [Gold(*row) for row in rows]
 
 
-def gold_answers(con: duckdb.DuckDBPyConnection) -> list[tuple[str, dict[int, int], dict[int, int]]]:
-    """(annotator, the gold ranking's {response id: rank}, theirs) for every ranking of a gold prompt other than
-    the gold one itself, in ranking order."""
+def gold_answers(con: duckdb.DuckDBPyConnection) -> list[tuple[str, dict[int, int], dict[int, int] | None]]:
+    """(annotator, the gold ranking's {response id: rank}, theirs) for every answer of a gold prompt other than the
+    gold ranking itself, in ranking order. A skip's ranks are None; an all-bad answer without an edit ties every
+    response the gold ranking has (it said none is better than another)."""
     rows = con.execute(
         """WITH ranks AS (SELECT ranking_id, map_from_entries(list((response_id, rank))) AS m
                           FROM ranking_items WHERE ranking_id IN (
@@ -91,9 +92,14 @@ def gold_answers(con: duckdb.DuckDBPyConnection) -> list[tuple[str, dict[int, in
                               UNION ALL
                               SELECT r.ranking_id FROM rankings r JOIN gold g USING (prompt_id))
                           GROUP BY ranking_id)
-           SELECT r.annotator, gr.m, mine.m
+           SELECT r.annotator, gr.m, mine.m, r.skipped, coalesce(r.all_bad, false)
            FROM rankings r JOIN gold g USING (prompt_id)
-           JOIN ranks gr ON gr.ranking_id = g.ranking_id JOIN ranks mine ON mine.ranking_id = r.ranking_id
-           WHERE NOT r.skipped AND r.ranking_id <> g.ranking_id ORDER BY r.ranking_id"""
+           JOIN ranks gr ON gr.ranking_id = g.ranking_id LEFT JOIN ranks mine ON mine.ranking_id = r.ranking_id
+           WHERE r.ranking_id <> g.ranking_id ORDER BY r.ranking_id"""
     ).fetchall()
-    return [(a, dict(g), dict(m)) for a, g, m in rows]
+    out = []
+    for annotator, gold, mine, skipped, all_bad in rows:
+        if skipped:
+            mine = dict.fromkeys(dict(gold), 1) if all_bad else None
+        out.append((annotator, dict(gold), None if mine is None else dict(mine)))
+    return out

@@ -32,6 +32,10 @@ def _client(server, user):
     return Client(server.url, auth=(user, f"pw-{user}"), verbose=False)
 
 
+def _without_ids(value):
+    return {**value, "items": [{k: v for k, v in it.items() if k != "id"} for it in value["items"]]}
+
+
 def _reverse(value):
     """Rank the shown responses in reverse (never the shown order)."""
     items = value["items"]
@@ -51,8 +55,10 @@ def test_submit_skip_undo_through_the_api(server, db):
     assert prompt2 != prompt
     # the login, not the (empty) name field, is the annotator; the shown order and lead time are stored
     assert query(db, "SELECT annotator, source, lead_time_s IS NOT NULL FROM rankings") == [("ann", "ui", True)]
-    shown = query(db, "SELECT response_id, shown_position FROM ranking_items ORDER BY shown_position")
-    assert [rid for rid, _ in shown] == [it["id"] for it in value["items"]]
+    shown = query(
+        db, "SELECT r.text FROM ranking_items i JOIN responses r USING (response_id) ORDER BY i.shown_position"
+    )
+    assert [text for (text,) in shown] == [it["text"] for it in value["items"]]
     _, _, _, status, _ = ann.predict("", "cannot judge", api_name="/annotate_skip")
     assert status == "Skipped (cannot judge)."
     assert query(db, "SELECT skipped FROM rankings ORDER BY ranking_id") == [(False,), (True,)]
@@ -113,8 +119,9 @@ def test_kill_9_keeps_every_acknowledged_ranking(server, db, users):
     try:
         ann = _client(again, "ann")
         prompt2, value2, progress, *_ = ann.predict("", api_name="/annotate_next")
-        # the task open at the kill is handed back as it was
-        assert (prompt2, value2) == (prompt, value) and progress.startswith(f"you: {acknowledged} ranked")
+        # the task open at the kill is handed back as it was (under new item ids: they are made for each showing)
+        assert (prompt2, _without_ids(value2)) == (prompt, _without_ids(value))
+        assert progress.startswith(f"you: {acknowledged} ranked")
     finally:
         again.stop()
 
@@ -132,7 +139,16 @@ def test_handlers_without_a_browser(db):
     assert done.status == "Saved. Next prompt." and done.task != view.task
     assert query(db, "SELECT flags FROM rankings") == [(["shown_order"],)]
     back = on_undo(ctx, "ann")
-    assert back.task == view.task and [it["rank"] for it in back.ranker["items"]] == [1, 2, 3, 4]
+    same = ("assignment_id", "response_ids", "guideline_version")
+    assert [back.task[k] for k in same] == [view.task[k] for k in same]  # the same task, shown under new item ids
+    assert back.task["item_ids"] != view.task["item_ids"] and [it["rank"] for it in back.ranker["items"]] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    with pytest.raises(StoreError, match="does not match the task"):  # the widget of the task as shown before
+        on_submit(ctx, "ann", back.task, shown, True)
     with pytest.raises(StoreError, match="does not match the task"):
         on_submit(ctx, "ann", view.task, {"items": shown["items"][:2]}, True)
     with pytest.raises(StoreError, match="enter your name"):

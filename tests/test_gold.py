@@ -33,6 +33,8 @@ def campaign(db):
         ({1: 1, 2: 2, 3: 3}, {1: 1, 2: 1, 3: 2}, (2.5, 3)),  # 1 and 2 tied: half
         ({1: 1, 2: 1, 3: 2}, {1: 2, 2: 1, 3: 3}, (2.0, 2)),  # gold ties 1 and 2: only 1>3 and 2>3 are asked
         ({1: 1, 2: 2, 3: 3}, {1: 3, 2: 1}, (0.0, 1)),  # only the responses both ranked
+        ({1: 1, 2: 2, 3: 3}, None, (0.0, 3)),  # a skip: nothing on each of the 3 ordered pairs
+        ({1: 1, 2: 1, 3: 2}, None, (0.0, 2)),  # a gold tie asks nothing, skipped or not
     ],
 )
 def test_gold_credit_by_hand(gold, ranks, expected):
@@ -142,3 +144,29 @@ def test_a_training_run_freezes_the_pairs_without_the_annotators_under_gold(camp
         prepare_run(campaign, RewardConfig(min_gold_accuracy=0.5), tmp_path / "runs", str(tmp_path / "p.jsonl"))
     with pytest.raises(ValueError, match="from 0 to 1"):
         RewardConfig(min_gold_accuracy=2).check()
+
+
+def test_a_gold_task_looks_like_any_other_and_skipping_it_is_a_miss(db):
+    """Issue 51 item 6: a gold task could be told apart (its responses carried old store ids in the widget, and
+    "prompts waiting" did not drop after it), and a skipped gold task was never scored, so an annotator who skipped
+    them was kept by --min-gold-accuracy. Now the widget's ids are opaque, annotators are not shown the waiting
+    count while gold is on, and a skip scores 0 on every pair the gold ranking orders."""
+    from annotation.gold import below
+    from app.faces.annotate_tab import on_load, on_skip
+    from app.faces.ui import AppContext
+
+    seed_store(db, 3)
+    task = next_task(db, "lead", overlap=1)
+    mark(db, [submit(db, "lead", task.assignment_id, [1, 2, 3, 4])], by="lead")
+    ctx = AppContext(db, gold_rate=1.0, auth=True, admins={"lead"})  # every new task gold while one is left
+    view = on_load(ctx, "eve", admin=False)
+    assert view.task["response_ids"] and sorted(view.task["response_ids"]) == sorted(task.response_ids)  # gold
+    ids = [it["id"] for it in view.ranker["items"]]
+    assert len(set(ids)) == 4 and not {str(r) for r in view.task["response_ids"]} & set(ids)
+    assert all(len(i) == 12 and int(i, 16) >= 0 for i in ids)  # random hex, new for each task shown
+    assert "prompts waiting" not in view.progress and view.progress.startswith("you: 0 ranked")
+    assert "prompts waiting: 2" in on_load(ctx, "lead", admin=True).progress  # an admin still sees it
+    nxt = on_skip(ctx, "eve", view.task, "cannot judge", admin=False)
+    assert nxt.task["response_ids"] != view.task["response_ids"]  # an ordinary prompt next
+    assert scores(db) == {"eve": (0.0, 1)}  # the 6 ordered pairs of the gold ranking, none earned
+    assert below(scores(db), 0.8) == ["eve"]

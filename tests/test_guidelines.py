@@ -137,7 +137,7 @@ def test_the_annotate_tab_shows_the_guideline_and_submits_the_widgets_tags(db):
     assert query(db, "SELECT response_id, tag FROM response_tags") == [(view.task["response_ids"][0], "unsafe")]
     back = on_undo(ctx, "ann")
     assert [it["tags"] for it in back.ranker["items"]] == [["unsafe"], [], []]
-    bad = {**value, "items": [{**it, "tags": ["rude"]} for it in value["items"]]}
+    bad = {**back.ranker, "items": [{**it, "tags": ["rude"]} for it in back.ranker["items"]]}
     before = store_rows(db)
     with pytest.raises(UserError, match="'rude' is not a tag"):
         on_submit(ctx, "ann", back.task, bad, True)

@@ -15,7 +15,7 @@ class Shown:
 
     texts: list[str]
     ranks: list[int]
-    response_ids: list[int] = field(default_factory=list)  # known for a task of this store (the Annotate tab)
+    item_ids: list[str] = field(default_factory=list)  # the widget's ids of the shown responses (the Annotate tab)
     numbers: list[int] = field(default_factory=list)  # each one's "Response n" in a Label Studio task (1, 2, ...)
 
 

@@ -15,13 +15,13 @@ def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> list[li
     by_id = {}
     for it in items:
         try:
-            by_id[int(it["id"])] = it.get("tags") or []
+            by_id[str(it["id"])] = it.get("tags") or []
         except (KeyError, TypeError, ValueError, AttributeError):
             raise UserError("the ranking widget sent an unreadable value; reload the page") from None
-    tags = [by_id.get(rid, []) for rid in shown.response_ids]
+    tags = [by_id.get(item, []) for item in shown.item_ids]
     if not any(tags):
         return None
-    if problem := tags_problem(tags, len(shown.response_ids)):
+    if problem := tags_problem(tags, len(shown.item_ids)):
         raise UserError(f"the tags do not fit the task: {problem}; reload the page")
     return [sorted(given, key=TAGS.index) for given in tags]
 

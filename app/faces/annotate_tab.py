@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from annotation.actions import store_stats
 from annotation.questions import Campaign, Shown, from_widget
-from annotation.ranker_view import is_shown_order, ranks_from_value, widget_value
+from annotation.ranker_view import is_shown_order, item_ids, ranks_from_value, widget_value
 from annotation.response_html import prompt_html, response_html
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
 from store.errors import UserError
@@ -71,18 +71,20 @@ def _nothing_to_rank(ctx, admin: bool) -> str:
 def _view(
     ctx, annotator: str, task: Task | None, status: str, counts: Progress | None = None, admin: bool = True
 ) -> View:
-    p = (counts or progress(ctx.db, annotator, ctx.overlap)).line()
+    p = (counts or progress(ctx.db, annotator, ctx.overlap)).line(waiting=admin or not ctx.gold_rate)
     if task is None:
         return View(None, _nothing_to_rank(ctx, admin), {"items": []}, p, status)
+    ids = item_ids(len(task.response_ids))  # opaque: a store id would tell an old (gold) response from a new one
     return View(
         {
             "assignment_id": task.assignment_id,
             "response_ids": task.response_ids,
+            "item_ids": ids,
             "guideline_version": task.guideline[0] if task.guideline else None,
         },
         task.prompt,
         widget_value(
-            task.response_ids,
+            ids,
             task.responses,
             task.previous_ranks,
             ctx.ask_strength,
@@ -103,11 +105,11 @@ def on_load(ctx, annotator: str, admin: bool = True) -> View:
 def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bool, admin: bool = True) -> View:
     if not task:
         return on_load(ctx, annotator, admin)
-    ranks = ranks_from_value(value, task["response_ids"])
-    shown = Shown(texts=[], ranks=ranks, response_ids=task["response_ids"])  # the texts: checked when stored
+    ranks = ranks_from_value(value, task["item_ids"])
+    shown = Shown(texts=[], ranks=ranks, item_ids=task["item_ids"])  # the texts: checked when stored
     answers = from_widget(value, shown, Campaign(ask_strength=ctx.ask_strength, allow_edits=ctx.allow_edits))
     if is_shown_order(ranks) and not confirmed:
-        view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING)
+        view = _view_same(ctx, annotator, task, value, SHOWN_ORDER_WARNING, admin)
         view.confirm = True
         return view
     nxt, counts = submit_and_next(
@@ -132,7 +134,7 @@ def on_all_bad(ctx, annotator: str, task: dict | None, value: dict | None, admin
     if not task:
         return on_load(ctx, annotator, admin)
     ties = [1] * len(task["response_ids"])
-    shown = Shown(texts=[], ranks=ties, response_ids=task["response_ids"])
+    shown = Shown(texts=[], ranks=ties, item_ids=task["item_ids"])
     campaign = Campaign(ask_strength=ctx.ask_strength, allow_edits=ctx.allow_edits)
     answers = from_widget({**(value or {}), "strengths": None, "all_bad": True}, shown, campaign)
     version = task.get("guideline_version")
@@ -158,8 +160,8 @@ def on_all_bad(ctx, annotator: str, task: dict | None, value: dict | None, admin
     return _view(ctx, annotator, nxt, "Saved as all bad, your edit ranked first. Next prompt.", counts, admin)
 
 
-def _view_same(ctx, annotator: str, task: dict, value: dict, status: str) -> View:
-    p = progress(ctx.db, annotator, ctx.overlap).line()
+def _view_same(ctx, annotator: str, task: dict, value: dict, status: str, admin: bool = True) -> View:
+    p = progress(ctx.db, annotator, ctx.overlap).line(waiting=admin or not ctx.gold_rate)
     return View(task, "", value, p, status)
 
 
@@ -172,7 +174,7 @@ def on_skip(ctx, annotator: str, task: dict | None, reason: str, admin: bool = T
 
 
 def on_undo(ctx, annotator: str, admin: bool = True) -> View:
-    task = undo_last(ctx.db, annotator)
+    task = undo_last(ctx.db, annotator, ctx.limits.max_undos_per_hour)
     if task.previous_all_bad:
         return _view(ctx, annotator, task, "Your last answer, All bad, is back: press All bad or rank.", admin=admin)
     return _view(ctx, annotator, task, "Your last answer is back: change it and submit again.", admin=admin)
