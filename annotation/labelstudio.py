@@ -193,7 +193,7 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
     if len(items) < 2:
         return "no preference"
     prompt = _prompt_text(ann, cfg, where)
-    key, same_as = _keys(ann, prompt, items)
+    key, same_as, same_whatever = _keys(ann, prompt, items)
     ranking = RankingIn(
         prompt=prompt,
         items=items,
@@ -201,6 +201,7 @@ def to_ranking(ann: Annotation, cfg: LabelConfig, bucket_order: list[str] | None
         source="labelstudio",
         external_key=key,
         same_as=same_as,
+        same_whatever=same_whatever,
         lead_time_s=ann.lead_time,
         flags=_flags(items, ann.lead_time, pairwise),
     )
@@ -247,12 +248,12 @@ def _prompt_text(ann: Annotation, cfg: LabelConfig, where: str) -> str:
     return prompt
 
 
-def _keys(ann: Annotation, prompt: str, items: list[RankedItem]) -> tuple[str, list[str]]:
+def _keys(ann: Annotation, prompt: str, items: list[RankedItem]) -> tuple[str, list[str], list[str]]:
     if ann.annotation_id is not None:
         return ranking_keys(ann)
     # a hand-made export without annotation ids: the content is the identity
     canon = json.dumps([prompt, [(it.text, it.rank) for it in items], ann.annotator], ensure_ascii=False)
-    return "ls:sha256:" + hashlib.sha256(canon.encode()).hexdigest()[:32], []
+    return "ls:sha256:" + hashlib.sha256(canon.encode()).hexdigest()[:32], [], []
 
 
 def _with_answers(ranking: RankingIn, ann: Annotation, where: str) -> None:
@@ -291,8 +292,9 @@ def _like(text: str) -> str:
     return re.sub(r"[\\%_]", lambda m: "\\" + m.group(), text)
 
 
-def ranking_keys(ann: Annotation) -> tuple[str, list[str]]:
-    """(the ranking's external key, LIKE patterns of keys it may already be stored under).
+def ranking_keys(ann: Annotation) -> tuple[str, list[str], list[str]]:
+    """(the ranking's external key, LIKE patterns of keys it may already be stored under, those of them under
+    which a stored ranking is this one even with other content).
 
     The key names where the annotation lives, so two servers or projects with the same task and annotation ids
     stay apart: 'ls:<server>/p<project>:<task>:<annotation>' for a live pull (server as `server_url` writes it,
@@ -302,15 +304,20 @@ def ranking_keys(ann: Annotation) -> tuple[str, list[str]]:
     Where one of two keys leaves the server or project unknown, the same task and annotation ids with equal
     content are the same annotation: a file after a live pull of its project, the JSON after the CSV, an old
     export into a store keyed the old way all add nothing. The price: a file is told apart from the same
-    project number on another server only by its content (equal content is then one judgement, stored once)."""
+    project number on another server only by its content (equal content is then one judgement, stored once).
+    Where the file names no project at all, the same ids of the same prompt are the same annotation whatever the
+    content: other content is that annotation edited in Label Studio since, a conflict (the stored one is kept),
+    not a second judgement. (A file that names its project, over a store of keys that name none, still takes other
+    content as another project's annotation: `test_an_old_store_takes_a_new_project_but_not_the_same_export_again`.)"""
     task, annotation = str(ann.task_id), str(ann.annotation_id)
     ids = f"{_like(task)}:{_like(annotation)}"
     if ann.project is None:
-        return f"ls:{task}:{annotation}", [f"ls:%:{ids}"]  # the same ids from any origin
+        return f"ls:{task}:{annotation}", [f"ls:%:{ids}"], [f"ls:%:{ids}"]  # the same ids from any origin
     project = _like(ann.project)
     # a pull: an export file of its project; a file: its project pulled from any server
     elsewhere = f"ls:file/p{project}:{ids}" if ann.server else f"ls:%/p{project}:{ids}"
-    return f"ls:{ann.server or 'file'}/p{ann.project}:{task}:{annotation}", [f"ls:{ids}", elsewhere]
+    key = f"ls:{ann.server or 'file'}/p{ann.project}:{task}:{annotation}"
+    return key, [f"ls:{ids}", elsewhere], []
 
 
 def _dense(items: list[RankedItem]) -> list[RankedItem]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from annotation.files import MAX_FILE_BYTES, loads_json, read_text
@@ -74,18 +75,67 @@ def _too_big(path: Path, size: int) -> None:
         raise UserError(f"{path}: {size / 2**20:.0f} MB is over the {MAX_FILE_BYTES // 2**20} MB import limit")
 
 
+PARQUET_BATCH_ROWS = 64
+
+
 def _parquet_rows(path: Path) -> list[dict]:
+    """The rows, read a few at a time: a small Parquet file can hold far more text than its size (a dictionary page
+    repeats one long string for every row; compression does the same), so what it decodes to is counted as it is
+    read, and the import stops at the limit a file has (MAX_FILE_BYTES) instead of after decoding all of it."""
     import pyarrow.parquet as pq
 
     _too_big(path, path.stat().st_size)
+    rows, decoded = [], 0
     try:
-        return pq.read_table(path).to_pylist()
+        with pq.ParquetFile(path) as parquet:
+            meta = parquet.metadata
+            declared = sum(
+                meta.row_group(g).column(c).total_uncompressed_size
+                for g in range(meta.num_row_groups)
+                for c in range(meta.num_columns)
+            )
+            if declared > MAX_FILE_BYTES:
+                raise UserError(f"{path.name}: decodes to over the {MAX_FILE_BYTES // 2**20} MB import limit")
+            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+                decoded += batch.nbytes
+                if decoded > MAX_FILE_BYTES:
+                    raise UserError(f"{path.name}: decodes to over the {MAX_FILE_BYTES // 2**20} MB import limit")
+                rows += batch.to_pylist()
+    except UserError:
+        raise
     except Exception as e:  # pyarrow raises several types for a file that is not Parquet
         raise UserError(f"{path.name}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    return rows
+
+
+def _check_datasets_folder(path: Path) -> None:
+    """A `datasets` folder is read only from inside itself: every entry a plain file or folder (a link could point
+    anywhere; a FIFO or device would hang or never end the read), and the data files its state.json names plain
+    names of files in it (`datasets` opens whatever names it finds there, `../` included)."""
+    total = 0
+    for entry in path.rglob("*"):
+        info = entry.lstat()
+        if stat.S_ISREG(info.st_mode):
+            total += info.st_size
+        elif not stat.S_ISDIR(info.st_mode):
+            raise UserError(f"{path}: {entry.relative_to(path)} is not a plain file or folder (a link, FIFO or device)")
+    _too_big(path, total)
+    state = path / "state.json"
+    if not state.is_file():
+        raise UserError(f"{path}: not a folder datasets' save_to_disk wrote (no state.json)")
+    try:
+        names = [f["filename"] for f in json.loads(state.read_text(encoding="utf-8"))["_data_files"]]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise UserError(f"{path}: state.json does not list its data files") from None
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise UserError(f"{path}: state.json names a data file outside the folder ({str(name)[:80]!r})")
+        if not (path / name).is_file():
+            raise UserError(f"{path}: state.json names {name}, which is not in the folder")
 
 
 def _datasets_rows(path: Path) -> list[dict]:
-    _too_big(path, sum(p.stat().st_size for p in path.rglob("*") if p.is_file()))
+    _check_datasets_folder(path)
     try:
         from datasets import Dataset, load_from_disk
 

@@ -119,6 +119,28 @@ def _handoff_file(path: str) -> Path:
     return Path(path + ".handoff")
 
 
+def _handoff_state(handoff: Path) -> str:
+    """'gone', 'stale' (older than HANDOFF_STALE_S, or its asker's process is gone: a killed command's file no longer
+    holds the app up for half a minute) or 'live'."""
+    try:
+        age = time.time() - handoff.stat().st_mtime
+        text = handoff.read_text().strip()
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "stale"
+    if age > HANDOFF_STALE_S:
+        return "stale"
+    if text.isdigit():
+        try:
+            os.kill(int(text), 0)
+        except ProcessLookupError:
+            return "stale"
+        except (PermissionError, OverflowError):
+            pass  # another user's process: alive
+    return "live"
+
+
 def _open(path: str, timeout: float, ask: bool) -> tuple[duckdb.DuckDBPyConnection, bool]:
     """(connection, asked): open the file, retrying while another process holds it. A process that keeps the store
     open (the app, see `Store.hold`) is asked to let go through a handoff file next to the store, touched while we
@@ -281,22 +303,15 @@ class Store(os.PathLike):
     def _let_go_if_asked(self) -> None:
         """Called with the exclusive use held, so no cursor of ours is open."""
         handoff = _handoff_file(self.path)
-        try:
-            if time.time() - handoff.stat().st_mtime > HANDOFF_STALE_S:  # left by a killed command
+        state = _handoff_state(handoff)
+        if state != "live":
+            if state == "stale":  # left by a killed command
                 handoff.unlink(missing_ok=True)
-                return
-        except FileNotFoundError:
             return
         if self._held is not None:
             self._held.close()
             self._held = None
-        while True:
-            try:
-                age = time.time() - handoff.stat().st_mtime
-            except FileNotFoundError:
-                break
-            if age > HANDOFF_STALE_S:
-                break
+        while _handoff_state(handoff) == "live":
             time.sleep(0.01)
         self._held = _open(self.path, self.timeout, ask=False)[0]
 

@@ -36,6 +36,10 @@ class RankingIn:
     # cannot say everything about where the ranking comes from (an older key scheme, a file that does not name
     # its server): a stored ranking of the same prompt under such a key, with equal content, is this one.
     same_as: list[str] = field(default_factory=list)
+    # of those, the patterns under which a stored ranking of the same prompt is this one whatever its content (the
+    # same task and annotation ids where one side does not know its origin): other content there is this ranking
+    # edited since, a conflict, not a second judgement
+    same_whatever: list[str] = field(default_factory=list)
     lead_time_s: float | None = None
     flags: list[str] = field(default_factory=list)
     skipped: bool = False
@@ -212,8 +216,10 @@ def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], r
     content in result.conflicts."""
     stored = _contents(_rows_by_key(con, [r.external_key for r in rankings if r.external_key]))
     stored = {key: content for (_, key), content in stored.items()}
-    aliased = _contents(_rows_by_alias(con, [(n, r) for n, r in enumerate(rankings) if r.external_key not in stored]))
+    wanted = [(n, r) for n, r in enumerate(rankings) if r.external_key not in stored]
+    aliased = _contents(_rows_by_alias(con, wanted))
     alias_contents = {(n, content) for (n, _), content in aliased.items()}
+    edited = {n: key for n, key in _rows_by_alias(con, wanted, whatever=True)}  # n -> a stored key it is
     todo = []
     for n, r in enumerate(rankings):
         key = r.external_key
@@ -224,6 +230,8 @@ def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], r
                 result.conflicts.append(key)
         elif (n, _content(r)) in alias_contents:
             result.already += 1
+        elif n in edited:
+            result.conflicts.append(edited[n])
         else:
             if key:
                 stored[key] = _content(r)
@@ -261,13 +269,24 @@ def _rows_by_key(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[tuple]
     ).fetchall()
 
 
-def _rows_by_alias(con: duckdb.DuckDBPyConnection, wanted: list[tuple[int, RankingIn]]) -> list[tuple]:
+def _rows_by_alias(
+    con: duckdb.DuckDBPyConnection, wanted: list[tuple[int, RankingIn]], whatever: bool = False
+) -> list[tuple]:
     """Stored rankings of the same prompt under a key that one of the ranking's `same_as` patterns matches, as
     `_contents` reads them (tagged with the ranking's index). Joined through the prompt text, so the pattern is
-    only tried on the few rankings of that prompt."""
-    asked = [(n, r.prompt, pattern) for n, r in wanted for pattern in r.same_as]
+    only tried on the few rankings of that prompt. whatever: (index, stored key) of those a `same_whatever`
+    pattern matches."""
+    asked = [(n, r.prompt, pattern) for n, r in wanted for pattern in (r.same_whatever if whatever else r.same_as)]
     if not asked:
         return []
+    if whatever:
+        return con.execute(
+            """SELECT DISTINCT q.n, k.external_key
+               FROM (SELECT unnest(?::BIGINT[]) AS n, unnest(?::VARCHAR[]) AS prompt, unnest(?::VARCHAR[]) AS pattern) q
+               JOIN prompts p ON p.text = q.prompt
+               JOIN rankings k ON k.prompt_id = p.prompt_id AND k.external_key LIKE q.pattern ESCAPE '\\'""",
+            [list(col) for col in zip(*asked, strict=True)],
+        ).fetchall()
     return con.execute(
         """SELECT q.n, k.external_key, p.text, k.all_bad, r.text, i.rank
            FROM (SELECT unnest(?::BIGINT[]) AS n, unnest(?::VARCHAR[]) AS prompt, unnest(?::VARCHAR[]) AS pattern) q

@@ -132,6 +132,21 @@ def test_a_known_key_with_changed_content_is_a_conflict_and_the_stored_ranking_s
     assert store_rows(db) == before
 
 
+@pytest.mark.parametrize("fmt", [Format.JSON_MIN, Format.CSV], ids=lambda f: f.name)
+def test_an_edited_annotation_reexported_without_its_project_is_a_conflict_not_a_second_ranking(cli, db, tmp_path, fmt):
+    """Issue 51 item 10: annotation 101 imported from the JSON export (key ls:file/p5:17:101), then edited in Label
+    Studio and exported as JSON_MIN or CSV (which name no project): its key ls:17:101 matched the stored one only
+    with equal content, so the edit was stored as a second ranking of the same annotation."""
+    cli("import-ls", str(LS / "ranker_rank.json"))
+    before = store_rows(db)
+    tasks = copy.deepcopy(RANKER)
+    _rerank(tasks)
+    out = cli("import-ls", str(convert(tmp_path, tasks, LS / "ranker_config.xml", fmt)))[1]
+    assert "rankings added 0" in out and "already imported 2" in out
+    assert "conflicts 1 (first ls:file/p5:17:101; the stored ranking is kept)" in out
+    assert store_rows(db) == before
+
+
 def test_a_conflict_does_not_stop_the_rest_of_the_import(cli, db, tmp_path):
     cli("import-ls", str(LS / "ranker_rank.json"))
     tasks = copy.deepcopy(RANKER)

@@ -115,6 +115,57 @@ def test_a_parquet_file_and_a_datasets_folder_import_and_pairs_go_out_to_both(db
     assert _key(pq.read_table(tmp_path / "out.parquet").to_pylist()) == _key(TRL_ROWS)
 
 
+def test_a_datasets_folder_reads_nothing_outside_itself_and_no_fifo(db, cli, tmp_path):
+    """Issue 51 item 10: `datasets` opens every data file its state.json names, `../` included, and a FIFO in the
+    folder hung the import. Now a folder is checked before it is opened; each case is one line, nothing stored."""
+    import os
+
+    from datasets import Dataset
+
+    outside = tmp_path / "elsewhere"
+    Dataset.from_list(TRL_ROWS[:1]).save_to_disk(str(outside))
+    escaping = tmp_path / "escaping"
+    Dataset.from_list(TRL_ROWS[2:]).save_to_disk(str(escaping))
+    state = json.loads((escaping / "state.json").read_text())
+    state["_data_files"] = [{"filename": "../elsewhere/data-00000-of-00001.arrow"}]
+    (escaping / "state.json").write_text(json.dumps(state))
+    fifo = tmp_path / "fifo"
+    Dataset.from_list(TRL_ROWS[2:]).save_to_disk(str(fifo))
+    os.mkfifo(fifo / "extra.arrow")
+    linked = tmp_path / "linked"
+    Dataset.from_list(TRL_ROWS[2:]).save_to_disk(str(linked))
+    (linked / "extra.arrow").symlink_to(outside / "data-00000-of-00001.arrow")
+    before = store_rows(db)
+    for folder, line in [
+        (escaping, "state.json names a data file outside the folder ('../elsewhere/data-00000-of-00001.arrow')"),
+        (fifo, "extra.arrow is not a plain file or folder (a link, FIFO or device)"),
+        (linked, "extra.arrow is not a plain file or folder (a link, FIFO or device)"),
+    ]:
+        code, _, err = cli("import", str(folder))  # (the folders' own saving wrote progress bars before it)
+        assert code == 1 and err.splitlines()[-1] == f"error: {folder}: {line}"
+    assert store_rows(db) == before
+
+
+def test_a_small_parquet_file_that_decodes_to_a_lot_is_refused_as_it_is_read(db, cli, tmp_path, monkeypatch):
+    """Issue 51 item 10: a 100 KB Parquet file took 2.75 GB and 59 s to refuse: one long string repeated in every
+    row is stored once in a dictionary page. The rows are decoded a batch at a time and counted (here against a
+    1 MB limit: 400 rows of the same 100 KB string decode to 40 MB)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from annotation import preference_files
+
+    monkeypatch.setattr(preference_files, "MAX_FILE_BYTES", 1 << 20)
+    long = "x" * 100_000
+    rows = [{"prompt": f"p{i}", "chosen": long, "rejected": "short"} for i in range(400)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "bomb.parquet", use_dictionary=True, compression="zstd")
+    assert (tmp_path / "bomb.parquet").stat().st_size < 100_000
+    before = store_rows(db)
+    code, _, err = cli("import", str(tmp_path / "bomb.parquet"))
+    assert code == 1 and err == "error: bomb.parquet: decodes to over the 1 MB import limit\n"
+    assert store_rows(db) == before
+
+
 BAD_ROWS = [
     ({"prompt": "p", "chosen": "a"}, "row 2: fields chosen, prompt: not a preference row"),
     ({"prompt": "p", "chosen": "a", "rejected": "a"}, "row 2: responses 1 and 2 are identical"),

@@ -231,3 +231,19 @@ def test_each_task_submitted_twice_at_once_is_stored_once(db):
     ]
     assert query(db, "SELECT count(*), count(DISTINCT (ranking_id, response_id)) FROM ranking_items") == [(128, 128)]
     assert query(db, "SELECT count(*) FROM assignments WHERE status = 'open'") == [(8,)]
+
+
+def test_rlhf_undone_shows_an_annotators_escape_sequences_as_text(db, cli):
+    """Issue 51 item 10: a skip reason is the annotator's own text; `rlhf undone` printed it raw, so an escape
+    sequence in it could clear the lead's screen or retitle the window. Now each control character is escaped."""
+    from annotation.session import next_task, skip, undo_last
+    from tests.builders import seed_store
+
+    seed_store(db, 1)
+    task = next_task(db, "ann")
+    hostile = "fine\x1b]0;pwned\x07\x1b[2J\u202eevil"
+    skip(db, "ann", task.assignment_id, hostile)
+    undo_last(db, "ann")
+    code, out, _ = cli("undone")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "skip (fine\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil)" in out

@@ -126,3 +126,37 @@ def test_the_handoff_waits_for_every_use_and_a_nested_use_never_deadlocks(db):
     finally:
         handoff.unlink(missing_ok=True)
         held.release()
+
+
+def test_a_dead_commands_handoff_file_does_not_hold_up_the_app(db):
+    """Issue 51 item 10: a CLI command killed while it waited for the store left its handoff file, and the app let
+    go of the store and waited until the file was 30 s old. The file names its asker's process: one that is gone
+    is stale at once, and the app removes it and carries on."""
+    import os
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    dead = next(pid for pid in range(4_194_303, 1, -1) if gone(pid))  # a pid no process has now
+    held = Store(db).hold()
+    handoff = Path(db + ".handoff")
+    try:
+        handoff.write_text(str(dead))
+        done = threading.Event()
+
+        def submit():
+            with write(held) as con:
+                add_prompts(con, ["after a killed command"], "test")
+            done.set()
+
+        threading.Thread(target=submit, daemon=True).start()
+        assert done.wait(10)  # the old code waited out the 30 s
+        assert not handoff.exists()
+        assert held._held is not None  # the app kept its connection
+    finally:
+        handoff.unlink(missing_ok=True)
+        held.release()

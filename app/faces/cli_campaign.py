@@ -13,6 +13,7 @@ from store.errors import UserError
 
 def cmd_undone(args: argparse.Namespace) -> None:
     """`rlhf undone`: every answer the Annotate tab's Undo took back, with who, when and what it was."""
+    from app.faces.terminal import shown
     from store.assignments import undone
     from store.db import connect
 
@@ -23,15 +24,16 @@ def cmd_undone(args: argparse.Namespace) -> None:
             print(json.dumps(dataclasses.asdict(r)))
         return
     if not rows:
-        print("nothing undone" + (f" by {args.annotator}" if args.annotator else ""))
+        print("nothing undone" + (f" by {shown(args.annotator)}" if args.annotator else ""))
     for r in rows:
         what = (
-            f"skip ({r.skip_reason})"
+            f"skip ({shown(r.skip_reason)})"
             if r.skipped
             else "ranks " + " ".join(f"{i}:{k}" for i, k in zip(r.response_ids, r.ranks, strict=True))
         )
         what = f"all bad: {what}" if r.all_bad else what
-        print(f"{r.undone_at}  {r.annotator}  prompt {r.prompt_id}  ranking {r.ranking_id} of {r.ranked_at}  {what}")
+        who = shown(r.annotator)
+        print(f"{r.undone_at}  {who}  prompt {r.prompt_id}  ranking {r.ranking_id} of {r.ranked_at}  {what}")
 
 
 def cmd_annotators(args: argparse.Namespace) -> None:
