@@ -54,7 +54,9 @@ class AppServer:
             try:
                 # a test's self-signed certificate: this only asks whether the app is up
                 context = ssl._create_unverified_context() if scheme == "https" else None
-                with urllib.request.urlopen(self.page_url, timeout=2, context=context):
+                with urllib.request.urlopen(
+                    urllib.request.Request(self.url, headers=self.headers), timeout=2, context=context
+                ):
                     return
             except OSError:
                 time.sleep(0.5)

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from gradio_client import Client
 
-from app.faces.guard import Boundary, allowed_hosts, host_name, refusal
+from app.faces.guard import Boundary, allowed_hosts, allowed_origins, host_name, origin_key, refusal
 from bench.app_server import AppServer
 
 LOCAL = Boundary(allowed_hosts("127.0.0.1"), "t0k", 7860)
@@ -50,12 +50,48 @@ def _h(**headers) -> list[tuple[bytes, bytes]]:
         ("POST", _h(host="127.0.0.1:7860", origin="null", authorization="token t0k"), "", 403),
         ("POST", _h(host="127.0.0.1:7860", origin="http://127.0.0.1:7860", authorization="token t0k"), "", None),
         ("POST", _h(host="127.0.0.1:7860", sec_fetch_site="cross-site", authorization="token t0k"), "", 403),
-        ("GET", _h(host="127.0.0.1:7860", origin="http://evil.example", authorization="token t0k"), "", None),
+        # a page of another origin reads nothing either (a GET with credentials, issue 51 item 1)
+        ("GET", _h(host="127.0.0.1:7860", origin="http://evil.example", authorization="token t0k"), "", 403),
+        ("GET", _h(host="127.0.0.1:7860", origin="http://127.0.0.1:7860", authorization="token t0k"), "", None),
     ],
 )
 def test_refusal(method, headers, query, status):
     got = refusal(LOCAL, method, "/", headers, query)
     assert (got and got[0]) == status
+
+
+NAMED = Boundary(allowed_hosts("0.0.0.0", ["labels.example.com"]), None, 7860, tls=True)
+
+
+@pytest.mark.parametrize(
+    "origin, scheme, status",
+    [
+        ("https://labels.example.com:7860", "https", None),  # the app's own page
+        ("HTTPS://Labels.Example.com:7860", "https", None),  # origins compare without case
+        ("https://labels.example.com:8000", "https", 403),  # another port of the same name: accepted before
+        ("http://labels.example.com:7860", "https", 403),  # the same port in plain HTTP is another origin
+        ("https://labels.example.com", "https", 403),  # port 443: a proxy's origin needs --allowed-origins
+        ("https://labels.example.com:7860.evil.example", "https", 403),  # a malformed port is nobody's
+        ("null", "https", 403),
+    ],
+)
+def test_only_the_apps_exact_origin_passes_under_a_host_name(origin, scheme, status):
+    """Issue 51 item 1: a page on another port of the app's host name acted as the logged-in lead: the check
+    compared names only. Now scheme, host and port must all be the app's."""
+    for method in ("GET", "POST", "OPTIONS"):
+        headers = _h(host="labels.example.com:7860", origin=origin)
+        got = refusal(NAMED, method, "/gradio_api/info", headers, "", scheme)
+        assert (got and got[0]) == status, (method, origin)
+
+
+def test_origin_key_and_allowed_origins():
+    assert origin_key("https://Labels.example.com") == "https://labels.example.com:443"
+    assert origin_key("http://[::1]:7860") == "http://[::1]:7860"
+    assert origin_key("http://127.0.0.1:80/") == "http://127.0.0.1:80"
+    assert [origin_key(o) for o in ("null", "file://", "ftp://a", "http://a:x", "http://a/path")] == [None] * 5
+    assert allowed_origins(["https://labels.example.com", " "]) == {"https://labels.example.com:443"}
+    with pytest.raises(ValueError, match="--allowed-origins takes origins like"):
+        allowed_origins(["labels.example.com"])
 
 
 def test_startup_check_needs_no_token_and_auth_needs_none():
@@ -71,9 +107,12 @@ def test_allowed_hosts():
     assert allowed_hosts("127.0.0.1") == {"127.0.0.1", "localhost", "::1"}
     assert "labels.example.com" in allowed_hosts("127.0.0.1", ["Labels.Example.com"])
     assert allowed_hosts("0.0.0.0", ["*"]) is None
-    behind_proxy = Boundary(allowed_hosts("127.0.0.1", ["labels.example.com"]), None, 7860)
-    # the proxy rewrote the Host; the page's origin is the proxy's public name
+    # the proxy rewrote the Host; the page's origin is the proxy's public one, which --allowed-origins names
     headers = _h(host="127.0.0.1:7860", origin="https://labels.example.com")
+    named_only = Boundary(allowed_hosts("127.0.0.1", ["labels.example.com"]), None, 7860)
+    assert refusal(named_only, "POST", "/gradio_api/upload", headers, "")[0] == 403
+    proxy = allowed_origins(["https://labels.example.com"])
+    behind_proxy = Boundary(allowed_hosts("127.0.0.1", ["labels.example.com"]), None, 7860, proxy)
     assert refusal(behind_proxy, "POST", "/gradio_api/upload", headers, "") is None
 
 
@@ -116,9 +155,9 @@ def test_without_the_token_nothing_answers(app):
 
 @pytest.mark.integration
 def test_a_rebound_name_is_refused_even_with_the_token(app):
-    status, body = _status(app.page_url, {"Host": f"attacker.example:{app.port}"})
+    status, body = _status(app.url, {"Host": f"attacker.example:{app.port}", **app.headers})
     assert status == 400 and "refused a request for host 'attacker.example" in body
-    assert _status(app.page_url, {"Host": f"localhost:{app.port}"})[0] == 200
+    assert _status(app.url, {"Host": f"localhost:{app.port}", **app.headers})[0] == 200
 
 
 @pytest.mark.integration
@@ -132,13 +171,22 @@ def test_a_cross_origin_upload_is_refused_and_stores_nothing(app):
     assert status == 200 and json.loads(text)[0].endswith("planted.txt")
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 @pytest.mark.integration
-def test_the_printed_url_sets_a_cookie_for_this_port(app):
-    req = urllib.request.Request(app.page_url)
-    with urllib.request.urlopen(req, timeout=30) as r:
-        cookie = r.headers["set-cookie"]
+def test_the_printed_url_sets_a_cookie_and_redirects_to_a_clean_address(app):
+    """Issue 51 item 9: the token stayed in the address bar and the history, and the page repeated it in every
+    queue request's URL (proxy logs). Now the printed URL answers with the cookie and a redirect without it."""
+    opener = urllib.request.build_opener(_NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        opener.open(app.url + f"config?token={app.token}&x=1", timeout=30)
+    assert answer.value.code == 303 and answer.value.headers["location"] == "/config?x=1"
+    cookie = answer.value.headers["set-cookie"]
     assert cookie.startswith(f"rlhf-token-{app.port}={app.token};") and "HttpOnly" in cookie
-    assert "SameSite=Strict" in cookie
+    assert "SameSite=Strict" in cookie and "Secure" not in cookie  # plain HTTP: a Secure cookie would not be kept
     assert _status(app.url + "config", {"Cookie": cookie.split(";")[0]})[0] == 200
 
 

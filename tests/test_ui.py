@@ -127,8 +127,9 @@ def test_make_run_brings_the_app_up_on_loopback(tmp_path):
     try:
         url = _printed_url(proc, deadline=time.monotonic() + 240)
         assert url.startswith(f"http://127.0.0.1:{port}/?token=")
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with _browser_like().open(url, timeout=10) as r:  # the token becomes a cookie; the address loses it
             page = r.read().decode()
+            assert r.url == f"http://127.0.0.1:{port}/"
         assert "rlhf-studio" in page
         assert (tmp_path / "run.duckdb").exists()
         # the same page without the token: refused, with the one line that says where the token is
@@ -138,6 +139,13 @@ def test_make_run_brings_the_app_up_on_loopback(tmp_path):
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
+
+
+def _browser_like():
+    """An opener that keeps cookies and follows redirects, as a browser does."""
+    import http.cookiejar
+
+    return urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
 
 
 def _printed_url(proc, deadline: float) -> str:
@@ -150,7 +158,7 @@ def _printed_url(proc, deadline: float) -> str:
             url = line.split("open ", 1)[1].strip()
             for _ in range(240):  # the line comes just before Gradio starts answering
                 try:
-                    with urllib.request.urlopen(url, timeout=2):
+                    with _browser_like().open(url, timeout=2):
                         return url
                 except OSError:
                     time.sleep(0.5)
@@ -235,6 +243,46 @@ def test_downloads_do_not_pile_up(tmp_path):
     os.utime(first, (old, old))
     third = _out_dir(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([second.name, third.name])
+
+
+def test_a_planted_download_root_is_refused_and_only_our_old_download_folders_go(tmp_path):
+    """Issue 51 item 3: the download root in /tmp had a fixed name; a symlink planted there made one pairs download
+    delete an unrelated two-hour-old folder it pointed to. Now the root is made fresh and private, a given one is
+    checked (a real folder, ours, mode 700), and a clean-up removes only old `download-*` folders."""
+
+    from app.faces.data_tab import _out_dir
+    from store.errors import UserError
+
+    victim = tmp_path / "victim"
+    (victim / "two-hours-old").mkdir(parents=True)
+    old = time.time() - 7200
+    os.utime(victim / "two-hours-old", (old, old))
+    planted = tmp_path / "planted-root"
+    planted.symlink_to(victim)
+    with pytest.raises(UserError, match="is not a real folder"):
+        _out_dir(planted)
+    open_root = tmp_path / "open"
+    open_root.mkdir(mode=0o755)
+    open_root.chmod(0o755)
+    with pytest.raises(UserError, match=r"can be read by others \(mode drwxr-xr-x\)"):
+        _out_dir(open_root)
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    for name in ("download-old", "not-ours-old"):
+        (root / name).mkdir()
+        os.utime(root / name, (old, old))
+    (root / "download-link").symlink_to(victim)
+    _out_dir(root)
+    assert (victim / "two-hours-old").is_dir()  # never touched
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith("download-") or p.is_symlink()) == [
+        "download-link",
+        "not-ours-old",
+    ]
+    assert not (root / "download-old").exists()
+    from app.faces.private_files import private_root
+
+    default = _out_dir()
+    assert default.parent.parent == private_root() and (default.parent.stat().st_mode & 0o777) == 0o700
 
 
 def test_a_sampler_in_use_is_closed_only_when_its_sampling_ends(db, tiny_model_dir, tmp_path):

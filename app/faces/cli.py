@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
 from app.faces import cli_campaign, cli_data, cli_runs
@@ -63,6 +64,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # what a command creates (the store and its write-ahead log, backups, snapshots, run folders, exports) is
+    # readable by this user only: another local user of a shared host reads none of it
+    umask = os.umask(0o077)
     try:
         args = parse(argv)
         if getattr(args, "db", None) is not None:  # one Store per command, passed down (store/db.py)
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: everything written before this point is kept", file=sys.stderr)
         return 130
+    finally:
+        os.umask(umask)
     return 0
 
 

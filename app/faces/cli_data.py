@@ -104,7 +104,9 @@ def cmd_import_ls(args: argparse.Namespace) -> None:
         if args.project is None or args.file:
             raise UserError("a live pull takes --url URL --project ID and no FILE")
         key = os.environ.get("LABEL_STUDIO_API_KEY", "")
-        summary = import_labelstudio_url(args.db, args.url, args.project, key, bucket_order=buckets)
+        summary = import_labelstudio_url(
+            args.db, args.url, args.project, key, bucket_order=buckets, allow_private=args.allow_private_address
+        )
     elif args.file:
         summary = import_labelstudio_file(args.db, args.file, config=args.config, bucket_order=buckets)
     else:
@@ -152,6 +154,8 @@ def cmd_ui(args: argparse.Namespace) -> None:
         runs_dir=args.runs_dir,
         admins=args.admins,
         allowed_hosts=args.allowed_hosts,
+        allowed_origins=args.allowed_origins,
+        allow_private_address=args.allow_private_address,
         limits=dataclass_from_args(ServeLimits, args),
         session_hours=args.session_hours,
         ssl_keyfile=args.ssl_keyfile,
@@ -200,6 +204,16 @@ def add_app_commands(sub) -> None:
         "--allowed-hosts",
         help="more names the Host header may carry, comma-separated (a reverse proxy's name; '*' = any); "
         "loopback names and the --host address are always allowed",
+    )
+    s.add_argument(
+        "--allowed-origins",
+        help="pages of these origins may call the app besides its own (comma-separated, e.g. a reverse proxy's "
+        "https://labels.example.com); the app's own origin is exactly its scheme, host and port",
+    )
+    s.add_argument(
+        "--allow-private-address",
+        action="store_true",
+        help="the Data tab's Label Studio pull may reach a private-range address (link-local and metadata never)",
     )
     s.add_argument("--session-hours", type=float, default=12.0, help="a login lasts this long (default 12)")
     s.add_argument("--ssl-keyfile", help="serve HTTPS with this private key (with --ssl-certfile)")
@@ -263,6 +277,12 @@ def add_exchange_commands(sub) -> None:
     s.add_argument("file", nargs="?")
     s.add_argument("--url", help="a running Label Studio; the key comes from LABEL_STUDIO_API_KEY")
     s.add_argument("--project", type=int, help="project id for --url")
+    s.add_argument(
+        "--allow-private-address",
+        action="store_true",
+        help="--url may be at a private-range address (10/8, 172.16/12, 192.168/16); link-local and cloud "
+        "metadata addresses are never pulled from",
+    )
     s.add_argument("--config", help="the project's labeling config XML (names the Pairwise fields, the List)")
     s.add_argument("--bucket-order", help="Ranker buckets best first, comma-separated (same bucket = tie)")
     s.set_defaults(func=cmd_import_ls)

@@ -3,8 +3,6 @@ pairs download. Every button calls a plain function from annotation/ or store/."
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 import time
 from functools import partial
@@ -25,6 +23,7 @@ from annotation.dashboard import HEADERS as ANNOTATOR_HEADERS
 from annotation.dashboard import annotator_rows, over_time, table
 from annotation.imports import import_labelstudio_file, import_labelstudio_url
 from app.faces.handlers import admin_only
+from app.faces.private_files import checked_dir, private_root, remove_own_dirs
 from app.faces.rounds_ui import ROUND_HEADERS, rounds_rows
 from app.jobs.sampling import run_sampling
 from store.db import connect
@@ -70,17 +69,11 @@ DOWNLOAD_AGE_S = 600  # Gradio copies a download into its own cache as it answer
 
 
 def _out_dir(root: Path | None = None) -> Path:
-    """A fresh folder for one download, under one root per user of the machine; folders there older than
-    DOWNLOAD_AGE_S are removed first (each download used to leave its copy in /tmp for good)."""
-    root = root or Path(tempfile.gettempdir()) / f"rlhf-downloads-{os.getuid()}"
-    root.mkdir(mode=0o700, exist_ok=True)
-    now = time.time()
-    for old in root.iterdir():
-        try:
-            if now - old.stat().st_mtime > DOWNLOAD_AGE_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except OSError:  # another session removed it first
-            pass
+    """A fresh folder for one download, under the process's private root (app/faces/private_files.py: mode 700, a
+    name nobody could plant); download folders there older than DOWNLOAD_AGE_S are removed first (each download
+    used to leave its copy in /tmp for good), and nothing else."""
+    root = checked_dir(root or private_root() / "downloads")
+    remove_own_dirs(root, "download-", DOWNLOAD_AGE_S, time.time())
     return Path(tempfile.mkdtemp(prefix="download-", dir=root))
 
 
@@ -125,13 +118,15 @@ def import_ls_upload(db: str, path: str | None, order: str) -> str:
     return import_labelstudio_file(db, path, bucket_order=_bucket_order(order)).line()
 
 
-def pull_ls(db: str, url: str, project, key: str, order: str) -> str:
-    """A running Label Studio project's annotations into the store; the token is used for this call only."""
+def pull_ls(db: str, url: str, project, key: str, order: str, allow_private: bool = False) -> str:
+    """A running Label Studio project's annotations into the store; the token is used for this call only.
+    allow_private: `rlhf ui --allow-private-address` (a Label Studio on the local network)."""
     if not url or not project:
         raise UserError("give the Label Studio URL and the project id")
     if project < 1:
         raise UserError(f"a Label Studio project id is a positive whole number, got {project}")
-    return import_labelstudio_url(db, url, int(project), key or "", bucket_order=_bucket_order(order)).line()
+    buckets = _bucket_order(order)
+    return import_labelstudio_url(db, url, int(project), key or "", buckets, allow_private).line()
 
 
 def _labelstudio_section() -> SimpleNamespace:
@@ -249,11 +244,12 @@ def build_data_tab(ctx, demo) -> None:
     dashboard = admin_only(ctx, lambda: annotators_view(ctx.db), quiet=2)
     demo.load(dashboard, outputs=[board.annotators, board.answers_plot], api_name="annotators")
     demo.load(admin_only(ctx, lambda: rounds_rows(ctx.db), quiet=1), outputs=[rounds_df], api_name="counts_by_round")
+    pull = partial(pull_ls, ctx.db, allow_private=ctx.allow_private_address)
     for trigger, fn, inputs, outputs, name in [
         (examples_btn.click, lambda: add_example_prompts(ctx.db), [], status, "load_examples"),
         (prompts_file.upload, partial(add_prompts_upload, ctx.db), [prompts_file], status, "add_prompts"),
         (ls.import_btn.click, partial(import_ls_upload, ctx.db), [ls.file, ls.buckets], status, "import_ls"),
-        (ls.pull_btn.click, partial(pull_ls, ctx.db), [ls.url, ls.project, ls.key, ls.buckets], status, "pull_ls"),
+        (ls.pull_btn.click, pull, [ls.url, ls.project, ls.key, ls.buckets], status, "pull_ls"),
         (pairs_btn.click, lambda f: pairs_download(ctx.db, f), [fmt], pairs_file, "download_pairs"),
         (ls.export_btn.click, lambda: ls_export_download(ctx.db), [], ls.export_files, "export_ls"),
     ]:

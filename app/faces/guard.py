@@ -3,21 +3,33 @@
 1. The Host header names this server: loopback names, the address it was started on, and `--allowed-hosts`. A web
    page that rebinds its own DNS name to 127.0.0.1 reaches the port with its own name as the Host, and is refused
    (Gradio itself does not check; Jupyter, Django and Vite do the same check).
-2. A request that can change something (any method but GET, HEAD, OPTIONS) from a browser page of another origin is
-   refused, whatever CORS would have let the page read afterwards: a cross-site form POST, upload included, is a
-   "simple" request that CORS does not stop from running.
+2. A request from a browser page of another origin is refused, whatever its method: a cross-site form POST, upload
+   included, is a "simple" request that CORS does not stop from running, and a GET with credentials could be read
+   by the page if anything answered it with CORS headers (Gradio's own CORS middleware reflects any Origin when the
+   Host is not a loopback name). "This app's origin" is exact: the scheme, host and port the request was sent to,
+   or one named with `--allowed-origins` (a reverse proxy's public origin). A page on another port of the same host
+   name is another origin: any user of the machine can serve one there. The guard runs before Gradio's CORS
+   middleware (`outermost`), so another origin never sees a CORS header.
 3. Without --auth, every request carries the app's token, as Jupyter's do: in the URL printed at start
-   (`?token=...`, which sets a cookie for the rest of the visit), in that cookie, or in an `Authorization: token ...`
-   header (scripts, gradio_client). Another local user, or a page in the user's own browser, does not know it.
+   (`?token=...`: the page answers with a cookie and a redirect to the same address without the token, so it stays
+   out of the address bar, the history and the page's own request URLs), in that cookie, or in an
+   `Authorization: token ...` header (scripts, gradio_client). Another local user, or a page in the user's own
+   browser, does not know it.
 
 4. Uploads (`/gradio_api/upload`, where every file a page sends lands before a handler sees it) are the admins':
    an annotator has no control that uploads, so one is refused; an admin (the one local user without --auth) may
-   store at most `--max-upload-mb-per-hour` (Gradio caps each file; this caps a login's files together).
+   store at most `--max-upload-mb-per-hour` (Gradio caps each file; this caps a login's files together). Every other
+   request body is capped at `--max-request-kb`.
+5. Under TLS every cookie the app sets is Secure (Gradio sets one of its two session cookies without it) and every
+   answer carries HSTS, so a page on a plain-HTTP port of the same name is sent no cookie of the app's.
+6. Logins (`POST /login`) are counted per client address and in all (app/faces/logins.py): over budget, one is
+   refused before its password is checked.
 
 Pure checks first (`refusal`), then the ASGI middleware that applies them."""
 
 from __future__ import annotations
 
+import contextvars
 import hmac
 import ipaddress
 import os
@@ -27,7 +39,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 TOKEN_ENV = "RLHF_TOKEN"  # a token of the user's choosing (scripts); else a random one per start
@@ -36,19 +48,54 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 EXEMPT_PATHS = frozenset({"/gradio_api/startup-events"})
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
 @dataclass(frozen=True)
 class Boundary:
     """hosts: the names the Host header may carry (lower case; None: any, `--allowed-hosts '*'`); token: what every
-    request must carry (None under --auth, where Gradio's login is the gate); port: names the token's cookie, since
-    browsers share cookies between the ports of one host."""
+    request must carry (None under --auth, where Gradio's login is the gate); port: names the token's cookie (a
+    browser sends a host's cookies to all its ports: the name only keeps two apps' tokens apart); origins: pages
+    of these origins may call the app besides its own (`--allowed-origins`, normalised by `origin_key`); tls: the
+    app serves HTTPS itself."""
 
     hosts: frozenset[str] | None
     token: str | None
     port: int
+    origins: frozenset[str] = frozenset()
+    tls: bool = False
 
     @property
     def cookie(self) -> str:
         return f"rlhf-token-{self.port}"
+
+
+def origin_key(origin: str) -> str | None:
+    """An origin as 'scheme://host:port', lower case, the port always written: 'HTTPS://Labels.example.com' ->
+    'https://labels.example.com:443', 'http://[::1]:7860' -> 'http://[::1]:7860'. None for anything that is not
+    an http(s) origin ('null', 'file://', a malformed port)."""
+    try:
+        parts = urlsplit(origin.strip().lower())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}:{port or DEFAULT_PORTS[parts.scheme]}"
+
+
+def allowed_origins(values: list[str]) -> frozenset[str]:
+    """--allowed-origins as origin keys; a value that is not an origin is one line."""
+    keys = set()
+    for value in (v.strip() for v in values):
+        if not value:
+            continue
+        key = origin_key(value)
+        if key is None:
+            raise ValueError(f"--allowed-origins takes origins like https://labels.example.com, got {value!r}")
+        keys.add(key)
+    return frozenset(keys)
 
 
 def host_name(value: str) -> str:
@@ -128,8 +175,10 @@ def presented_token(headers: list[tuple[bytes, bytes]], query: str, cookie: str)
     return (values[0], True) if values else (None, False)
 
 
-def refusal(boundary: Boundary, method: str, path: str, headers: list[tuple[bytes, bytes]], query: str):
-    """(HTTP status, one line) if the request is refused, else None."""
+def refusal(
+    boundary: Boundary, method: str, path: str, headers: list[tuple[bytes, bytes]], query: str, scheme: str = "http"
+):
+    """(HTTP status, one line) if the request is refused, else None. scheme: the one the request came in by."""
     host = _header(headers, b"host")
     if boundary.hosts is not None and (host is None or host_name(host) not in boundary.hosts):
         return 400, (
@@ -137,8 +186,11 @@ def refusal(boundary: Boundary, method: str, path: str, headers: list[tuple[byte
             f"{', '.join(sorted(boundary.hosts))} (start it with --allowed-hosts NAME to add a name)"
         )
     origin = _header(headers, b"origin")
-    if method not in SAFE_METHODS and origin is not None and not _same_site(origin, host, boundary):
-        return 403, f"rlhf-studio: refused a {method} from the page at {origin!r}: not this app's origin"
+    if origin is not None and not own_origin(origin, host, scheme, boundary):
+        return 403, (
+            f"rlhf-studio: refused a {method} from the page at {origin!r}: not this app's origin (scheme, host "
+            "and port; behind a proxy, start it with --allowed-origins ORIGIN)"
+        )
     if method not in SAFE_METHODS and (_header(headers, b"sec-fetch-site") or "") == "cross-site":
         return 403, f"rlhf-studio: refused a cross-site {method}"
     if boundary.token is not None and path not in EXEMPT_PATHS:
@@ -151,17 +203,18 @@ def refusal(boundary: Boundary, method: str, path: str, headers: list[tuple[byte
     return None
 
 
-def _same_site(origin: str, host: str | None, boundary: Boundary) -> bool:
-    """An origin is this app's when it is the very host and port the request was sent to, or (behind a reverse
-    proxy, which may rewrite the Host) a name given with --allowed-hosts. Another port on localhost is another site:
-    any local program can serve a page there."""
-    if origin == "null":  # sandboxed frames and file:// pages
+def own_origin(origin: str, host: str | None, scheme: str, boundary: Boundary) -> bool:
+    """An origin is this app's when it is exactly the scheme, host and port the request was sent to (the Host has
+    passed its own check by now), or one of --allowed-origins (behind a reverse proxy, which may rewrite the Host
+    and the scheme). Another port or scheme of the same name is another origin: any local user can serve a page
+    there. 'null' (sandboxed frames, file:// pages) is nobody's."""
+    key = origin_key(origin)
+    if key is None:
         return False
-    netloc = urlsplit(origin).netloc.lower()
-    if host is not None and netloc == host.strip().lower():
+    if key in boundary.origins:
         return True
-    name = host_name(netloc)
-    return boundary.hosts is not None and name in boundary.hosts and name not in LOOPBACK_NAMES
+    ws = {"ws": "http", "wss": "https"}  # a websocket's scope says ws/wss; its page's origin says http/https
+    return host is not None and key == origin_key(f"{ws.get(scheme, scheme)}://{host.strip()}")
 
 
 UPLOAD_PATH = "/gradio_api/upload"
@@ -217,37 +270,104 @@ class Uploads:
         return None
 
 
-class Guard:
-    """ASGI middleware: refuses what `refusal` refuses with its one line, and sets the token's cookie when the token
-    came in the URL (so the page's own requests carry it)."""
+LOGIN_PATHS = frozenset({"/login", "/login/"})
+HSTS = b"max-age=31536000"
+# the address a login counts against (app/faces/logins.py reads it in the same request): the peer, or the client
+# a proxy on this machine names in X-Forwarded-For (uvicorn puts that in the scope for a peer on 127.0.0.1)
+CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("rlhf_client", default="")
 
-    def __init__(self, app, boundary: Boundary, uploads: Uploads | None = None):
+
+class Guard:
+    """ASGI middleware: refuses what `refusal` refuses with its one line; turns a token in the URL into a cookie and
+    a redirect to the same address without it; caps request bodies; under TLS marks every cookie Secure and sends
+    HSTS; counts logins per client address (`logins`, a LoginGate)."""
+
+    def __init__(self, app, boundary: Boundary, uploads: Uploads | None = None, max_body: int = 1 << 20, logins=None):
         self.app = app
         self.boundary = boundary
         self.uploads = uploads
+        self.max_body = max_body
+        self.logins = logins
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         method = scope.get("method", "GET") if scope["type"] == "http" else "WEBSOCKET"
+        headers = scope.get("headers", [])
         query = scope.get("query_string", b"").decode("latin-1")
-        refused = refusal(self.boundary, method, scope.get("path", ""), scope.get("headers", []), query)
-        if refused is None and self.uploads is not None and method == "POST" and scope.get("path") == UPLOAD_PATH:
-            refused = self.uploads.refusal(scope.get("headers", []))
+        path = scope.get("path", "")
+        refused = refusal(self.boundary, method, path, headers, query, scope.get("scheme", "http"))
+        if refused is None and method == "POST" and path == UPLOAD_PATH and self.uploads is not None:
+            refused = self.uploads.refusal(headers)
+        elif refused is None and method not in SAFE_METHODS and scope["type"] == "http" and path != UPLOAD_PATH:
+            refused = self._body_refusal(headers)
+        client = (scope.get("client") or ("",))[0]
+        if refused is None and method == "POST" and path in LOGIN_PATHS and self.logins is not None:
+            refused = self.logins.refusal(client)
         if refused is not None:
             return await self._refuse(scope, receive, send, *refused)
-        token, in_url = presented_token(scope.get("headers", []), query, self.boundary.cookie)
-        if self.boundary.token is None or not in_url or scope["type"] != "http":
+        CLIENT.set(client)
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        token, in_url = presented_token(headers, query, self.boundary.cookie)
+        if self.boundary.token is not None and in_url and method in ("GET", "HEAD"):
+            return await self._token_to_cookie(scope, send, token, query)
+        if method not in SAFE_METHODS and path != UPLOAD_PATH:
+            receive = self._capped(receive)
+        return await self.app(scope, receive, self._secured(send))
 
-        cookie = f"{self.boundary.cookie}={token}; Path=/; HttpOnly; SameSite=Strict".encode()
+    def _body_refusal(self, headers):
+        try:
+            size = int(_header(headers, b"content-length") or 0)
+        except ValueError:
+            return 400, "rlhf-studio: a malformed Content-Length"
+        if size > self.max_body:
+            return 413, (
+                f"rlhf-studio: a request of {size:,} bytes; this server takes at most {self.max_body:,} "
+                "(--max-request-kb; files go through the upload)"
+            )
+        return None
 
-        async def with_cookie(message):
+    def _capped(self, receive):
+        """A body sent without a length still stops at max_body: the app reads a disconnect past it."""
+        seen = 0
+
+        async def capped():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            return {"type": "http.disconnect"} if seen > self.max_body else message
+
+        return capped
+
+    def _secured(self, send):
+        """Under TLS: Secure on every cookie the app sets, and HSTS on every answer."""
+        if not self.boundary.tls:
+            return send
+
+        async def secured(message):
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+                headers = [
+                    (k, v + b"; Secure") if k.lower() == b"set-cookie" and not _is_secure(v) else (k, v)
+                    for k, v in message.get("headers", [])
+                ]
+                message = {**message, "headers": [*headers, (b"strict-transport-security", HSTS)]}
             await send(message)
 
-        return await self.app(scope, receive, with_cookie)
+        return secured
+
+    async def _token_to_cookie(self, scope, send, token: str, query: str) -> None:
+        """303 to the same address without the token, setting the token's cookie: the token leaves the address bar
+        and the history, and the page never repeats it in a request's URL."""
+        rest = urlencode([(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "token"])
+        location = (quote(scope.get("root_path", "") + scope.get("path", "/")) or "/") + (f"?{rest}" if rest else "")
+        secure = "; Secure" if self.boundary.tls else ""
+        cookie = f"{self.boundary.cookie}={token}; Path=/; HttpOnly; SameSite=Strict{secure}".encode()
+        headers = [(b"location", location.encode()), (b"set-cookie", cookie), (b"content-length", b"0")]
+        if self.boundary.tls:
+            headers.append((b"strict-transport-security", HSTS))
+        await send({"type": "http.response.start", "status": 303, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
 
     @staticmethod
     async def _refuse(scope, receive, send, status: int, line: str) -> None:
@@ -264,3 +384,18 @@ class Guard:
         headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _is_secure(set_cookie: bytes) -> bool:
+    """Whether a Set-Cookie value has the Secure attribute (not just the word: Gradio names one cookie
+    `access-token-unsecure-...`)."""
+    return b"secure" in [part.strip().lower() for part in set_cookie.split(b";")[1:]]
+
+
+def outermost(app) -> None:
+    """Put the Guard in front of the middleware Gradio adds after ours (its CORS middleware, which would answer a
+    preflight and add CORS headers before the guard saw the request), and rebuild the stack. Called from the
+    lifespan hook, before the first request the server answers."""
+    first = [m for m in app.user_middleware if m.cls is Guard]
+    app.user_middleware = first + [m for m in app.user_middleware if m.cls is not Guard]
+    app.middleware_stack = app.build_middleware_stack()

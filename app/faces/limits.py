@@ -27,6 +27,10 @@ class ServeLimits:
     max_upload_mb_per_hour: float = field(
         default=2000.0, metadata={"help": "MB of uploads a login may send in an hour (annotators: none)"}
     )
+    max_request_kb: int = field(
+        default=1024, metadata={"help": "largest request body the app reads, in KB (uploads have their own limit)"}
+    )
+    max_undos_per_hour: int = field(default=60, metadata={"help": "Undo clicks a login may make in an hour"})
     cache_hours: float = field(
         default=24.0, metadata={"help": "hours the app keeps an upload or a download's copy before deleting it"}
     )

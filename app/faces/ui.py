@@ -40,6 +40,7 @@ class AppContext:
         admins: set[str] | frozenset[str] = frozenset(),
         limits: ServeLimits | None = None,
         chat_process: bool = False,
+        allow_private_address: bool = False,
     ):
         from app.jobs.chat_worker import ChatWorker
         from app.jobs.compare import LocalChat
@@ -62,6 +63,7 @@ class AppContext:
         self.allow_edits = allow_edits  # annotators may correct the best response (store/edits.py)
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
+        self.allow_private_address = allow_private_address  # the Label Studio pull may reach a private address
         self._sampler: Sampler | VllmSampler | None = None
         self._retired: list = []  # samplers dropped while in use: closed when their sampling ends
         self._users: dict[int, int] = {}  # samplings running on each sampler, by id
@@ -197,6 +199,8 @@ def launch(
     runs_dir: str = "runs",
     admins: str | None = None,
     allowed_hosts: str | None = None,
+    allowed_origins: str | None = None,
+    allow_private_address: bool = False,
     limits: ServeLimits | None = None,
     session_hours: float = 12.0,
     ssl_keyfile: str | None = None,
@@ -215,8 +219,10 @@ def launch(
         raise UserError(f"--gold-rate must be from 0 to 0.5 (a share of the tasks), got {gold_rate}")
     limits = limits or ServeLimits()
     limits.cache_schedule()  # a bad --cache-hours is one line before anything starts
-    boundary = serving_boundary(host, port, allowed_hosts, token=not users)
+    boundary = serving_boundary(host, port, allowed_hosts, not users, allowed_origins, bool(ssl_certfile))
     uploads = Uploads(bool(users), frozenset(admin_set), limits.max_upload_mb_per_hour)
+    gate = LoginGate(users) if users else None
+    private_gradio_cache()
     store = store_of(db).hold()  # open while serving, passed down; CLI commands still get their turn (store/db.py)
     ctx = AppContext(
         store,
@@ -230,6 +236,7 @@ def launch(
         admins=admin_set,
         limits=limits,
         chat_process=True,
+        allow_private_address=allow_private_address,
     )
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)
@@ -238,7 +245,7 @@ def launch(
     demo.launch(
         server_name=host,
         server_port=port,
-        auth=LoginGate(users) if users else None,
+        auth=gate.check if gate else None,  # async: the hash is checked off the event loop
         # a user's mistake is a gr.Error with its one line (app/faces/handlers.py); anything else shows as a bare
         # "Error" and its text goes only to the log: an annotator reads no exception text or server path
         show_error=False,
@@ -248,7 +255,7 @@ def launch(
         ssl_certfile=ssl_certfile,
         ssl_verify=False,  # only Gradio's check of its own loopback address, which a self-signed certificate fails
         app_kwargs={
-            "middleware": [guard_middleware(boundary, uploads)],
+            "middleware": [guard_middleware(boundary, uploads, limits.max_request_kb * 1024, gate)],
             "lifespan": sessions_expire(session_hours, uploads),
         },
     )
@@ -277,13 +284,30 @@ def announce(boundary, scheme: str, host: str, port: int, users, auth: str | Non
         )
 
 
-def serving_boundary(host: str, port: int, allowed_hosts: str | None, token: bool):
-    """What app/faces/guard.py lets through: the Host names, and the token (only without --auth)."""
-    from app.faces.guard import Boundary, new_token
+def serving_boundary(
+    host: str, port: int, allowed_hosts: str | None, token: bool, origins: str | None = None, tls: bool = False
+):
+    """What app/faces/guard.py lets through: the Host names, the origins besides the app's own, and the token (only
+    without --auth)."""
+    from app.faces.guard import Boundary, allowed_origins, new_token
     from app.faces.guard import allowed_hosts as hosts_for
 
     extra = [h for h in (allowed_hosts or "").split(",") if h.strip()]
-    return Boundary(hosts_for(host, extra), new_token() if token else None, port)
+    try:
+        pages = allowed_origins((origins or "").split(","))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return Boundary(hosts_for(host, extra), new_token() if token else None, port, pages, tls)
+
+
+def private_gradio_cache() -> None:
+    """Gradio keeps uploads and its copies of downloads in GRADIO_TEMP_DIR, by default /tmp/gradio, which every
+    local user can read: point it at the process's private folder (app/faces/private_files.py), or check the one
+    the user chose."""
+    from app.faces.private_files import checked_dir, private_root
+
+    chosen = os.environ.get("GRADIO_TEMP_DIR")
+    os.environ["GRADIO_TEMP_DIR"] = str(checked_dir(Path(chosen) if chosen else private_root() / "gradio"))
 
 
 def sessions_expire(hours: float, uploads=None):
@@ -291,8 +315,11 @@ def sessions_expire(hours: float, uploads=None):
     hands the upload policy the server app (whose tokens say who is logged in)."""
     from contextlib import asynccontextmanager
 
+    from app.faces.guard import outermost
+
     @asynccontextmanager
     async def lifespan(app):
+        outermost(app)  # the guard before Gradio's CORS middleware
         app.tokens = ExpiringSessions(hours * 3600)
         if uploads is not None:
             uploads.app = app
@@ -301,9 +328,9 @@ def sessions_expire(hours: float, uploads=None):
     return lifespan
 
 
-def guard_middleware(boundary, uploads=None):
+def guard_middleware(boundary, uploads=None, max_body: int = 1 << 20, logins=None):
     from starlette.middleware import Middleware
 
     from app.faces.guard import Guard
 
-    return Middleware(Guard, boundary=boundary, uploads=uploads)
+    return Middleware(Guard, boundary=boundary, uploads=uploads, max_body=max_body, logins=logins)
