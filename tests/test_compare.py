@@ -475,6 +475,49 @@ def test_the_migration_moves_old_compare_rankings_into_votes(tmp_path):
     assert con.execute("SELECT annotator, source FROM rankings").fetchall() == [("bob", "ui")]
 
 
+def test_an_annotator_compares_runs_by_name_and_reads_no_server_path(db, tmp_path):
+    """Issue 51 item 10: an annotator's Compare tab carried the server's absolute paths (the runs' folders as the
+    list's values, the reference and reward folders, the reveal line, the win table). Now an annotator picks and
+    reads names; the server maps them to folders, and a folder sent by hand is refused. An admin still sees
+    folders."""
+    from types import SimpleNamespace
+
+    from app.faces.compare_tab import _handlers, _models, run_choices
+    from app.faces.ui import AppContext
+    from app.jobs.compare import annotator_models, reveal_line, shown_names
+    from store.db import write
+    from store.errors import UserError
+    from store.runs import record_run
+
+    run = tmp_path / "runs" / "ppo-1"
+    for folder in ("actor", "checkpoints/actor-step2"):
+        (run / folder).mkdir(parents=True)
+        (run / folder / "config.json").write_text("{}")
+    cfg = {"kind": "ppo", "actor": "/models/sft", "reward": "/runs/rm-1"}
+    (run / "config.json").write_text(json.dumps(cfg))
+    step2 = {"step": 2, "score_mean": 1.0, "heldout_score_mean": 0.9, "actor": str(run / "checkpoints/actor-step2")}
+    (run / "checkpoints.jsonl").write_text(json.dumps(step2) + "\n")
+    with write(db) as con:
+        record_run(con, "ppo-1", "ppo", str(run), cfg, None)
+    ctx = AppContext(db, auth=True, admins={"boss"})
+    bob, boss = SimpleNamespace(username="bob"), SimpleNamespace(username="boss")
+    assert run_choices(ctx, bob) == [("ppo-1", "ppo-1"), ("ppo-1 · step 2 (best)", "ppo-1 · step 2 (best)")]
+    assert run_choices(ctx, boss)[0] == ("ppo-1", str(run))
+    handlers = _handlers(ctx)
+    assert handlers.on_actor("ppo-1", bob)[:2] == ("ppo-1 · reference", "ppo-1 · reward model")
+    assert handlers.on_actor(str(run), boss)[:2] == ("/models/sft", "/runs/rm-1")  # an admin sends folders
+    loads = _models(ctx, bob, "ppo-1 · step 2 (best)", "ppo-1 · reference", "ppo-1 · reward model", "default")
+    assert loads == [str(run / "checkpoints/actor-step2"), "/models/sft", "/runs/rm-1", "default"]
+    with pytest.raises(UserError, match="annotators compare the listed PPO runs only, not /models/sft"):
+        _models(ctx, bob, "/models/sft")
+    line = reveal_line({"roles": ["actor", "reference"], "sides": [str(run), "/models/sft"], "scores": [0.5, 0.1]})
+    shown = shown_names(line, annotator_models(db))
+    assert shown == (
+        "Left was **actor** (ppo-1), reward model score 0.500; right was **reference** (ppo-1 · reference), "
+        "reward model score 0.100."
+    )
+
+
 def test_an_annotator_reads_no_path_or_reason_when_a_model_fails_to_load(tmp_path, capsys):
     from app.faces.compare_tab import QuietChat
     from app.jobs.compare import LocalChat
@@ -518,7 +561,7 @@ def test_an_annotator_chatting_with_a_model_that_fails_to_load_reads_no_path_or_
     try:
         bob = app.client(auth=("bob", "pw-bob"))
         with pytest.raises(Exception) as seen:
-            bob.predict("hi", str(run), str(run), False, 0.8, 0.95, 4, 0, api_name="/compare_send")
+            bob.predict("hi", "ppo-broken", "ppo-broken · reference", False, 0.8, 0.95, 4, 0, api_name="/compare_send")
     finally:
         app.stop()
     assert "that model could not be loaded; an admin can read why in the app's log" in str(seen.value)

@@ -13,6 +13,9 @@ from app.faces.chat_queue import CHAT
 from app.faces.handlers import safe
 from app.faces.limits import ServeLimits
 from app.jobs.compare import (
+    REFERENCE,
+    REWARD,
+    annotator_models,
     best_of_ref,
     blind_line,
     chat_html,
@@ -22,6 +25,7 @@ from app.jobs.compare import (
     run_defaults,
     score_lines,
     scores_of,
+    shown_names,
     start_from,
     stored_conversation,
     stored_conversations,
@@ -139,16 +143,38 @@ def _voting(enabled: bool) -> list:
     return [gr.Button(interactive=enabled) for _ in range(4)]
 
 
-def _check_models(ctx, request, *refs) -> None:
-    """An annotator (under --auth) compares the listed PPO runs and what they were trained from, never a folder
-    typed in: only an admin picks any folder on the server's disk."""
+def _models(ctx, request, *values) -> list[str]:
+    """What the chat loads for the values the page sent. An admin's are folders (or 'default'). An annotator
+    (under --auth) compares the listed runs and what they were trained from, by name (app/jobs/compare.py
+    `annotator_models`): never a folder typed in, and never shown one of the server's paths."""
     if ctx.is_admin(request):
-        return
-    runs = [path for _, path in ppo_runs(ctx.db)]
-    allowed = {"default", ""} | set(runs) | {x for r in runs for x in run_defaults(r)}
-    bad = next((r for r in refs if (r or "") not in allowed), None)
+        return list(values)
+    names = annotator_models(ctx.db)
+    bad = next((v for v in values if (v or "") not in names), None)
     if bad is not None:
         raise UserError(f"annotators compare the listed PPO runs only, not {bad}")
+    return [names[v or ""] for v in values]
+
+
+def _shown(ctx, request, text: str) -> str:
+    """A line about models as the caller may read it: an annotator's names a run by its label, never its folder."""
+    return text if ctx.is_admin(request) else shown_names(text, annotator_models(ctx.db))
+
+
+def run_choices(ctx, request) -> list[tuple[str, str]]:
+    """The runs to compare, as (label, value): the value a folder for an admin, the label itself for an
+    annotator."""
+    runs = ppo_runs(ctx.db)
+    return runs if ctx.is_admin(request) else [(label, label) for label, _ in runs]
+
+
+def _wins(ctx, request, actor: str) -> list[list]:
+    """The actor's win table, its opponents named as the caller may read them."""
+    rows = win_rows(ctx.db, actor)
+    if ctx.is_admin(request) or not rows:
+        return rows
+    names = annotator_models(ctx.db)
+    return [[shown_names(str(row[0]), names), *row[1:]] for row in rows]
 
 
 class QuietChat:
@@ -194,14 +220,20 @@ def _handlers(ctx) -> SimpleNamespace:
     import gradio as gr
 
     def on_actor(run, request: gr.Request):
-        _check_models(ctx, request, run)
-        ref, rm = run_defaults(run) if run else ("default", "")
-        return ref, rm, win_rows(ctx.db, run)
+        (path,) = _models(ctx, request, run)
+        if ctx.is_admin(request):
+            ref, rm = run_defaults(path) if path else ("default", "")
+            return ref, rm, win_rows(ctx.db, path)
+        # an annotator reads the names of what the run was trained from, not their folders
+        names = annotator_models(ctx.db)
+        ref = run + REFERENCE if run and run + REFERENCE in names else "default"
+        rm = run + REWARD if run and run + REWARD in names else ""
+        return ref, rm, _wins(ctx, request, path)
 
     def on_send(msg, st, actor_v, ref_v, blind_v, t, p, n, s, rm_v, n_best, request: gr.Request):
         n, n_best = _whole(n, "max new tokens"), _whole(n_best or 1, "best-of-N")
         ctx.limits.check_chat(msg or "", n, n_best)  # before any model loads or any token is sampled
-        _check_models(ctx, request, actor_v, ref_v, rm_v)
+        actor_v, ref_v, rm_v = _models(ctx, request, actor_v, ref_v, rm_v)
         ref_v = best_of_ref(ref_v, n_best)
         if st is None or st.get("sides") != [actor_v, ref_v] and st.get("sides") != [ref_v, actor_v]:
             st = new_conversation(actor_v, ref_v, bool(blind_v))
@@ -219,16 +251,16 @@ def _handlers(ctx) -> SimpleNamespace:
                 yield chat_html(a), chat_html(b), new, *(gr.skip() for _ in range(9))
 
     def after_send(st, rm, request: gr.Request):
-        _check_models(ctx, request, rm)
+        (rm,) = _models(ctx, request, rm)
         if st:
             st = {**st, "scores": scores_of(_engine(ctx, request), st, rm)}
         return st, *score_lines(st), blind_line(st), *_voting(bool(st and st.get("replies")))
 
     def on_vote(choice):
         def handler(st, actor_v, request: gr.Request):
-            _check_models(ctx, request, actor_v)  # the win table below reads the actor's folder
+            (actor_v,) = _models(ctx, request, actor_v)  # the win table below reads the actor's folder
             st, line = vote(ctx.db, st, choice, getattr(request, "username", None) or "anonymous")
-            return st, line, *score_lines(st), *_voting(False), win_rows(ctx.db, actor_v)
+            return st, _shown(ctx, request, line), *score_lines(st), *_voting(False), _wins(ctx, request, actor_v)
 
         return handler
 
@@ -237,7 +269,7 @@ def _handlers(ctx) -> SimpleNamespace:
         if prompt_id is None or prompt_id == "":
             return (gr.skip(),) * 11
         prompt = stored_conversation(ctx.db, prompt_id)
-        _check_models(ctx, request, actor_v, ref_v)
+        actor_v, ref_v = _models(ctx, request, actor_v, ref_v)
         st, message = start_from(actor_v, best_of_ref(ref_v, _whole(n_best or 1, "best-of-N")), bool(blind_v), prompt)
         # a new conversation: the last one's scores, reveal line and vote buttons go with it
         return st, chat_html(st["history"][0]), chat_html(st["history"][1]), message, "", "", "", *_voting(False)
@@ -299,7 +331,10 @@ def _wire(ctx, demo, tab, ui, h) -> None:
         [ui.state, ui.left, ui.right, ui.message, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons],
         api_name="compare_start",
     )
-    list_runs = lambda: gr.Dropdown(choices=ppo_runs(ctx.db))  # noqa: E731
+
+    def list_runs(request: gr.Request):
+        return gr.Dropdown(choices=run_choices(ctx, request))
+
     demo.load(list_runs, None, [ui.actor], api_name="compare_runs")
     list_starts = lambda: gr.Dropdown(choices=stored_conversations(ctx.db))  # noqa: E731
     demo.load(list_starts, None, [ui.start], api_name="compare_conversations")

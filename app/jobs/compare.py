@@ -88,6 +88,43 @@ def owning_run(ref: str) -> str:
 
 ppo_runs = tuned_runs  # its name before DPO runs were listed too
 
+REFERENCE, REWARD = " · reference", " · reward model"
+
+
+def annotator_models(db: str) -> dict[str, str]:
+    """What an annotator may compare, by the name they are shown (a server path never reaches them): each listed
+    tuned run and checkpoint by its label, its reference and reward model as '<label> · reference' and
+    '<label> · reward model', and the default model. name -> what the chat loads."""
+    names = {DEFAULT_MODEL: DEFAULT_MODEL, "": ""}
+    for label, path in tuned_runs(db):
+        names[label] = path
+        reference, reward = run_defaults(path)
+        names[label + REFERENCE] = reference
+        if reward:
+            names[label + REWARD] = reward
+    return names
+
+
+def shown_names(text: str, names: dict[str, str]) -> str:
+    """`text` (a reveal line, a win table's opponent) with each model's folder, in every form it is written (as
+    given, resolved, as a vote stores it: `model_name`), replaced by the name an annotator knows it by."""
+    from pathlib import Path
+
+    forms: dict[str, str] = {}
+    for name, ref in names.items():
+        if not ref or ref == DEFAULT_MODEL:
+            continue
+        written = {ref, str(Path(ref).resolve())}
+        try:
+            written.add(model_name(ref))
+        except Exception:  # noqa: BLE001 - a folder gone since: its other forms still go
+            pass
+        for form in written:
+            forms.setdefault(form, name)
+    for form in sorted(forms, key=len, reverse=True):  # a run's folder after its actor's, which it starts
+        text = text.replace(form, forms[form])
+    return text
+
 
 def run_defaults(run: str) -> tuple[str, str]:
     """(reference, reward model) a tuned run was trained with: PPO's starting actor and reward model; a pairs
