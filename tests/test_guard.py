@@ -188,6 +188,9 @@ def test_the_printed_url_sets_a_cookie_and_redirects_to_a_clean_address(app):
     assert cookie.startswith(f"rlhf-token-{app.port}={app.token};") and "HttpOnly" in cookie
     assert "SameSite=Strict" in cookie and "Secure" not in cookie  # plain HTTP: a Secure cookie would not be kept
     assert _status(app.url + "config", {"Cookie": cookie.split(";")[0]})[0] == 200
+    with pytest.raises(urllib.error.HTTPError) as answer:  # a path starting '//' would name another site
+        opener.open(app.url + f"/evil.example?token={app.token}", timeout=30)
+    assert answer.value.headers["location"] == "/evil.example"
 
 
 @pytest.mark.integration

@@ -360,7 +360,8 @@ class Guard:
         """303 to the same address without the token, setting the token's cookie: the token leaves the address bar
         and the history, and the page never repeats it in a request's URL."""
         rest = urlencode([(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "token"])
-        location = (quote(scope.get("root_path", "") + scope.get("path", "/")) or "/") + (f"?{rest}" if rest else "")
+        path = "/" + (scope.get("root_path", "") + scope.get("path", "/")).lstrip("/")  # never '//host': off-site
+        location = quote(path) + (f"?{rest}" if rest else "")
         secure = "; Secure" if self.boundary.tls else ""
         cookie = f"{self.boundary.cookie}={token}; Path=/; HttpOnly; SameSite=Strict{secure}".encode()
         headers = [(b"location", location.encode()), (b"set-cookie", cookie), (b"content-length", b"0")]

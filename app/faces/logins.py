@@ -7,6 +7,7 @@ not be readable by others: the server refuses it otherwise, as ssh refuses a pri
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import math
 import os
@@ -159,22 +160,24 @@ class LoginGate:
     so timing does not tell which names exist.
 
     The server calls `check` (async): the hash is checked in a worker thread, never on the event loop that answers
-    everyone else, `concurrency` at a time; at most `max_waiting` logins wait for a turn (more are refused at once);
-    and `budget` counts failures per client address (the Guard refuses a login over it before Gradio reads it)."""
+    everyone else, `concurrency` at a time. Logins waiting for a turn wait on the loop (no worker thread is held:
+    Gradio's handlers share those), at most `max_waiting` of them (more are refused at once: a team of 100 logging
+    in together fits); and `budget` counts failures per client address (the Guard refuses a login over it before
+    Gradio reads it)."""
 
     users: Users
     max_failures: int = 5
     lock_s: float = 30.0
     clock: object = time.monotonic
     concurrency: int = 1
-    max_waiting: int = 16
+    max_waiting: int = 256
     budget: FailureBudget = field(default_factory=FailureBudget)
     max_tracked: int = MAX_TRACKED
     _failures: OrderedDict = field(default_factory=OrderedDict)
     _locked_until: OrderedDict = field(default_factory=OrderedDict)
     _lockouts: OrderedDict = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _turns: threading.BoundedSemaphore | None = None
+    _turns: object = None  # an asyncio.Semaphore, made on the server's loop at the first login
     _waiting: int = 0
 
     def __call__(self, name: str, password: str) -> bool:
@@ -215,22 +218,19 @@ class LoginGate:
 
         address = CLIENT.get()
         if self._turns is None:
-            self._turns = threading.BoundedSemaphore(self.concurrency)
+            self._turns = asyncio.Semaphore(self.concurrency)
         if self._waiting >= self.max_waiting:  # only the event loop's thread changes it: no lock needed
             self.budget.failed(address)
             return False
         self._waiting += 1
         try:
-            ok = await anyio.to_thread.run_sync(self._check_in_turn, name, password)
+            async with self._turns:
+                ok = await anyio.to_thread.run_sync(self, name, password)
         finally:
             self._waiting -= 1
         if not ok:
             self.budget.failed(address)
         return ok
-
-    def _check_in_turn(self, name: str, password: str) -> bool:
-        with self._turns:
-            return self(name, password)
 
 
 _DUMMY = None  # a hash to check a wrong name against, made once
