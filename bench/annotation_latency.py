@@ -5,8 +5,9 @@ Each simulated annotator logs in, takes a prompt, then submits `rounds` rankings
 before each (real annotators take 10 s or more per ranking of K = 4). The cases (CASES): 20 annotators at 5 s,
 100 at 5 s (a labeling team: about 20 submits a second), 20 at 0.5 s (a stress load, about 40 a second), and 100
 at 5 s beside one more login that hammers Compare (Hammer: 8 maximal requests at once, again as soon as each is
-answered or refused): the caps and the chat's share of the queue (app/faces/chat_queue.py) are what keep the others'
-submits fast.
+answered or refused) and one unauthenticated client that guesses logins, a fresh name each second (`guess_logins`:
+issue 51; each failed check costs 64 MiB and ~0.2 s of CPU): the caps, the chat's share of the queue
+(app/faces/chat_queue.py) and the login budget (app/faces/logins.py) are what keep the others' submits fast.
 
 Keeping the load generator's own CPU out of the measurement:
 - It speaks the browser's protocol with plain httpx in one asyncio loop (POST queue/join, then read the SSE stream
@@ -47,8 +48,9 @@ from store.prompts import prompt_ids
 from store.rankings import RankedItem, RankingIn, insert_rankings, source_totals
 from store.responses import Sample, add_samples
 
-# (annotators, think time in s, maximal Compare requests one more login keeps sending at once)
-CASES = [(20, 5.0, 0), (100, 5.0, 0), (20, 0.5, 0), (100, 5.0, 8)]
+# (annotators, think time in s, maximal Compare requests one more login keeps sending at once, wrong logins a
+# second from one more client, each under a fresh name)
+CASES = [(20, 5.0, 0, 0.0), (100, 5.0, 0, 0.0), (20, 0.5, 0, 0.0), (100, 5.0, 8, 1.0)]
 
 
 def _seed(db: str, n_prompts: int, k: int) -> None:
@@ -194,7 +196,33 @@ class Hammer(Annotator):
         await asyncio.gather(*(one() for _ in range(burst)))
 
 
-async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid: int, hammer_burst: int = 0) -> dict:
+async def guess_logins(url: str, per_s: float, stop: asyncio.Event, counts: dict) -> None:
+    """A client that is not logged in trying a wrong password under a fresh name `per_s` times a second (a fresh
+    name is never locked by the per-name throttle); counts each answer: checked and wrong (400), refused before the
+    check by the failure budget (429), anything else."""
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            answer = await http.post("login", data={"username": f"guess-{n}", "password": "wrong"})
+            kind = {400: "checked", 429: "refused"}.get(answer.status_code, "other")
+            counts[kind] = counts.get(kind, 0) + 1
+            counts["sent"] = n
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1 / per_s)
+            except TimeoutError:
+                pass
+
+
+async def _team(
+    url: str,
+    annotators: int,
+    rounds: int,
+    think_s: float,
+    app_pid: int,
+    hammer_burst: int = 0,
+    login_guesses: float = 0.0,
+) -> dict:
     async with httpx.AsyncClient(base_url=url) as admin:
         await admin.post("login", data={"username": "a00", "password": "pw"})
         config = (await admin.get("config")).json()
@@ -212,10 +240,15 @@ async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid:
         # the clock starts once a reply streams: the chat's model loaded and the first long prompt read, as on a
         # server where Compare has been in use (a load and a prompt's first pass are one piece of CPU work each)
         await asyncio.wait_for(streaming.wait(), timeout=600)
+    guesses = {"sent": 0, "checked": 0, "refused": 0, "other": 0}
+    guessing = asyncio.create_task(guess_logins(url, login_guesses, stop, guesses)) if login_guesses else None
     clock, app_cpu, own_cpu = time.perf_counter(), _cpu_s(app_pid), time.process_time()
     child_cpu = _children_cpu_s(app_pid)
     await asyncio.gather(*(a.rank(rounds, think_s, out, errors) for a in team))
     wall = time.perf_counter() - clock
+    stop.set()
+    if guessing is not None:
+        await guessing
     if hammering is not None:
         stop.set()
         hammering.cancel()
@@ -223,6 +256,7 @@ async def _team(url: str, annotators: int, rounds: int, think_s: float, app_pid:
         await hammer.http.aclose()
     return {
         "hammer": counts if hammer_burst else None,
+        "login_guesses": guesses if login_guesses else None,
         "out": out,
         "errors": errors,
         "wall_s": wall,
@@ -242,10 +276,17 @@ def _stored(db: str, submits: int, k: int) -> dict:
 
 
 def run(
-    annotators: int = 20, rounds: int = 20, think_s: float = 5.0, k: int = 4, stored: int = 0, hammer: int = 0
+    annotators: int = 20,
+    rounds: int = 20,
+    think_s: float = 5.0,
+    k: int = 4,
+    stored: int = 0,
+    hammer: int = 0,
+    login_guesses: float = 0.0,
 ) -> dict:
     """One case. stored: rankings already in the store when the run starts; hammer: one more login sends this many
-    maximal Compare requests at once throughout (Hammer)."""
+    maximal Compare requests at once throughout (Hammer); login_guesses: wrong logins a second from one more client
+    (guess_logins)."""
     app_cores, generator_core = split_cores()
     own_cores = os.sched_getaffinity(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -258,7 +299,7 @@ def run(
         app = AppServer(db, "--auth", str(users), cpus=app_cores)
         try:
             os.sched_setaffinity(0, generator_core)
-            r = asyncio.run(_team(app.url, annotators, rounds, think_s, app.proc.pid, hammer))
+            r = asyncio.run(_team(app.url, annotators, rounds, think_s, app.proc.pid, hammer, login_guesses))
         finally:
             os.sched_setaffinity(0, own_cores)
             app.stop()
@@ -287,6 +328,7 @@ def run(
         "generator_cpu": r["generator_cpu"],
         **dashboard,
         **({"hammer": r["hammer"]} if hammer else {}),
+        **({"login_guesses": r["login_guesses"], "login_guesses_per_s": login_guesses} if login_guesses else {}),
     }
 
 
@@ -321,11 +363,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20, help="rankings per annotator")
     p.add_argument("--stored", type=int, default=0, help="rankings already in the store (a team's store grows)")
     p.add_argument("--hammer", type=int, default=0, help="one more login sends N maximal Compare requests at once")
+    p.add_argument("--guess-logins", type=float, default=0.0, help="one more client: wrong logins a second")
     args = p.parse_args()
     rows = []
-    cases = [(args.annotators, args.think, args.hammer)] if args.annotators else CASES
-    for annotators, think_s, hammer in cases:
-        rows.append(run(annotators, args.rounds, think_s, stored=args.stored, hammer=hammer))
+    cases = [(args.annotators, args.think, args.hammer, args.guess_logins)] if args.annotators else CASES
+    for annotators, think_s, hammer, guesses in cases:
+        rows.append(run(annotators, args.rounds, think_s, stored=args.stored, hammer=hammer, login_guesses=guesses))
         print(json.dumps(rows[-1]), flush=True)
     print("\n".join(annotation_table(rows)))
 

@@ -72,16 +72,24 @@ def annotation_table(rows: list[dict]) -> list[str]:
 
 
 def _team_cell(r: dict) -> str:
-    """The annotators, and the one login hammering Compare beside them (bench/annotation_latency.py::Hammer)."""
-    h = r.get("hammer")
-    if not h:
-        return str(r["annotators"])
-    return (
-        f"{r['annotators']} + 1 hammering Compare ({h['sent']} maximal requests sent: {h['completed']} answered, "
-        f"{h['refused']} refused, {h['failed']} failed; the chat's child took {r['chat_cpu_share']:.0%} of a core)"
-        if "chat_cpu_share" in r
-        else f"{h['refused']} refused, {h['failed']} failed)"
-    )
+    """The annotators, the one login hammering Compare beside them (bench/annotation_latency.py::Hammer) and the
+    one client guessing logins (guess_logins)."""
+    h, g = r.get("hammer"), r.get("login_guesses")
+    cell = str(r["annotators"])
+    if h:
+        cell += (
+            f" + 1 hammering Compare ({h['sent']} maximal requests sent: {h['completed']} answered, "
+            f"{h['refused']} refused, {h['failed']} failed; the chat's child took {r['chat_cpu_share']:.0%} of a "
+            "core)"
+            if "chat_cpu_share" in r
+            else f" + 1 hammering Compare ({h['refused']} refused, {h['failed']} failed)"
+        )
+    if g:
+        cell += (
+            f" + 1 guessing logins ({g['sent']} wrong logins, a fresh name every {1 / r['login_guesses_per_s']:g} s: "
+            f"{g['checked']} checked, {g['refused']} refused before the check, {g['other']} other)"
+        )
+    return cell
 
 
 def _annotation(rows: list[dict]) -> list[str]:
@@ -388,8 +396,7 @@ def render(report: dict) -> str:
     for name, section in SECTIONS.items():
         lines.append("")
         if name in report:
-            when = report.get("ran_at", {}).get(name)
-            lines += section(report[name]) + (["", f"Ran {when}."] if when else [])
+            lines += section(report[name]) + _ran(report, name)
         else:
             lines += [f"## {name}", "", "Not in the results file: run `python -m bench.run --only " + name + "`."]
     for name, section in OPTIONAL.items():
@@ -397,6 +404,17 @@ def render(report: dict) -> str:
             when = report.get("ran_at", {}).get(name)
             lines += [""] + section(report[name]) + (["", f"Ran {when}."] if when else [])
     return "\n".join(lines) + "\n"
+
+
+def _ran(report: dict, name: str) -> list[str]:
+    """When a section ran and, where the results file recorded it, by what command at what commit on what CPU."""
+    when = report.get("ran_at", {}).get(name)
+    made = report.get("provenance", {}).get(name)
+    if not when:
+        return []
+    if not made:
+        return ["", f"Ran {when}."]
+    return ["", f"Ran {when} at commit {made['commit']}, `{made['command']}`, on {made['machine']} ({made['cpu']})."]
 
 
 def write(report: dict, page: Path = PAGE) -> Path:

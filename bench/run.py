@@ -10,6 +10,9 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
 
 from bench import annotation_latency, dpo, pairs, ppo, reward, rloo, sampling
 from bench import report as page
@@ -19,6 +22,34 @@ def machine() -> str:
     import torch
 
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (two machines of one architecture and core count can differ twofold in speed)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+
+
+def provenance() -> dict:
+    """What a section's results were made by: the command, the commit (and whether the tree had changes), the
+    machine and its CPU."""
+    root = Path(__file__).resolve().parent.parent
+    git = ["git", "-C", str(root)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = bool(
+        subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+    )
+    return {
+        "command": " ".join(["python -m bench.run", *sys.argv[1:]]),
+        "commit": commit + ("+changes" if dirty else ""),
+        "machine": machine(),
+        "cpu": cpu_model(),
+    }
 
 
 def print_ppo(rows: list[dict]) -> None:
@@ -86,7 +117,9 @@ def main() -> None:
                 f"{r['speedup_vs_per_response']:.1f}x | {r['vs_hf_one_call']:.2f}x | {r['engine_start_s']:.0f} s |"
             )
     if args.only in (None, "annotation"):
-        report["annotation"] = [annotation_latency.run(n, think_s=t, hammer=h) for n, t, h in annotation_latency.CASES]
+        report["annotation"] = [
+            annotation_latency.run(n, think_s=t, hammer=h, login_guesses=g) for n, t, h, g in annotation_latency.CASES
+        ]
         print("\n" + "\n".join(page.annotation_table(report["annotation"])))
     if args.only in (None, "reward"):
         report["reward"] = reward.run(n_rankings=args.reward_rankings)
@@ -101,10 +134,10 @@ def main() -> None:
         report["rloo"] = rloo.run()
         print("\n" + "\n".join(rloo.table(report["rloo"])))
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    report["ran_at"] = {
-        **report.get("ran_at", {}),
-        **{k: stamp for k in page.SECTIONS if k in report and (args.only in (None, k))},
-    }
+    ran = [k for k in page.SECTIONS if k in report and (args.only in (None, k))]
+    report["ran_at"] = {**report.get("ran_at", {}), **{k: stamp for k in ran}}
+    made_by = provenance()
+    report["provenance"] = {**report.get("provenance", {}), **{k: made_by for k in ran}}
     page.RESULTS.parent.mkdir(exist_ok=True)
     page.RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nmachine: {report['machine']}; wrote {page.write(report)}")

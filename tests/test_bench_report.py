@@ -114,3 +114,37 @@ def test_the_rloo_section_sets_rloo_beside_ppo_on_the_same_tokens():
     assert "| bf16 | PPO | 16 x 1 | 10.00 | 8000 | 2000 |" in page  # 500 + 1000 + 500
     assert "| bf16 | RLOO | 4 x 4 | 8.00 | 6000 | 1500 |" in page
     assert "| bf16 | ratio | | 1.25x faster | 0.75x the memory | |" in page
+
+
+def test_a_section_names_the_command_commit_and_cpu_that_made_it_and_the_login_guesser():
+    """Issue 51's benchmark row: the team beside the Compare hammer and the login guesser, each counted; the
+    section's line names what made it (a results file written before provenance was kept says only when)."""
+    row = {
+        "annotators": 100,
+        "think_s": 5.0,
+        "submits_per_s": 16.2,
+        "p50_ms": 58.0,
+        "p95_ms": 146.0,
+        "max_ms": 411.0,
+        "handler_p50_ms": 47.0,
+        "handler_p95_ms": 133.0,
+        "app_cpu_ms_per_submit": 35.9,
+        "generator_cpu": 0.08,
+        "errors": 0,
+        "stored_rankings": 2000,
+        "stored_once": True,
+        "chat_cpu_share": 0.16,
+        "hammer": {"sent": 1611, "completed": 0, "refused": 1609, "failed": 0},
+        "login_guesses": {"sent": 122, "checked": 10, "refused": 112, "other": 0},
+        "login_guesses_per_s": 1.0,
+    }
+    made = {"command": "python -m bench.run --only annotation", "commit": "abc1234", "machine": "m", "cpu": "c"}
+    results = {"machine": "m", "annotation": [row], "ran_at": {"annotation": "2026-12-06 18:00"}}
+    page = report.render({**results, "provenance": {"annotation": made}})
+    assert (
+        "| 100 + 1 hammering Compare (1611 maximal requests sent: 0 answered, 1609 refused, 0 failed; the chat's "
+        "child took 16% of a core) + 1 guessing logins (122 wrong logins, a fresh name every 1 s: 10 checked, 112 "
+        "refused before the check, 0 other) | 5.0 s | 16.2 | 58 ms | 146 ms |"
+    ) in page
+    assert "Ran 2026-12-06 18:00 at commit abc1234, `python -m bench.run --only annotation`, on m (c)." in page
+    assert "Ran 2026-12-06 18:00.\n" in report.render(results)
