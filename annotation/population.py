@@ -51,7 +51,8 @@ STOPWORDS = frozenset(
 # words of the demo's templates (annotation/data/demo_prompts.txt), which say nothing of the topic
 TEMPLATE_WORDS = frozenset(
     """summarize busy reader everyone know describe important fact write short note school newsletter introduce
-    beginner explain ten-year-old people care tell give list sentences sentence""".split()
+    beginner explain ten-year-old people care tell give list sentences sentence common misconception tip related
+    me""".split()
 )
 COUNTS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "1": 1, "2": 2, "3": 3, "4": 4, "5": 5}
 # (words at least, words at most) an answer to this kind of prompt should have
@@ -59,14 +60,14 @@ LENGTH_BANDS = {"brief": (8, 40), "child": (10, 60), "default": (15, 90)}
 ENGLISH_MARKERS = frozenset({"the", "a", "is", "are", "and", "of", "to", "in", "it", "that"})
 
 
-def _words(text: str) -> list[str]:
+def words_of(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+(?:['-][a-z0-9]+)*", text.lower())
 
 
 def topic_words(prompt: str) -> set[str]:
     """The prompt's content words that are not the template's: 'Summarize black holes for a busy reader.' ->
     {'black', 'holes'}."""
-    return {w for w in _words(prompt) if w not in STOPWORDS and w not in TEMPLATE_WORDS}
+    return {w for w in words_of(prompt) if w not in STOPWORDS and w not in TEMPLATE_WORDS}
 
 
 def _stem(word: str) -> str:
@@ -81,7 +82,7 @@ def on_topic(prompt: str, answer: str) -> float:
     topic = {_stem(w) for w in topic_words(prompt)}
     if not topic:
         return 1.0
-    used = {_stem(w) for w in _words(answer)}
+    used = {_stem(w) for w in words_of(answer)}
     return len(topic & used) / len(topic)
 
 
@@ -108,7 +109,7 @@ def requested_count(prompt: str) -> tuple[int, str] | None:
 
 
 def _sentences(text: str) -> int:
-    return len([s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if _words(s)])
+    return len([s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if words_of(s)])
 
 
 def _items(text: str) -> int:
@@ -125,7 +126,7 @@ def format_score(prompt: str, answer: str) -> float:
         have = _sentences(answer) if unit == "sentences" else _items(answer)
         score *= 1.0 / (1 + abs(have - n))
     if prompt_kind(prompt) == "child":
-        words = _words(answer)
+        words = words_of(answer)
         mean = sum(map(len, words)) / len(words) if words else 0.0
         score *= min(1.0, max(0.0, (9.0 - mean) / 3.0))
     return score
@@ -136,14 +137,14 @@ def finished(answer: str) -> float:
 
 
 def no_repeats(answer: str) -> float:
-    words = _words(answer)
+    words = words_of(answer)
     grams = [tuple(words[i : i + 3]) for i in range(len(words) - 2)]
     return len(set(grams)) / len(grams) if grams else 1.0
 
 
 def length_score(prompt: str, answer: str) -> float:
     low, high = LENGTH_BANDS[prompt_kind(prompt)]
-    n = len(_words(answer))
+    n = len(words_of(answer))
     if low <= n <= high:
         return 1.0
     if n < low:
@@ -156,7 +157,7 @@ def language(answer: str) -> float:
     if not letters:
         return 0.0
     ascii_share = sum(c.isascii() for c in letters) / len(letters)
-    return ascii_share * (1.0 if ENGLISH_MARKERS & set(_words(answer)) else 0.5)
+    return ascii_share * (1.0 if ENGLISH_MARKERS & set(words_of(answer)) else 0.5)
 
 
 def criteria(prompt: str, answer: str) -> dict[str, float]:
