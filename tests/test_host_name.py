@@ -309,3 +309,44 @@ def test_what_the_app_and_the_cli_write_only_their_user_reads(tmp_path, db, cli)
         assert _mode(upload.parent.parent) == 0o700 and not str(upload).startswith("/tmp/gradio/")
     finally:
         app.stop()
+
+
+@pytest.mark.integration
+def test_an_annotator_reads_no_store_id_and_no_server_path_through_the_api(tmp_path):
+    """Issue 51 items 6 and 10 as an annotator's gradio_client sees them: the ranker's item ids are opaque (no
+    store response id: an old one marked a gold task), the progress line has no waiting count while gold is on,
+    and Compare names runs by their labels (the reference and reward fields were the server's folders)."""
+    from annotation.gold import mark
+    from annotation.session import next_task, submit
+    from store.db import write
+    from store.runs import record_run
+
+    db = str(tmp_path / "s.duckdb")
+    seed_store(db, 6)
+    task = next_task(db, "lead", overlap=1)
+    mark(db, [submit(db, "lead", task.assignment_id, [1, 2, 3, 4])], by="lead")
+    run = tmp_path / "runs" / "ppo-1"
+    (run / "actor").mkdir(parents=True)
+    (run / "actor" / "config.json").write_text("{}")
+    cfg = {"kind": "ppo", "actor": "default", "reward": str(tmp_path / "runs" / "rm-1")}
+    (run / "config.json").write_text(json.dumps(cfg))
+    with write(db) as con:
+        record_run(con, "ppo-1", "ppo", str(run), cfg, None)
+        stored = {str(r) for (r,) in con.execute("SELECT response_id FROM responses").fetchall()}
+    app = AppServer(db, "--auth", str(_users(tmp_path)), "--admins", "lead", "--gold-rate", "0.5")
+    try:
+        ann = Client(app.url, auth=("ann", "pw-ann-123"), verbose=False)
+        for _ in range(3):
+            _, value, progress, *_ = ann.predict("", api_name="/annotate_next")
+            ids = [it["id"] for it in value["items"]]
+            assert len(ids) == 4 and not set(ids) & stored and all(len(i) == 12 for i in ids)
+            assert progress.startswith("you: ") and "prompts waiting" not in progress
+            ann.predict("", "cannot judge", api_name="/annotate_skip")
+        reference, reward, _ = ann.predict("ppo-1", api_name="/compare_actor")
+        assert (reference, reward) == ("ppo-1 · reference", "ppo-1 · reward model")
+        with pytest.raises(Exception, match="annotators compare the listed PPO runs only"):
+            ann.predict(str(run), api_name="/compare_actor")
+        lead = Client(app.url, auth=("lead", "pw-lead-123"), verbose=False)
+        assert lead.predict(str(run), api_name="/compare_actor")[:2] == ("default", str(tmp_path / "runs" / "rm-1"))
+    finally:
+        app.stop()
