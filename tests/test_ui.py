@@ -305,3 +305,31 @@ def test_a_sampler_in_use_is_closed_only_when_its_sampling_ends(db, tiny_model_d
     with ctx.sampler(SamplingConfig(model=str(tiny_model_dir), max_new_tokens=3, engine="hf")) as third:
         assert closed == ["first", "second"]  # an idle sampler closes as soon as a new config replaces it
         assert third is not second
+
+
+def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_else(tmp_path):
+    """The app's private folder (downloads, uploads, Gradio's cache) goes at a normal exit; a killed app's stayed.
+    The next process to make one removes those of processes that are gone, and only those: its user's real
+    folders named with a dead pid."""
+    import os
+
+    from app.faces.private_files import PREFIX, remove_orphans
+
+    dead = next(pid for pid in range(4_194_303, 1, -1) if not _alive(pid))
+    orphan, alive, odd = tmp_path / f"{PREFIX}{dead}-x", tmp_path / f"{PREFIX}{os.getpid()}-y", tmp_path / "keep"
+    for folder in (orphan, alive, odd):
+        folder.mkdir()
+        (folder / "pairs.jsonl").write_text("{}\n")
+    (tmp_path / f"{PREFIX}{dead}-link").symlink_to(odd)
+    assert remove_orphans(tmp_path) == [orphan]
+    assert not orphan.exists() and alive.exists() and (odd / "pairs.jsonl").exists()
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -21,14 +21,42 @@ _root: Path | None = None
 _lock = threading.Lock()
 
 
+PREFIX = "rlhf-private-"
+
+
 def private_root() -> Path:
-    """This process's private folder (made on first use, removed when the process exits normally)."""
+    """This process's private folder (made on first use, removed when the process exits normally; a killed
+    process's is removed by the next one to start, `remove_orphans`)."""
     global _root
     with _lock:
         if _root is None:
-            _root = Path(tempfile.mkdtemp(prefix="rlhf-private-"))
+            _root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
             atexit.register(shutil.rmtree, _root, True)
+            remove_orphans(_root.parent)
         return _root
+
+
+def remove_orphans(tmp: Path) -> list[Path]:
+    """Remove the private folders of this user's processes that are gone (named PREFIX<pid>-..., real folders,
+    ours); returns them. Anything else there, another user's or a link, is left alone."""
+    removed = []
+    for entry in tmp.glob(f"{PREFIX}*-*"):
+        pid = entry.name[len(PREFIX) :].split("-", 1)[0]
+        try:
+            info = os.lstat(entry)
+        except OSError:
+            continue
+        if not (pid.isdigit() and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or reused by another process: kept, to be safe)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+        except (PermissionError, OverflowError):
+            continue
+    return removed
 
 
 def checked_dir(path: Path) -> Path:
