@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from store.errors import StoreBusy, UserError
+from store.processes import process_alive
 
 DEFAULT_DB = "rlhf.duckdb"
 LOCK_TIMEOUT_S = float(os.environ.get("RLHF_LOCK_TIMEOUT", "10"))
@@ -129,15 +130,8 @@ def _handoff_state(handoff: Path) -> str:
         return "gone"
     except OSError:
         return "stale"
-    if age > HANDOFF_STALE_S:
+    if age > HANDOFF_STALE_S or (text.isdigit() and not process_alive(text)):
         return "stale"
-    if text.isdigit():
-        try:
-            os.kill(int(text), 0)
-        except ProcessLookupError:
-            return "stale"
-        except (PermissionError, OverflowError):
-            pass  # another user's process: alive
     return "live"
 
 

@@ -12,7 +12,7 @@ from annotation.imports import import_native
 from app.jobs.training import prepare_pairs_run
 from store.db import Store, connect, write
 from store.prompts import add_prompts
-from tests.conftest import write_jsonl
+from tests.conftest import dead_pid, write_jsonl
 from training.reward.config import RewardConfig
 
 WAIT_S = 30  # far longer than a one-row write takes; the old single lock made it wait until the read ended
@@ -132,16 +132,7 @@ def test_a_dead_commands_handoff_file_does_not_hold_up_the_app(db):
     """Issue 51 item 10: a CLI command killed while it waited for the store left its handoff file, and the app let
     go of the store and waited until the file was 30 s old. The file names its asker's process: one that is gone
     is stale at once, and the app removes it and carries on."""
-    import os
-
-    def gone(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    dead = next(pid for pid in range(4_194_303, 1, -1) if gone(pid))  # a pid no process has now
+    dead = dead_pid()
     held = Store(db).hold()
     handoff = Path(db + ".handoff")
     try:

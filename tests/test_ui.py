@@ -17,7 +17,7 @@ from app.faces.logins import read_users
 from app.faces.ui import AppContext, build_app, is_loopback
 from bench.app_server import free_port
 from store.errors import StoreError
-from tests.conftest import DATA, query, store_rows
+from tests.conftest import DATA, dead_pid, query, store_rows
 from training.generation import SamplingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -315,7 +315,7 @@ def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_els
 
     from app.faces.private_files import PREFIX, remove_orphans
 
-    dead = next(pid for pid in range(4_194_303, 1, -1) if not _alive(pid))
+    dead = dead_pid()
     orphan, alive, odd = tmp_path / f"{PREFIX}{dead}-x", tmp_path / f"{PREFIX}{os.getpid()}-y", tmp_path / "keep"
     for folder in (orphan, alive, odd):
         folder.mkdir()
@@ -323,13 +323,3 @@ def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_els
     (tmp_path / f"{PREFIX}{dead}-link").symlink_to(odd)
     assert remove_orphans(tmp_path) == [orphan]
     assert not orphan.exists() and alive.exists() and (odd / "pairs.jsonl").exists()
-
-
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -12,6 +12,8 @@ import shutil
 import time
 from pathlib import Path
 
+from store.processes import process_alive, process_start
+
 
 def write_json_atomic(path: Path, obj: dict) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
@@ -131,47 +133,18 @@ def read_metrics(folder: str | Path) -> list[dict]:
     return rows
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat from field 3 (the state) on, so field N is [N - 3]; None where there is no
-    /proc (not Linux) or no such process. (The command name, field 2, may hold spaces and parentheses.)"""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def process_start(pid: int) -> int | None:
-    """When the process started, in clock ticks since boot (field 22 of /proc/PID/stat); None without /proc."""
-    fields = _proc_stat(pid)
-    return int(fields[22 - 3]) if fields else None
-
-
 def pid_record(pid: int) -> dict:
     """The fields status.json names its process by: the OS hands a dead run's pid to a later process, so the pid
     alone could keep a dead run 'running' forever; the pid and its start time name one process."""
     return {"pid": pid, "pid_start_ticks": process_start(pid)}
 
 
-def _alive(pid: object, start_ticks: object = None) -> bool:
-    """The process is there, not a zombie, and (where status.json recorded it) started when ours did. A status.json
-    from before start times were recorded, or a system without /proc, checks the pid alone."""
-    try:
-        pid = int(pid)
-        os.kill(pid, 0)
-    except (OSError, TypeError, ValueError):
-        return False
-    fields = _proc_stat(pid)
-    if fields is None:
-        return True
-    if fields[0] == "Z":  # a killed process not yet reaped by its parent is a zombie: as dead as it gets
-        return False
-    return start_ticks is None or start_ticks == int(fields[22 - 3])
-
-
 def effective_status(folder: str | Path) -> dict:
     """status.json, except that a 'starting' or 'running' run whose process is gone is reported as failed, never
     running forever."""
     status = read_status(folder)
-    if status.get("state") in ("starting", "running") and not _alive(status.get("pid"), status.get("pid_start_ticks")):
+    if status.get("state") in ("starting", "running") and not process_alive(
+        status.get("pid"), status.get("pid_start_ticks")
+    ):
         return {**status, "state": "failed", "error": "the training process is gone (killed or crashed)"}
     return status

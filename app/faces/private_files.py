@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from store.errors import UserError
+from store.processes import process_alive
 
 _root: Path | None = None
 _lock = threading.Lock()
@@ -46,16 +47,10 @@ def remove_orphans(tmp: Path) -> list[Path]:
             info = os.lstat(entry)
         except OSError:
             continue
-        if not (pid.isdigit() and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()):
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive (or reused by another process: kept, to be safe)
-        except ProcessLookupError:
+        ours = pid.isdigit() and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+        if ours and not process_alive(pid):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
-        except (PermissionError, OverflowError):
-            continue
     return removed
 
 
