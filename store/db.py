@@ -19,7 +19,6 @@ from pathlib import Path
 import duckdb
 
 from store.errors import StoreBusy, UserError
-from store.processes import process_alive
 
 DEFAULT_DB = "rlhf.duckdb"
 LOCK_TIMEOUT_S = float(os.environ.get("RLHF_LOCK_TIMEOUT", "10"))
@@ -130,9 +129,21 @@ def _handoff_state(handoff: Path) -> str:
         return "gone"
     except OSError:
         return "stale"
-    if age > HANDOFF_STALE_S or (text.isdigit() and not process_alive(text)):
+    if age > HANDOFF_STALE_S or (text.isdigit() and not _process_alive(int(text))):
         return "stale"
     return "live"
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether a process has this pid (another user's counts). The store imports nothing of training, where the
+    fuller check (zombies, start times) lives: training/runs.py `process_alive`."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # none, or no pid at all
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _open(path: str, timeout: float, ask: bool) -> tuple[duckdb.DuckDBPyConnection, bool]:

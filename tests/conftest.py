@@ -218,6 +218,6 @@ def browser():
 
 def dead_pid() -> int:
     """A pid no process has now (from the top of the range down: handed out last)."""
-    from store.processes import process_alive
+    from training.runs import process_alive
 
     return next(pid for pid in range(4_194_303, 1, -1) if not process_alive(pid))

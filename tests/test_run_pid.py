@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import store.processes
+import training.runs
 from training.runs import RunFiles, effective_status, pid_record, process_start
 
 GONE = "the training process is gone (killed or crashed)"
@@ -46,7 +46,7 @@ def test_a_status_from_before_start_times_or_without_proc_checks_the_pid_alone(t
     me = os.getpid()
     assert status_of(tmp_path, pid=me)["state"] == "running"  # written by an older rlhf-studio
     assert status_of(tmp_path, pid=me, pid_start_ticks=None)["state"] == "running"
-    monkeypatch.setattr(store.processes, "_proc_stat", lambda pid: None)  # no /proc (macOS)
+    monkeypatch.setattr(training.runs, "_proc_stat", lambda pid: None)  # no /proc (macOS)
     assert process_start(me) is None
     assert status_of(tmp_path, pid=me, pid_start_ticks=12345)["state"] == "running"
     assert status_of(tmp_path, pid=2**22 + 1)["state"] == "failed"  # above Linux's pid_max: no such process

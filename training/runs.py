@@ -12,8 +12,6 @@ import shutil
 import time
 from pathlib import Path
 
-from store.processes import process_alive, process_start
-
 
 def write_json_atomic(path: Path, obj: dict) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2) + "\n")
@@ -131,6 +129,37 @@ def read_metrics(folder: str | Path) -> list[dict]:
         except ValueError:  # a line being written right now
             break
     return rows
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat from field 3 (the state) on, so field N is [N - 3]; None where there is no
+    /proc (not Linux) or no such process. (The command name, field 2, may hold spaces and parentheses.)"""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (field 22 of /proc/PID/stat); None without /proc."""
+    fields = _proc_stat(pid)
+    return int(fields[22 - 3]) if fields else None
+
+
+def process_alive(pid: object, start_ticks: object = None) -> bool:
+    """The process is there, not a zombie, and (where given) started at `start_ticks`. Without /proc, or without a
+    start time, the pid alone is checked."""
+    try:
+        pid = int(pid)
+        os.kill(pid, 0)
+    except (OSError, TypeError, ValueError, OverflowError):
+        return False
+    fields = _proc_stat(pid)
+    if fields is None:
+        return True
+    if fields[0] == "Z":  # a killed process not yet reaped by its parent is a zombie: as dead as it gets
+        return False
+    return start_ticks is None or start_ticks == int(fields[22 - 3])
 
 
 def pid_record(pid: int) -> dict:

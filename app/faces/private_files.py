@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from store.errors import UserError
-from store.processes import process_alive
+from training.runs import process_alive
 
 _root: Path | None = None
 _lock = threading.Lock()
