@@ -126,8 +126,8 @@ def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, t
     try:
         page.goto(app.page_url)
         page.get_by_role("tab", name="Train").click()
-        for title in ("Reward model settings", "PPO settings", "DPO settings"):
-            page.get_by_text(title).click()
+        for title in ("Reward model settings", "PPO settings", "DPO settings"):  # not "Online DPO settings"
+            page.get_by_role("button", name=re.compile(f"^{title}")).click()
         for prefix, path in cfgs.items():
             page.set_input_files(f"#{prefix}-config-file input[type=file]", str(path))
         page.wait_for_function(

@@ -1,5 +1,7 @@
 """training/rloo/losses.py by hand: the sequence reward, the leave-one-out baseline, REINFORCE."""
 
+import math
+
 import pytest
 import torch
 
@@ -58,3 +60,27 @@ def test_every_response_token_carries_its_sequence_advantage_and_reinforce_by_ha
     assert loss.item() == pytest.approx(5.5 / 3)
     loss.backward()
     assert logprobs.grad.flatten().tolist() == pytest.approx([-2 / 3, -2 / 3, 1 / 3, 0.0])  # -A / 3 a token
+
+
+def test_the_win_fraction_is_each_responses_mean_bradley_terry_odds_against_the_others():
+    from training.rloo.losses import win_fractions
+
+    s = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    got = win_fractions(torch.tensor([0.0, 1.0, 3.0, 2.0, 2.0, 2.0]), k=3).tolist()
+    # prompt 0: W_0 = (s(-1) + s(-3)) / 2, W_1 = (s(1) + s(-2)) / 2, W_2 = (s(3) + s(2)) / 2; prompt 1: ties, 1/2
+    want = [(s(-1) + s(-3)) / 2, (s(1) + s(-2)) / 2, (s(3) + s(2)) / 2, 0.5, 0.5, 0.5]
+    assert got == pytest.approx(want)
+    assert sum(got[:3]) == pytest.approx(1.5)  # k / 2 per prompt
+
+
+def test_the_win_fraction_ignores_the_scores_scale_offset_and_order_within_a_prompt():
+    from training.rloo.losses import win_fractions
+
+    scores = torch.tensor([0.3, -1.2, 2.0, 0.0], dtype=torch.float64)
+    base = win_fractions(scores, 4)
+    assert win_fractions(scores + 7.0, 4).tolist() == pytest.approx(base.tolist())
+    assert win_fractions(scores.flip(0), 4).tolist() == pytest.approx(base.flip(0).tolist())
+    ranks = base.argsort().tolist()
+    assert ranks == scores.argsort().tolist()  # the order is the score's
+    with pytest.raises(ValueError):
+        win_fractions(torch.zeros(5), 2)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
+from training.online_dpo.config import OnlineDPOConfig
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
 from training.rloo.config import RLOOConfig
@@ -203,6 +204,34 @@ TRAINERS: dict[str, Trainer] = {
             data="prompts",
             command="train-rloo",
             summary="k responses per prompt, each baselined by the others; no critic",
+        ),
+        Trainer(
+            kind="online_dpo",
+            title="Online DPO",
+            config=OnlineDPOConfig,
+            module="training.online_dpo.train",
+            prefix="odpo",
+            output="actor",
+            policy=True,
+            step_key="loss/actor",
+            plots=(
+                "reward/score_mean",
+                "reward/kl",
+                "loss/actor",
+                "online_dpo/accuracy",
+                "online_dpo/score_gap",
+                "online_dpo/pairs",
+                "response/length_mean",
+                "perf/tokens_per_s",
+                "watch/heldout_score_mean",
+                "checkpoint/heldout_score_mean",
+                "checkpoint/score_mean",
+            ),
+            headline=_ppo_headline,
+            progress=_ppo_progress,
+            data="prompts",
+            command="train-online-dpo",
+            summary="k responses per prompt from the policy; DPO on the reward model's best against its worst",
         ),
     )
 }

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from training.prompts_config import PromptsConfig
 
 LOSSES = ("clipped", "reinforce")
+REWARDS = ("score", "win_fraction")
 
 
 @dataclass
@@ -17,6 +18,13 @@ class RLOOConfig(PromptsConfig):
     k: int = field(default=4, metadata={"help": "responses per prompt; each is baselined by the other k - 1's reward"})
     loss: str = field(
         default="clipped", metadata={"help": "clipped (PPO's clipped ratio, token mean) or reinforce (plain)"}
+    )
+    reward_shape: str = field(
+        default="score",
+        metadata={
+            "help": "score (the reward model's, clipped) or win_fraction (each response's mean Bradley-Terry chance "
+            "of beating the prompt's other k - 1: scale-free)"
+        },
     )
     update_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (reinforce: 1)"})
     minibatch_size: int = field(default=8, metadata={"help": "sequences per rank per update micro-batch"})
@@ -38,6 +46,8 @@ class RLOOConfig(PromptsConfig):
             raise ValueError(f"k must be >= 2: the leave-one-out baseline needs another response, got {self.k}")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be clipped or reinforce, got {self.loss}")
+        if self.reward_shape not in REWARDS:
+            raise ValueError(f"reward_shape must be score or win_fraction, got {self.reward_shape}")
         if min(self.update_epochs, self.minibatch_size) < 1:
             raise ValueError("update_epochs and minibatch_size must be >= 1")
         if self.loss == "reinforce" and self.update_epochs != 1:

@@ -25,6 +25,21 @@ def sequence_rewards(
     return scores.clamp(-clip_reward_value, clip_reward_value) - kl_ctl * (kl * mask).sum(1)
 
 
+def win_fractions(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """The pairwise group reward (Tinker's RLHF recipe; Nemotron 3's pairwise reward model): each response's mean
+    chance of beating each other response to its prompt, read off the reward model as Bradley-Terry odds,
+    W_i = mean_{j != i} sigmoid(s_i - s_j), in (0, 1). It is free of the score's scale and offset, so a reward
+    model whose scores drift or spread makes the same reward; the k values of a prompt sum to k / 2. scores (N,)
+    prompt-major, N = P * k, k >= 2."""
+    if k < 2:
+        raise ValueError(f"a win fraction needs k >= 2 responses per prompt, got {k}")
+    if scores.shape[0] % k:
+        raise ValueError(f"{scores.shape[0]} scores are not whole groups of k = {k}")
+    grouped = scores.view(-1, k)
+    odds = torch.sigmoid(grouped.unsqueeze(2) - grouped.unsqueeze(1))  # [p, i, j] = sigmoid(s_i - s_j)
+    return ((odds.sum(2) - 0.5) / (k - 1)).view(-1)  # less sigmoid(0) = 1/2, the response against itself
+
+
 def leave_one_out_advantages(rewards: torch.Tensor, k: int) -> torch.Tensor:
     """A_i = R_i - mean_{j != i} R_j within each prompt's k responses; rewards (N,) prompt-major, N = P * k, k >= 2.
 

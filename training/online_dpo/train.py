@@ -1,0 +1,111 @@
+"""Online DPO (Guo et al. 2024; iterative DPO on the reward model's labels, Xiong et al. 2024), one DeepSpeed
+process per rank:
+
+    deepspeed --num_accelerators N --module training.online_dpo.train --config RUN/config.json
+
+Each step: 1. rollout (k responses for each of this rank's prompts, from the current policy), 2. score (reference
+log-probs and the reward model's scores), 3. each prompt's best against its worst response as a DPO pair
+(training/online_dpo/losses.py), 4. update_epochs passes of DPO's loss over the pairs, 5. metrics, 6. the watch,
+checkpoints and Stop as PPO and RLOO have them. Three models (actor, reference, reward), one trained: RLOO's loop
+and models (training/critic_free.py) with these step functions. Saves RUN/actor as an HF folder."""
+
+from __future__ import annotations
+
+import torch
+
+from training.critic_free import run_loop
+from training.engine import run_main
+from training.logprobs import response_logprobs
+from training.online_dpo.config import OnlineDPOConfig
+from training.online_dpo.losses import best_worst_pairs, online_dpo_loss
+from training.policy_losses import approx_kl
+from training.prompt_run import mean_across_ranks, seed_rollout, watch_stats
+from training.rollout import Experience, rollout, score
+
+
+def make_experience(m, cfg: OnlineDPOConfig, prompts: list[list[int]], step: int, rank: int, stats):
+    """Steps 1-3: k responses per prompt (prompt-major), scored; returns them and the pairs (chosen rows, rejected
+    rows) the reward model's scores make."""
+    m.actor.eval()
+    seed_rollout(cfg, step, 0, rank)
+    repeated = [p for p in prompts for _ in range(cfg.k)]
+    engine = m.engine(prompts[0])
+    with m.clock.part("decode"):
+        batch = rollout(
+            m.generator(), repeated, m.tokenizer, cfg, m.synced, want_logprobs=cfg.dtype == "fp32", engine=engine
+        )
+    exp = score(batch, m.actor, m.ref, None, m.judges, stats, cfg, clock=m.clock)
+    return exp, best_worst_pairs(exp.scores, cfg.k, cfg.min_gap)
+
+
+def update(m, exp: Experience, pairs: tuple[torch.Tensor, torch.Tensor], cfg: OnlineDPOConfig) -> dict:
+    """One actor step on all of this rank's pairs. A rank with no pair still takes the step (a zero loss on one
+    sequence), so every rank joins the same gradient all-reduce."""
+    chosen, rejected = pairs
+    m.actor.train()
+    rows = torch.cat([chosen, rejected]) if len(chosen) else torch.tensor([0])
+    mb = exp.select(rows.to(exp.ids.device))
+    with m.clock.part("actor_forward"):
+        logprobs = response_logprobs(m.actor, mb.ids, mb.attention_mask, mb.prompt_len, mb.held)
+    n = len(chosen)
+    if n:
+        ours = torch.arange(n, device=logprobs.device)
+        loss, h = online_dpo_loss(logprobs, mb.ref_logprobs, mb.mask, ours, ours + n, cfg.beta)
+    else:
+        loss, h = (logprobs * 0).sum(), torch.zeros(0)
+    with m.clock.part("actor_backward"):
+        m.actor.backward(loss)
+    with m.clock.part("actor_step"):
+        m.actor.step()
+    return {
+        "loss/actor": loss.item(),
+        "online_dpo/accuracy": (h > 0).float().mean().item() if n else 0.0,
+        "online_dpo/margin": (cfg.beta * h).mean().item() if n else 0.0,
+        "policy/approx_kl": approx_kl(logprobs.detach(), mb.logprobs, mb.mask).item(),
+    }
+
+
+def updates_of(m, exp: Experience, cfg: OnlineDPOConfig, step: int, pairs) -> list[dict]:
+    """Step 4: update_epochs passes over the step's pairs (the pairs stay those the rollout made)."""
+    return [update(m, exp, pairs, cfg) for _ in range(cfg.update_epochs)]
+
+
+def step_metrics(m, cfg: OnlineDPOConfig, exp: Experience, pairs, updates: list[dict], times, world: int) -> dict:
+    """Step 5: the step's metrics row, averaged over ranks (PPO's and RLOO's keys where they mean the same)."""
+    chosen, rejected = pairs
+    kl_seq = ((exp.logprobs - exp.ref_logprobs) * exp.mask).sum(1)
+    gap = (exp.raw_scores[chosen] - exp.raw_scores[rejected]).mean().item() if len(chosen) else 0.0
+    row = {
+        "reward/score_mean": exp.raw_scores.mean().item(),
+        "reward/score_std": exp.raw_scores.std().item() if len(exp) > 1 else 0.0,
+        "reward/kl": kl_seq.mean().item(),
+        "reward/kl_penalty": (-cfg.kl_ctl * kl_seq).mean().item(),
+        "online_dpo/pairs": float(len(chosen)),
+        "online_dpo/score_gap": gap,
+        "response/length_mean": exp.lengths.float().mean().item(),
+        "response/eos_rate": exp.ended.float().mean().item(),
+        "response/decoded": float(exp.mask.shape[1]),
+        **watch_stats([exp]),
+    }
+    row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
+    row.update({f"perf/{k}": v for k, v in times.items()})
+    row.update(m.clock.take())
+    if m.rollouts is not None:
+        row.update(m.rollouts.take())
+    row = mean_across_ranks(row, m.device)
+    row["perf/tokens_per_s"] = exp.ids.numel() * world / times["step_s"]
+    row["policy/kl_ctl"] = cfg.kl_ctl
+    row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
+    return row
+
+
+def train(cfg: OnlineDPOConfig) -> None:
+    run_loop(cfg, make_experience, updates_of, step_metrics)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_main(OnlineDPOConfig, train, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()
