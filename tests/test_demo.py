@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from annotation import scripted
-from app.studies.demo_common import pair_accuracy, pair_counts, split_prompts, win_rates
+from app.studies.demo_common import Judging, pair_accuracy, pair_counts, split_prompts, win_rates
+from app.studies.demo_taste import Taste
+from app.studies.prompt_split import template_of, topic_of
 from store.errors import StoreError
 from tests.conftest import query
 
@@ -32,14 +34,15 @@ def test_held_out_accuracy_and_win_rate_by_hand():
     texts = [[words(4), words(25), words(14)], [words(5), words(6)]]
     # prompt 1: pairs (4<25), (4<14), (14<25); prompt 2: 5 and 6 words tie, no pair
     scores = [[1.0, 0.0, 0.5], [3.0, 2.0]]
-    assert pair_accuracy(texts, scores) == (1.0, 3)
+    concise, prompts = Taste("concise"), ["p1", "p2"]
+    assert pair_accuracy(prompts, texts, scores, concise) == (1.0, 3)
     scores = [[0.2, 0.0, 0.5], [3.0, 2.0]]  # 14 words scored above 4 words: 2 of 3 right
-    assert pair_accuracy(texts, scores) == (pytest.approx(2 / 3), 3)
-    assert pair_counts(texts, scores) == [(2, 3), (0, 0)]
+    assert pair_accuracy(prompts, texts, scores, concise) == (pytest.approx(2 / 3), 3)
+    assert pair_counts(prompts, texts, scores, concise) == [(2, 3), (0, 0)]
     actor = [[words(4), words(30)], [words(5)]]
     reference = [[words(14), words(4)], [words(25)]]
     # prompt 1: (4 vs 14) 1, (4 vs 4) 0.5, (30 vs 14) 0, (30 vs 4) 0 -> 1.5 / 4; prompt 2: 1
-    assert win_rates(actor, reference) == [0.375, 1.0]
+    assert win_rates(actor, reference, Judging(prompts, concise)) == [0.375, 1.0]
 
 
 def test_pair_accuracy_interval_resamples_prompts():
@@ -63,7 +66,7 @@ def test_too_few_prompts_to_hold_some_out_is_one_error():
 def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_path, capsys):
     from app.faces.cli import main
 
-    flags = ["demo", "--quick", "--methods", "ppo,dpo,rloo", "--runs-dir", str(tmp_path)]
+    flags = ["demo", "--quick", "--methods", "ppo,dpo,rloo,rloo_pairwise,online_dpo", "--runs-dir", str(tmp_path)]
     assert main(["--db", str(tmp_path / "unused.duckdb"), *flags]) == 0
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
     out = capsys.readouterr().out
@@ -73,10 +76,18 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert r["rm_accuracy_heldout_prompts"] > 0.5 and r["rm_accuracy_pairs"] >= 20
     assert r["score_actor"] > r["score_reference"] and r["win_rate"] > 0.5
     assert len(r["kl_per_step"]) == r["ppo_steps"] >= 10
-    assert r["words_actor"] < r["words_reference"]  # concise is what the annotator asked for
-    # the store holds the annotator's rankings and their pairs, and none of the held-out prompts
+    # the population ranked (one annotator a prompt, in turn), and the panel judged the test split's prompts
     db = str(folder / "store.duckdb")
-    assert query(db, "SELECT DISTINCT annotator FROM rankings") == [(scripted.NAME,)]
+    names = {a for (a,) in query(db, "SELECT DISTINCT annotator FROM rankings")}
+    assert names == {f"annotator-{i}" for i in range(1, r["config"]["annotators"] + 1)}
+    split = json.loads((folder / "split.json").read_text())
+    assert r["split"] == split and (split["split"], split["evaluate_on"], split["judged"]) == ("topic", "test", 24)
+    trained = [t for (t,) in query(db, "SELECT text FROM prompts")]
+    assert len(trained) == r["train_prompts"] == split["train"]
+    assert not {topic_of(t) for t in trained} & set(split["test_topics"])
+    assert not {template_of(t) for t in trained} & set(split["test_templates"])
+    assert all(0 <= r[f"off_topic_{m}"] <= 1 for m in ("reference", "actor", "dpo", "rloo", "online_dpo"))
+    assert all(0 <= p["off_topic"] <= 1 for p in r["best_of_n"])
     assert query(db, "SELECT count(*) FROM pairs")[0][0] == r["pairs"] > 0
     held = (folder / "heldout_prompts.txt").read_text().splitlines()
     assert len(held) == r["heldout_prompts"]
@@ -106,31 +117,46 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert rloo["max_steps"] == r["ppo_steps"]  # as many sequences sampled as PPO
     assert 0 <= r["rloo_vs_reference"]["win_rate"] <= 1 and r["rloo_kl"] > 0
     assert "|RLOO actor vs reference|" in report and "|PPO actor vs RLOO actor|" in report
+    # online DPO and RLOO on win fractions: the same reward model, prompts, sequences and steps
+    odpo = run_config(folder / "runs" / r["online_dpo_run"])
+    pairwise = run_config(folder / "runs" / r["rloo_pairwise_run"])
+    assert odpo["kind"] == "online_dpo" and odpo["reward"] == ppo["reward"] and odpo["max_steps"] == r["ppo_steps"]
+    assert odpo["k"] * odpo["generation_batch_size"] == ppo["generation_batch_size"]
+    assert odpo["actor_lr"] == r["config"]["online_dpo_lr"] and odpo["beta"] == r["config"]["online_dpo_beta"]
+    assert pairwise["reward_shape"] == "win_fraction" and rloo["reward_shape"] == "score"
+    for title in ("Online DPO", "RLOO (win fractions)"):
+        assert f"|{title} actor vs reference|" in report and f"|PPO actor vs {title} actor|" in report
     # every method on one win-rate-against-KL plot: RLOO's checkpoints as PPO's, DPO's policy measured the same way
     assert [p["step"] for p in r["rloo_checkpoints"]][-1] == r["rloo_checkpoints"][-1]["step"] >= 1
     assert len(r["rloo_checkpoints"]) >= 2 and all(0 <= p["win_rate"] <= 1 for p in r["rloo_checkpoints"])
     assert r["dpo_point"]["win_rate"] == r["dpo_vs_reference"]["win_rate"] and math.isfinite(r["dpo_point"]["kl"])
-    assert set(r["equal_kl"]["win_rates"]) == {"PPO", "best-of-N", "RLOO", "DPO"} and r["equal_kl"]["kl"] > 0
+    methods = {"PPO", "best-of-N", "RLOO", "RLOO (win fractions)", "Online DPO", "DPO"}
+    assert set(r["equal_kl"]["win_rates"]) == methods and r["equal_kl"]["kl"] > 0
     assert "at equal KL (" in report and "at equal KL (" in out
     samples = [json.loads(line) for line in (folder / "samples.jsonl").open()]
-    assert all(len(s["rloo"]) == len(s["kept_checkpoint"]) == r["config"]["k"] for s in samples)
+    k = r["config"]["k"]
+    assert all(len(s["rloo"]) == len(s["online_dpo"]) == len(s["kept_checkpoint"]) == k for s in samples)
     # the checkpoint the held-out judge kept meets DPO too, on its own samples
-    from app.studies.demo_common import compare
+    from app.studies.demo_common import compare, judging
+    from app.studies.demo_config import DemoConfig
 
     kept, dpo = [s["kept_checkpoint"] for s in samples], [s["dpo"] for s in samples]
+    judge = judging(DemoConfig(**r["config"]), held)
     assert (
-        r["kept_vs_dpo"] == compare(kept, dpo, r["config"]["seed"])
+        r["kept_vs_dpo"] == compare(kept, dpo, r["config"]["seed"], judge)
         and "|PPO's kept checkpoint vs DPO policy|" in report
     )
-    # the labeling campaign (on in --quick): the dashboard flags the noisy annotator alone, and the gold-filtered
-    # reward model left out its pairs and only those
+    # the labeling campaign (on in --quick): the dashboard flags the noisy annotator (and whichever careful one
+    # the panel disagrees with), and the gold-filtered reward model left out the flagged ones' pairs
     c = r["campaign"]
-    assert c["flagged"] == ["noisy"] and c["dashboard"]["careful-a"]["gold_accuracy"] == 1.0
-    assert c["arms"]["gold-filtered"]["left_out"] == ["noisy"] and c["arms"]["all"]["left_out"] == []
+    assert "noisy" in c["flagged"] and c["taste"] == "population"
+    under = {n for n, d in c["dashboard"].items() if (d["gold_accuracy"] or 1) < c["min_gold_accuracy"]}
+    left_out = c["arms"]["gold-filtered"]["left_out"]
+    assert "noisy" in left_out and set(left_out) == under and c["arms"]["all"]["left_out"] == []
     removed = c["arms"]["gold-filtered"]["pairs_removed"]
     assert removed > 0 and c["arms"]["all"]["pairs"] - c["arms"]["gold-filtered"]["pairs"] == removed
     assert all(0 <= a["accuracy"] <= 1 and a["ci95"][0] <= a["accuracy"] <= a["ci95"][1] for a in c["arms"].values())
-    assert "## Labeling campaign" in report and "labeling campaign: the dashboard flags noisy" in out
+    assert "## Labeling campaign" in report and "labeling campaign: the dashboard flags" in out
     # --resume: a demo that stopped after PPO trained but before its stage was recorded, and before the evaluation,
     # goes on without training anything again (app/studies/demo_stages.py)
     stages = json.loads((folder / "stages.json").read_text())
@@ -143,6 +169,8 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         "checkpoints and best-of-N",
         "dpo",
         "rloo",
+        "rloo_pairwise",
+        "online_dpo",
         "campaign",
     ]
     del stages["done"]["ppo"], stages["done"]["evaluation"]
@@ -193,7 +221,12 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     [
         (["--model", "/no/such/model"], "/no/such/model"),
         (["--k", "1"], "--k must be at least 2"),
-        (["--heldout", "490"], "cannot give 490 held-out"),
+        (["--split", "tail", "--heldout", "490"], "cannot give 490 held-out"),
+        (["--n-prompts", "12"], "12 prompts split by topic give"),
+        (["--split", "random"], "--split must be topic or tail"),
+        (["--evaluate-on", "train"], "--evaluate-on test or validation"),
+        (["--taste", "sweet"], "--taste must be population or concise, got 'sweet'"),
+        (["--annotators", "0"], "--annotators must be at least 1"),
         (["--dtype", "fp16"], "--dtype must be auto, fp32 or bf16"),
         (["--min-new-tokens", "64"], "--min-new-tokens must be"),
         (["--ppo-settings", "whiten=true"], "'whiten=true' is not key=value with a PPO setting"),

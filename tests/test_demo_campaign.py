@@ -7,6 +7,7 @@ import pytest
 
 from annotation import scripted
 from app.studies import demo_campaign as dc
+from app.studies.demo_taste import Taste
 from store.db import write
 from store.prompts import prompt_ids
 from store.responses import Sample, add_samples
@@ -25,7 +26,7 @@ def test_a_noisy_order_is_the_ranking_or_a_random_strict_order():
 
 def test_the_gold_prompts_are_ranked_by_everyone_the_rest_by_one_annotator_in_turn():
     tasks = [(f"prompt {i}", [f"{'w ' * (5 + 10 * j)}".strip() for j in range(3)]) for i in range(20)]
-    rankings, gold = dc.campaign_rankings(tasks, seed=0)
+    rankings, gold = dc.campaign_rankings(tasks, seed=0, taste=Taste("concise"))
     assert gold == dc.gold_count(20) == 8  # 15% of 20 is 3, under the floor of 8
     by_prompt = {}
     for r in rankings:
@@ -75,7 +76,7 @@ def test_the_dashboard_on_a_campaign_store_flags_the_noisy_annotator(db, tmp_pat
             ]
         add_samples(con, samples, model_id="sft")
     path = tmp_path / "campaign.duckdb"
-    rankings, gold = dc.build_store(db, path, seed=0)
+    rankings, gold = dc.build_store(db, path, seed=0, taste=Taste("concise"))
     assert (rankings, gold) == (4 * 9 + (n - 9), 9)  # round(0.15 x 60) gold prompts
     assert query(str(path), "SELECT count(*) FROM gold") == [(9,)]
     rows = {r.annotator: r for r in annotator_rows(str(path))}
@@ -85,3 +86,28 @@ def test_the_dashboard_on_a_campaign_store_flags_the_noisy_annotator(db, tmp_pat
     assert [name for name, r in rows.items() if r.watch] == ["noisy"]
     # the samples are the demo store's: the same texts, no new ones
     assert query(str(path), "SELECT count(*) FROM responses") == [(4 * n,)]
+
+
+def test_with_the_population_the_careful_annotators_are_its_members_and_the_check_asks_only_for_the_noisy_one():
+    from annotation.population import population
+
+    taste = Taste("population", tuple(population(3, seed=5)), seed=5)
+    prompt = "List three facts about honeybees."
+    texts = [
+        "Honeybees live in hives. Honeybees make honey. Honeybees dance to share where flowers are.",
+        "honeybees honeybees honeybees honeybees",
+        "Jazz music began in New Orleans and spread across the world quickly.",
+    ]
+    rankings, gold = dc.campaign_rankings([(prompt, texts)] * 10, seed=0, taste=taste)
+    lead = [r for r in rankings if r.annotator == "lead"]
+    assert gold == 8 and len(lead) == 8  # the floor of 8 gold prompts
+    assert all([it.rank for it in r.items] == taste.truth(prompt, texts) == [1, 3, 2] for r in lead)
+    careful = [r for r in rankings if r.annotator == "careful-a"]  # gold 0-7, then tasks 8 (a), 9 (b)
+    assert [[it.rank for it in r.items] for r in careful] == [
+        taste.ranking(i, prompt, texts, who=0) for i in (*range(8), 8)
+    ]  # the population's first annotator, its own noise task by task
+    c = {"taste": "population", "flagged": ["careful-a", "noisy"], "difference": {"value": 0.0}}
+    assert dc.campaign_checks(c, quick=True) == {"the dashboard flags the noisy annotator": True}
+    assert dc.campaign_checks({**c, "flagged": ["careful-a"]}, quick=True) == {
+        "the dashboard flags the noisy annotator": False
+    }

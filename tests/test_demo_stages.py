@@ -233,8 +233,9 @@ def test_an_old_demos_kept_checkpoint_is_judged_against_dpo_where_its_samples_ar
     """A demo whose checkpoints stage ran before the kept checkpoint's samples were kept: resumed, the kept one is
     the final actor (its samples are the demo's own), or an earlier one whose weights are gone (one line, no
     matchup); DPO's results gain kept_vs_dpo only from samples that are known."""
-    from app.studies.demo_common import compare
+    from app.studies.demo_common import Judging, compare
     from app.studies.demo_methods import with_kept_matchup
+    from app.studies.demo_taste import Taste
     from app.studies.demo_watch import kept_samples_again
     from training.checkpoints import CHECKPOINTS_FILE
 
@@ -253,8 +254,9 @@ def test_an_old_demos_kept_checkpoint_is_judged_against_dpo_where_its_samples_ar
     assert len(lines) == 2 and "step 4) has no weights left" in lines[1]
     assert kept_samples_again(DemoConfig(), run, ["p"], texts, {"checkpoints": []}, lines.append) is None
     dpo = {"ppo_vs_dpo": {"win_rate": 0.25}}
-    judged = with_kept_matchup(dpo, {**texts, "ppo_kept": texts["ppo"]}, 7)
-    assert judged == {**dpo, "kept_vs_dpo": compare(texts["ppo"], texts["dpo"], 7)}
-    assert with_kept_matchup(dpo, {**texts, "ppo_kept": None}, 7) == dpo  # unknown samples: no matchup
-    assert with_kept_matchup(judged, {**texts, "ppo_kept": texts["dpo"]}, 7) == judged  # one it has stays
-    assert with_kept_matchup({}, {**texts, "ppo_kept": texts["ppo"]}, 7) == {}  # no DPO in this demo
+    judge = Judging(["p"], Taste("concise"))
+    judged = with_kept_matchup(dpo, {**texts, "ppo_kept": texts["ppo"]}, 7, judge)
+    assert judged == {**dpo, "kept_vs_dpo": compare(texts["ppo"], texts["dpo"], 7, judge)}
+    assert with_kept_matchup(dpo, {**texts, "ppo_kept": None}, 7, judge) == dpo  # unknown samples: no matchup
+    assert with_kept_matchup(judged, {**texts, "ppo_kept": texts["dpo"]}, 7, judge) == judged  # one it has stays
+    assert with_kept_matchup({}, {**texts, "ppo_kept": texts["ppo"]}, 7, judge) == {}  # no DPO in this demo

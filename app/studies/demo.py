@@ -1,15 +1,18 @@
-"""`rlhf demo`: the whole loop on the bundled prompts with a scripted annotator, and a report that says whether it
+"""`rlhf demo`: the whole loop on the bundled prompts with scripted annotators, and a report that says whether it
 worked.
 
-1. A store of its own (DEMO/store.duckdb) gets the training prompts; the last `heldout` prompts of the set are kept
-   out of everything until the evaluation.
-2. The SFT model samples K responses per prompt; the scripted annotator (annotation/scripted.py: "concise") ranks
-   them, and the store expands the rankings into pairs.
+1. A store of its own (DEMO/store.duckdb) gets the training prompts. With --split topic (the default,
+   docs/evaluation.md) the prompts are split by topic into train, validation and test (a template kept for test),
+   and every model is judged on the --evaluate-on part only; --split tail holds out the last `heldout` prompts.
+2. The SFT model samples K responses per prompt; the taste's labelers rank them (app/studies/demo_taste.py: a
+   population of scripted annotators, or the word counter of earlier demos), and the store expands the rankings
+   into pairs.
 3. `train-rm` on a snapshot of the store, then `train-ppo` from the SFT model with that reward model, both through
-   the DeepSpeed launcher exactly as the CLI runs them.
-4. On the held-out prompts: K samples from the reference (the SFT model) and from the tuned actor. The reward
-   model's accuracy on the annotator's pairs of the reference samples, the mean score of each model's samples,
-   and the actor's win rate over the reference as judged by the scripted annotator (not by the reward model).
+   the DeepSpeed launcher exactly as the CLI runs them; then the other --methods.
+4. On the judged prompts: K samples from the reference (the SFT model) and from each tuned policy. The reward
+   model's accuracy on the truth's pairs of the reference samples, the mean score of each model's samples, and
+   each policy's win rate over the reference as the judge sees it (the panel's noise-free taste, which labeled
+   nothing; never the reward model), with the share of off-topic answers.
 5. DEMO/report.md with PNG plots, DEMO/results.json, and the headline numbers printed.
 
 `--quick` runs the same steps on tiny models built on the spot (training/tiny.py) with a few dozen prompts, for
@@ -31,9 +34,11 @@ from app.jobs.sampling import run_sampling
 from app.jobs.training import prepare_run, run_training
 from app.studies.demo_common import (
     CHANCE,
-    bundled_prompts,
     compare,
+    demo_split,
+    demo_taste,
     finite,
+    judging,
     mean_words,
     pair_accuracy,
     ppo_config,
@@ -42,10 +47,10 @@ from app.studies.demo_common import (
     sample_texts,
     sampling_config,
     set_up,
-    split_prompts,
 )
 from app.studies.demo_config import DemoConfig
-from app.studies.demo_methods import methods_of, run_dpo, run_rloo, with_kept_matchup
+from app.studies.demo_methods import ON_PROMPTS, methods_of, run_dpo, run_on_prompts, with_kept_matchup
+from app.studies.demo_taste import off_topic_share
 from store.errors import UserError
 from training.generation import open_sampler
 from training.ppo.config import PPOConfig
@@ -60,6 +65,8 @@ SAMPLE_KEYS = (
     ("dpo", "dpo"),
     ("kept_checkpoint", "ppo_kept"),
     ("rloo", "rloo"),
+    ("rloo_pairwise", "rloo_pairwise"),
+    ("online_dpo", "online_dpo"),
 )  # samples.jsonl key, method
 
 
@@ -81,7 +88,14 @@ def check(cfg: DemoConfig) -> None:
         raise UserError(f"--engine must be auto, vllm or hf, got {cfg.engine}")
     if not 1 <= cfg.min_new_tokens < cfg.max_new_tokens:
         raise UserError("--min-new-tokens must be at least 1 and below --max-new-tokens")
-    train, _ = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
+    if cfg.split not in ("topic", "tail") or cfg.evaluate_on not in ("test", "validation"):
+        raise UserError(
+            f"--split must be topic or tail and --evaluate-on test or validation, got {cfg.split}, {cfg.evaluate_on}"
+        )
+    if cfg.heldout < 0:
+        raise UserError(f"--heldout must be at least 0, got {cfg.heldout}")
+    train, _, _ = demo_split(cfg)
+    demo_taste(cfg)
     methods_of(cfg)
     try:
         dataclasses.replace(PPOConfig(reward="r"), **ppo_settings(cfg.ppo_settings)).check()
@@ -158,8 +172,12 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         )
         return result
 
-    dpo = with_kept_matchup(method("dpo", run_dpo), texts, cfg.seed) if "dpo" in methods_of(cfg) else {}
-    rloo = method("rloo", run_rloo) if "rloo" in methods_of(cfg) else {}
+    dpo = {}
+    if "dpo" in methods_of(cfg):
+        dpo = with_kept_matchup(method("dpo", run_dpo), texts, cfg.seed, judging(cfg, heldout))
+    on_prompts = {}
+    for name in (m for m in ON_PROMPTS if m in methods_of(cfg)):
+        on_prompts |= method(name, functools.partial(run_on_prompts, name))
     campaign = {}
     if cfg.campaign:
         from app.studies.demo_campaign import run_campaign
@@ -175,7 +193,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         **ppo_curve(ppo_run),
         **watch,
         **dpo,
-        **rloo,
+        **on_prompts,
         **campaign,
         **stage_times(stages),
     }
@@ -194,6 +212,7 @@ def run_facts(cfg: DemoConfig, folder: Path, quick: bool, rm_run: Path, ppo_run:
         "heldout_prompts": len(heldout),
         "rankings": ranked.added,
         "pairs": ranked.pairs,
+        "split": json.loads((folder / "split.json").read_text()) if (folder / "split.json").is_file() else {},
     }
 
 
@@ -241,8 +260,9 @@ def evaluate_actor(
         actor = sample_texts(actor_sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
     ref_scores = score_texts(rm_run / "model", heldout, reference, cfg.dtype, max_length)
     actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype, max_length)
-    accuracy, acc_pairs = pair_accuracy(reference, ref_scores)
-    ppo_vs_ref = compare(actor, reference, cfg.seed)
+    judge = judging(cfg, heldout)
+    accuracy, acc_pairs = pair_accuracy(heldout, reference, ref_scores, judge.taste)
+    ppo_vs_ref = compare(actor, reference, cfg.seed, judge)
     return actor, {
         "rm_accuracy_heldout_prompts": accuracy,
         "rm_accuracy_pairs": acc_pairs,
@@ -250,6 +270,8 @@ def evaluate_actor(
         "score_actor": _mean(actor_scores),
         "words_reference": mean_words(reference),
         "words_actor": mean_words(actor),
+        "off_topic_reference": off_topic_share(heldout, reference),
+        "off_topic_actor": off_topic_share(heldout, actor),
         "win_rate": ppo_vs_ref["win_rate"],
         "win_rate_ci95": ppo_vs_ref["ci95"],
     }
@@ -268,16 +290,16 @@ def write_samples(path: Path, heldout: list[str], texts: dict) -> None:
 def sample_and_rank(
     cfg: DemoConfig, db: str, model: str, heldout: list[str], log: Callable[[str], None]
 ) -> tuple[list[list[str]], ImportSummary]:
-    """K samples of the SFT model per training prompt into the store, ranked there by the scripted annotator;
+    """K samples of the SFT model per training prompt into the store, ranked there by the taste's labelers;
     returns the reference's samples on the held-out prompts and the ranking summary."""
     with open_sampler(sampling_config(cfg, model)) as sampler:
         report = run_sampling(db, sampler, cfg.k)
         log(report.line())
         reference = sample_texts(sampler, heldout, cfg.k, cfg.seed + 10**6)
-    ranked = rank_samples(db)
-    log(f"scripted annotator: {ranked.added} rankings, {ranked.pairs} pairs")
+    ranked = rank_samples(db, demo_taste(cfg))
+    log(f"scripted annotators ({cfg.taste}): {ranked.added} rankings, {ranked.pairs} pairs")
     if ranked.pairs == 0:
-        raise UserError("the scripted annotator found no pair to rank: every prompt's responses tied")
+        raise UserError("the scripted annotators found no pair to rank: every prompt's responses tied")
     return reference, ranked
 
 
@@ -338,9 +360,7 @@ def checks(r: dict, bars: dict) -> dict[str, bool]:
         "KL to the reference reported at every PPO step": r["ppo_steps"] > 0
         and len(kl) == r["ppo_steps"]
         and all(finite(x) for x in kl),
-        f"win rate over the reference by the scripted annotator {_bar(bars['win_rate'])}": _passes(
-            r["win_rate"], bars["win_rate"]
-        ),
+        f"win rate over the reference by the judge {_bar(bars['win_rate'])}": _passes(r["win_rate"], bars["win_rate"]),
         **(
             {f"DPO's win rate over the reference {_bar(CHANCE)}": _passes(r["dpo_vs_reference"]["win_rate"], CHANCE)}
             if "dpo_vs_reference" in r

@@ -1,13 +1,15 @@
 """The demo's labeling campaign (issue 30; `rlhf demo --campaign`, on in --quick): what the annotator dashboard is
 worth. The demo's training prompts and samples go into a second store, ranked by three scripted annotators who
-share the prompts between them (one prompt each, in turn): two careful ones rank as the demo's annotator does, and
-one is noisy, giving a random order on NOISY_SHARE of its tasks. A lead ranks GOLD_SHARE of the prompts the same
-careful way and marks them gold; every annotator also ranks those, unaware. Then:
+share the prompts between them (one prompt each, in turn): two careful ones are the demo's first two annotators (with
+the population taste, each its own weights, noise, position bias and ties; with the concise taste, the word counter
+itself), and one is noisy: the third annotator, giving a random order on NOISY_SHARE of its tasks. A lead ranks
+GOLD_SHARE of the prompts by the taste's truth (the panel's) and marks them gold; every annotator also ranks those,
+unaware. Then:
 
 - the dashboard (annotation/dashboard.py) on that store: it should single out the noisy annotator, and only it;
 - two reward models with the demo's settings (one member each), one on every pair and one leaving out the
   annotators under MIN_GOLD_ACCURACY on gold (`--min-gold-accuracy`, store/snapshot.py), each judged on the
-  demo's held-out reference samples by the careful annotator: the accuracies with bootstrap intervals over
+  demo's held-out reference samples by the taste's truth: the accuracies with bootstrap intervals over
   prompts, and the difference with its paired interval.
 
 The rankings are pure functions of the texts and a seed (`campaign_rankings`); the rest is the product's own path
@@ -23,6 +25,7 @@ from pathlib import Path
 from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from app.studies.demo_config import DemoConfig
+from app.studies.demo_taste import Taste
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
@@ -52,7 +55,7 @@ def gold_count(n_prompts: int) -> int:
     return min(n_prompts, max(MIN_GOLD_PROMPTS, round(GOLD_SHARE * n_prompts)))
 
 
-def campaign_rankings(tasks: list[tuple[str, list[str]]], seed: int) -> tuple[list[RankingIn], int]:
+def campaign_rankings(tasks: list[tuple[str, list[str]]], seed: int, taste: Taste) -> tuple[list[RankingIn], int]:
     """(every ranking of the campaign, how many of the first prompts are gold) for tasks (prompt, its rankable
     responses): the gold prompts are ranked by the lead and by all three annotators, every other prompt by one
     annotator in turn (careful-a, careful-b, noisy, careful-a, ...)."""
@@ -61,10 +64,13 @@ def campaign_rankings(tasks: list[tuple[str, list[str]]], seed: int) -> tuple[li
     annotators = [*CAREFUL, NOISY]
     out = []
     for i, (prompt, texts) in enumerate(tasks):
-        truth = scripted.rank(texts)
         who = [LEAD, *annotators] if i < gold else [annotators[(i - gold) % len(annotators)]]
         for name in who:
-            ranks = noisy_order(truth, rng, NOISY_SHARE) if name == NOISY else truth
+            if name == LEAD:
+                ranks = taste.truth(prompt, texts)
+            else:
+                ranks = taste.ranking(i, prompt, texts, who=annotators.index(name))
+                ranks = noisy_order(ranks, rng, NOISY_SHARE) if name == NOISY else ranks
             out.append(
                 RankingIn(
                     prompt=prompt,
@@ -81,7 +87,7 @@ def campaign_rankings(tasks: list[tuple[str, list[str]]], seed: int) -> tuple[li
     return out, gold
 
 
-def build_store(demo_db: str, path: Path, seed: int) -> tuple[int, int]:
+def build_store(demo_db: str, path: Path, seed: int, taste: Taste) -> tuple[int, int]:
     """The campaign's store at `path` from the demo store's samples; returns (rankings, gold prompts)."""
     from store.db import connect, init_store, write
     from store.gold import latest_rankings_of, mark_gold
@@ -95,9 +101,9 @@ def build_store(demo_db: str, path: Path, seed: int) -> tuple[int, int]:
     tasks = []
     for prompt, texts in by_prompt.items():
         keep = [texts[i] for i in scripted.rankable(texts)]
-        if len(keep) >= 2 and len(set(scripted.rank(keep))) > 1:  # a ranking that gives pairs
+        if len(keep) >= 2 and len(set(taste.truth(prompt, keep))) > 1:  # a ranking that gives pairs
             tasks.append((prompt, keep))
-    rankings, gold = campaign_rankings(tasks, seed)
+    rankings, gold = campaign_rankings(tasks, seed, taste)
     init_store(str(path))
     summary = ImportSummary(annotations=len(rankings))
     store_rankings(str(path), rankings, summary, source="native", origin="demo campaign", content_sha256=None)
@@ -119,7 +125,9 @@ def run_campaign(
     from annotation.dashboard import annotator_rows
 
     db = folder / "campaign.duckdb"
-    rankings, gold = build_store(demo_db, db, cfg.seed)
+    from app.studies.demo_common import demo_taste
+
+    rankings, gold = build_store(demo_db, db, cfg.seed, demo_taste(cfg))
     rows = {r.annotator: r for r in annotator_rows(str(db))}
     flagged = sorted(name for name, r in rows.items() if r.watch)
     log(f"campaign: {rankings} rankings by {len(rows)} annotators, {gold} gold prompts; the dashboard flags {flagged}")
@@ -129,6 +137,7 @@ def run_campaign(
         log(f"campaign reward model ({arm}): held-out accuracy {a['accuracy']:.3f} on {a['judged']} pairs")
     diff = paired_difference(arms["all"]["counts"], arms["gold-filtered"]["counts"], cfg.seed)
     return {
+        "taste": cfg.taste,
         "rankings": rankings,
         "gold_prompts": gold,
         "noisy_share": NOISY_SHARE,
@@ -162,7 +171,7 @@ def train_arm(
     the demo's held-out reference samples by the scripted annotator's pairs."""
     from annotation.winrate import ratio_bootstrap_ci
     from app.jobs.training import prepare_run, run_training
-    from app.studies.demo_common import pair_counts
+    from app.studies.demo_common import demo_taste, pair_counts
     from training.registry import run_config
     from training.reward.config import RewardConfig
     from training.scoring import score_texts
@@ -180,7 +189,7 @@ def train_arm(
     if status.get("state") != "finished":
         raise RuntimeError(f"the campaign's reward run {run.name} {status.get('state')}: {status.get('error')}")
     scores = score_texts(run / "model", heldout, reference, cfg.dtype, rm_cfg.max_length)
-    counts = pair_counts(reference, scores)
+    counts = pair_counts(heldout, reference, scores, demo_taste(cfg))
     right, total = sum(r for r, _ in counts), sum(t for _, t in counts)
     if not total:
         raise UserError("the campaign's reward models have no held-out pair to be judged on: every sample tied")
@@ -212,10 +221,13 @@ def paired_difference(a: list[tuple[int, int]], b: list[tuple[int, int]], seed: 
 
 
 def campaign_checks(c: dict, quick: bool) -> dict[str, bool]:
-    """The study's claims: the dashboard flags the noisy annotator and nobody else; and (not in --quick, where a
-    tiny reward model's accuracy on a few dozen prompts moves by more than the noise costs) leaving it out raised
-    the reward model's held-out accuracy."""
-    out = {"the dashboard singles out the noisy annotator, and only it": c["flagged"] == [NOISY]}
+    """The study's claims: the dashboard flags the noisy annotator (and, with the concise taste, nobody else); and
+    (not in --quick, where a tiny reward model's accuracy on a few dozen prompts moves by more than the noise costs)
+    leaving out the annotators under the gold bar raised the reward model's held-out accuracy."""
+    if c.get("taste", "concise") == "concise":  # careful annotators that copy the judge: nobody else can be flagged
+        out = {"the dashboard singles out the noisy annotator, and only it": c["flagged"] == [NOISY]}
+    else:  # careful ones from the population disagree with the panel as they do; the report names whoever is flagged
+        out = {"the dashboard flags the noisy annotator": NOISY in c["flagged"]}
     if not quick:
         out["leaving out the annotators under the gold bar raised the reward model's held-out accuracy"] = (
             c["difference"]["value"] > 0

@@ -1,11 +1,14 @@
 """What the demo family shares (app/studies/demo.py, demo_methods, demo_watch, demo_rounds, demo_report, demo_seeds):
-the bundled prompts and their split, the scripted annotator's ranking of a store's samples, one way of sampling, the
-scripted annotator's win rates and pair counts, and the demo's PPO settings. It imports none of them: the family
+the bundled prompts and their split, the taste's ranking of a store's samples (app/studies/demo_taste.py), one way of
+sampling, the judge's win rates and the reward model's pair counts against the taste's truth, and the demo's PPO
+settings. It imports none of them: the family
 imports it."""
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from annotation.winrate import bootstrap_ci
 from app.studies.demo_config import DemoConfig
+from app.studies.demo_taste import Taste, taste_of
 from store.db import connect, write
 from store.errors import UserError
 from store.prompts import add_prompts
@@ -42,36 +46,73 @@ def bundled_prompts(n: int) -> list[str]:
     return texts[:n] if n else texts
 
 
-def rank_samples(db: str | Path, round_: int | None = None) -> ImportSummary:
-    """The scripted annotator ranks every prompt's responses (empty and repeated ones left out), in one transaction;
-    with a round, that round's responses only."""
+def demo_split(cfg: DemoConfig) -> tuple[list[str], list[str], dict]:
+    """(training prompts, the prompts every model is judged on, what the split was): --split tail holds out the last
+    --heldout prompts; --split topic (docs/evaluation.md) trains on the topic split's train part and judges on its
+    --evaluate-on part (test or validation), at most --heldout of them in the split's order (0 = all)."""
+    from app.studies.prompt_split import split_by_topic
+
+    texts = bundled_prompts(cfg.n_prompts)
+    if cfg.split == "tail":
+        train, heldout = split_prompts(texts, cfg.heldout)
+        return train, heldout, {"split": "tail", "train": len(train), "heldout": len(heldout)}
+    part = split_by_topic(texts, cfg.split_seed)
+    judged = getattr(part, cfg.evaluate_on)
+    judged = judged[: cfg.heldout] if cfg.heldout else judged
+    if len(part.train) < 16 or not judged:
+        raise UserError(f"{len(texts)} prompts split by topic give {part.counts()}: too few to train on or judge")
+    info = {
+        "split": "topic",
+        "split_seed": cfg.split_seed,
+        "evaluate_on": cfg.evaluate_on,
+        **part.counts(),
+        "judged": len(judged),
+        "test_topics": part.test_topics,
+        "validation_topics": part.validation_topics,
+        "test_templates": part.test_templates,
+    }
+    return part.train, judged, info
+
+
+def demo_taste(cfg: DemoConfig) -> Taste:
+    """The demo's labelers and judge (app/studies/demo_taste.py); the population is drawn from the run's seed."""
+    try:
+        return taste_of(cfg.taste, cfg.annotators, cfg.seed)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def rank_samples(db: str | Path, taste: Taste, round_: int | None = None) -> ImportSummary:
+    """The taste's labelers rank every prompt's responses (empty and repeated ones left out), one prompt each in
+    turn, in one transaction; with a round, that round's responses only."""
     with connect(db) as con:
         responses = responses_by_prompt(con, round_)
     by_prompt: dict[str, list[tuple[int, str]]] = {}
     for r in responses:
         by_prompt.setdefault(r.prompt, []).append((r.response_id, r.text))
     rankings, summary = [], ImportSummary()
-    for prompt, items in by_prompt.items():
+    for i, (prompt, items) in enumerate(by_prompt.items()):
         summary.tasks += 1
-        keep = [items[i] for i in scripted.rankable([t for _, t in items])]
+        keep = [items[j] for j in scripted.rankable([t for _, t in items])]
         if len(keep) < 2:
             summary.skipped["fewer than 2 distinct responses"] += 1
             continue
-        ranks = scripted.rank([t for _, t in keep])
+        ranks = taste.ranking(i, prompt, [t for _, t in keep])
         rankings.append(
             RankingIn(
                 prompt=prompt,
                 items=[
-                    RankedItem(text=t, rank=r, shown_position=i, response_id=rid)
-                    for i, ((rid, t), r) in enumerate(zip(keep, ranks, strict=True))
+                    RankedItem(text=t, rank=r, shown_position=j, response_id=rid)
+                    for j, ((rid, t), r) in enumerate(zip(keep, ranks, strict=True))
                 ],
-                annotator=scripted.NAME,
+                annotator=taste.labeler(i),
                 source="scripted",
                 external_key=f"scripted:{keep[0][0]}",
             )
         )
     summary.annotations = len(rankings)
-    return store_rankings(db, rankings, summary, source="scripted", origin=scripted.NAME, content_sha256=None)
+    origin = scripted.NAME if taste.name == "concise" else f"scripted population ({len(taste.annotators)})"
+    return store_rankings(db, rankings, summary, source="scripted", origin=origin, content_sha256=None)
 
 
 def sampling_config(cfg: DemoConfig, model: str) -> SamplingConfig:
@@ -96,13 +137,15 @@ def sample_texts(sampler: Sampler, prompts: list[str], k: int, seed: int) -> lis
     return out
 
 
-def pair_counts(texts: list[list[str]], scores: list[list[float]]) -> list[tuple[int, int]]:
-    """Per prompt: (pairs the reward model orders as the annotator does, the annotator's pairs); ties make no pair,
+def pair_counts(
+    prompts: list[str], texts: list[list[str]], scores: list[list[float]], taste: Taste
+) -> list[tuple[int, int]]:
+    """Per prompt: (pairs the reward model orders as the taste's truth does, the truth's pairs); ties make no pair,
     a tied score counts as wrong."""
     out = []
-    for ts, ss in zip(texts, scores, strict=True):
+    for prompt, ts, ss in zip(prompts, texts, scores, strict=True):
         keep = scripted.rankable(ts)
-        ranks = scripted.rank([ts[i] for i in keep])
+        ranks = taste.truth(prompt, [ts[i] for i in keep])
         right = total = 0
         for a in range(len(keep)):
             for b in range(len(keep)):
@@ -113,25 +156,39 @@ def pair_counts(texts: list[list[str]], scores: list[list[float]]) -> list[tuple
     return out
 
 
-def pair_accuracy(texts: list[list[str]], scores: list[list[float]]) -> tuple[float, int]:
-    """Share of the annotator's pairs (within each prompt) that the reward model orders the same way, and how many."""
-    counts = pair_counts(texts, scores)
+def pair_accuracy(
+    prompts: list[str], texts: list[list[str]], scores: list[list[float]], taste: Taste
+) -> tuple[float, int]:
+    """Share of the truth's pairs (within each prompt) that the reward model orders the same way, and how many."""
+    counts = pair_counts(prompts, texts, scores, taste)
     right, total = sum(r for r, _ in counts), sum(t for _, t in counts)
     return (right / total if total else float("nan")), total
 
 
-def win_rates(actor: list[list[str]], reference: list[list[str]]) -> list[float]:
-    """Per prompt: the annotator's mean verdict over every (actor sample, reference sample) couple."""
+@dataclass(frozen=True)
+class Judging:
+    """The judge of the demo's comparisons on the prompts it judges on: texts[i] answers prompts[i]."""
+
+    prompts: list[str]
+    taste: Taste
+
+
+def judging(cfg: DemoConfig, prompts: list[str]) -> Judging:
+    return Judging(list(prompts), demo_taste(cfg))
+
+
+def win_rates(actor: list[list[str]], reference: list[list[str]], judge: Judging) -> list[float]:
+    """Per prompt: the judge's mean verdict over every (actor sample, reference sample) couple."""
     return [
-        sum(scripted.judge(a, r) for a in acts for r in refs) / (len(acts) * len(refs))
-        for acts, refs in zip(actor, reference, strict=True)
+        sum(judge.taste.judge(prompt, a, r) for a in acts for r in refs) / (len(acts) * len(refs))
+        for prompt, acts, refs in zip(judge.prompts, actor, reference, strict=True)
     ]
 
 
-def compare(a: list[list[str]], b: list[list[str]], seed: int) -> dict:
-    """a's win rate over b by the scripted annotator (per prompt, then the mean), with its bootstrap interval over
-    prompts: every matchup of the report (PPO or DPO against the reference, PPO against DPO) is judged this way."""
-    per_prompt = win_rates(a, b)
+def compare(a: list[list[str]], b: list[list[str]], seed: int, judge: Judging) -> dict:
+    """a's win rate over b by the judge (per prompt, then the mean), with its bootstrap interval over prompts: every
+    matchup of the report (each method against the reference, PPO against each) is judged this way."""
+    per_prompt = win_rates(a, b, judge)
     lo, hi = bootstrap_ci(per_prompt, seed=seed)
     return {"win_rate": sum(per_prompt) / len(per_prompt), "ci95": [lo, hi]}
 
@@ -161,8 +218,9 @@ def set_up(cfg: DemoConfig, folder: Path) -> tuple[str, str, list[str], list[str
     else:
         resolve_model(cfg.model)
         model, reward_base = cfg.model, cfg.reward_base or cfg.model
-    train, heldout = split_prompts(bundled_prompts(cfg.n_prompts), cfg.heldout)
+    train, heldout, info = demo_split(cfg)
     (folder / "heldout_prompts.txt").write_text("\n".join(heldout) + "\n")
+    (folder / "split.json").write_text(json.dumps(info, indent=2) + "\n")
     db = str(folder / "store.duckdb")
     with write(db) as con:
         add_prompts(con, train, source="demo")

@@ -12,7 +12,32 @@ class DemoConfig:
     model: str = field(default="default", metadata={"help": "SFT model: 'default', 'tiny' or a local HF folder"})
     reward_base: str = field(default="", metadata={"help": "reward-model base (default: the SFT model)"})
     n_prompts: int = field(default=0, metadata={"help": "use the first N bundled prompts (0 = all 500)"})
-    heldout: int = field(default=64, metadata={"help": "prompts kept out of training, for the evaluation"})
+    split: str = field(
+        default="topic",
+        metadata={
+            "help": "topic (train, validation and test by topic, a template kept for test: docs/evaluation.md) or "
+            "tail (the last --heldout prompts held out, as demos before 2026-12-07)"
+        },
+    )
+    split_seed: int = field(
+        default=0, metadata={"help": "seed of the topic split: the same for every run, so no test topic is tuned on"}
+    )
+    evaluate_on: str = field(
+        default="test",
+        metadata={"help": "the topic split's part every model is judged on: test (claims) or validation (choices)"},
+    )
+    heldout: int = field(
+        default=64,
+        metadata={"help": "prompts judged on: tail, the last N held out; topic, at most N of the part (0 = all)"},
+    )
+    taste: str = field(
+        default="population",
+        metadata={
+            "help": "population (scripted annotators with several criteria rank, the panel judges) or concise (the "
+            "word counter ranks and judges, as demos before 2026-12-07)"
+        },
+    )
+    annotators: int = field(default=8, metadata={"help": "the population's size: each ranks its share of prompts"})
     k: int = field(default=4, metadata={"help": "responses per prompt"})
     max_new_tokens: int = field(default=64, metadata={"help": "longest response (sampling, PPO, evaluation)"})
     min_new_tokens: int = field(default=8, metadata={"help": "shortest response in tokens (EOS held back until then)"})
@@ -47,7 +72,10 @@ class DemoConfig:
     best_of: int = field(default=16, metadata={"help": "best-of-N of the reference for N = 1, 2, 4, ... up to this"})
     methods: str = field(
         default="ppo,dpo",
-        metadata={"help": "ppo, plus dpo (the same pairs) and rloo (the same reward model): ppo,dpo,rloo"},
+        metadata={
+            "help": "ppo, plus dpo (the same pairs) and, against the same reward model, rloo, rloo_pairwise (RLOO on "
+            "win fractions) and online_dpo: ppo,dpo,rloo,online_dpo"
+        },
     )
     campaign: bool = field(
         default=False,
@@ -59,6 +87,8 @@ class DemoConfig:
     dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
     dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})
+    online_dpo_lr: float = field(default=5e-6, metadata={"help": "online DPO's learning rate"})
+    online_dpo_beta: float = field(default=0.1, metadata={"help": "online DPO's beta"})
     rounds: int = field(
         default=1, metadata={"help": "2+: the rounds study, the label budget spent in 1 round against R rounds"}
     )
@@ -66,6 +96,10 @@ class DemoConfig:
     select: str = field(default="random,uncertain", metadata={"help": "the rounds study's rules for rounds 2+"})
     seed: int = field(default=0, metadata={"help": "seed of sampling, training and evaluation"})
 
+
+# What a demo folder written before a setting existed ran with: its settings file lacks the key, and reads as this,
+# not as today's default (app/studies/demo_stages.py::load_settings, demo_seeds.py).
+LEGACY = {"taste": "concise", "split": "tail"}
 
 # The quick demo and the rounds study keep the PPO settings their committed results were made with, DeepSpeed-Chat's
 # (8 prompts a step, no whitening, kl_ctl 0.1); PPO's defaults changed after (docs/ppo-settings.md, "The defaults").
@@ -86,6 +120,7 @@ QUICK = dict(
     save_every=9,
     dpo_lr=5e-3,
     dpo_epochs=2,
+    online_dpo_lr=5e-3,
     campaign=True,
     **DS_CHAT_PPO,
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 from app.jobs.training import prepare_pairs_run, prepare_run
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_stages import Stages, prepared_run
+from app.studies.demo_taste import off_topic_share
 from app.studies.demo_watch import checkpoint_points
 from store.errors import UserError
 from training.dpo.config import DPOConfig
@@ -18,7 +19,14 @@ from training.registry import run_config, trainer
 from training.rloo.config import RLOOConfig
 from training.runs import read_status
 
-METHODS = ("ppo", "dpo", "rloo")
+METHODS = ("ppo", "dpo", "rloo", "rloo_pairwise", "online_dpo")
+# The methods on prompts against PPO's reward model, each with PPO's sequences per step and steps: (trainer kind,
+# title, seed of its held-out samples). rloo_pairwise is RLOO on win fractions (training/rloo/losses.py).
+ON_PROMPTS = {
+    "rloo": ("rloo", "RLOO", 4 * 10**6),
+    "rloo_pairwise": ("rloo", "RLOO (win fractions)", 6 * 10**6),
+    "online_dpo": ("online_dpo", "Online DPO", 7 * 10**6),
+}
 CHECKPOINTING = ("save_every", "keep_best", "eval_limit")  # PPO's, so RLOO's points sit on the same plot
 RLOO_K = 4  # responses per prompt; its steps sample as many sequences as PPO's
 
@@ -28,7 +36,7 @@ def methods_of(cfg: DemoConfig) -> list[str]:
     names = [m.strip() for m in cfg.methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in METHODS]
     if unknown or "ppo" not in names:
-        raise UserError(f"--methods must name ppo and optionally dpo and rloo (ppo,dpo,rloo), got {cfg.methods!r}")
+        raise UserError(f"--methods must name ppo and any of {', '.join(METHODS[1:])}, got {cfg.methods!r}")
     return names
 
 
@@ -41,9 +49,10 @@ def train_and_sample(
     seed: int,
     log: Callable[[str], None],
     mode: str = "new",
+    key: str = "",
 ) -> dict:
     """Train a prepared run through the launcher (its progress logged; mode as demo_stages.prepared_run says),
-    then sample its policy on the held-out prompts into texts[kind]; returns the run's final status."""
+    then sample its policy on the held-out prompts into texts[key or kind]; returns the run's final status."""
     from app.studies.demo_common import sample_texts, sampling_config
     from app.studies.demo_stages import train_run
     from training.generation import open_sampler
@@ -59,7 +68,7 @@ def train_and_sample(
     if status.get("state") != "finished":
         raise UserError(f"the demo's {spec.title} run {run.name} {status.get('state')}: {status.get('error', run)}")
     with open_sampler(sampling_config(cfg, str(run / spec.output))) as sampler:
-        texts[kind] = sample_texts(sampler, heldout, cfg.k, seed)
+        texts[key or kind] = sample_texts(sampler, heldout, cfg.k, seed)
     return status
 
 
@@ -77,8 +86,9 @@ def run_dpo(
     """Train DPO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
     against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'. Its KL is
     measured as PPO's checkpoints' is (training/prompt_run.py::evaluate_policy with PPO's run settings)."""
-    from app.studies.demo_common import compare, mean_words
+    from app.studies.demo_common import compare, judging, mean_words
 
+    judge = judging(cfg, heldout)
     data = run_config(rm_run)["data"]  # the reward model's snapshot: the same pairs, split the same way
     dpo_cfg = DPOConfig(
         model=model, beta=cfg.dpo_beta, lr=cfg.dpo_lr, epochs=cfg.dpo_epochs, dtype=cfg.dtype, seed=cfg.seed
@@ -87,30 +97,54 @@ def run_dpo(
         stages, "dpo", rm_run.parent, lambda: prepare_pairs_run(db, dpo_cfg, rm_run.parent, data), resumable=False
     )
     status = train_and_sample("dpo", run, cfg, heldout, texts, cfg.seed + 3 * 10**6, log, mode)
-    point = policy_point(run / trainer("dpo").output, ppo_run, texts["dpo"], texts["reference"], cfg.seed)
+    point = policy_point(run / trainer("dpo").output, ppo_run, texts["dpo"], texts["reference"], cfg.seed, judge)
     log(f"DPO policy: KL {point['kl']:.2f}, win rate {point['win_rate']:.1%}")
     result = {
         "dpo_point": point,
         "dpo_run": run.name,
         "dpo_eval_accuracy": status["final"].get("eval/dpo_accuracy"),
         "words_dpo": mean_words(texts["dpo"]),
-        "dpo_vs_reference": compare(texts["dpo"], texts["reference"], cfg.seed),
-        "ppo_vs_dpo": compare(texts["ppo"], texts["dpo"], cfg.seed),
+        "off_topic_dpo": off_topic_share(heldout, texts["dpo"]),
+        "dpo_vs_reference": compare(texts["dpo"], texts["reference"], cfg.seed, judge),
+        "ppo_vs_dpo": compare(texts["ppo"], texts["dpo"], cfg.seed, judge),
     }
-    return with_kept_matchup(result, texts, cfg.seed)
+    return with_kept_matchup(result, texts, cfg.seed, judge)
 
 
-def with_kept_matchup(dpo: dict, texts: dict[str, list[list[str]]], seed: int) -> dict:
+def with_kept_matchup(dpo: dict, texts: dict[str, list[list[str]]], seed: int, judge) -> dict:
     """DPO's results with PPO's kept checkpoint judged against DPO's policy (`kept_vs_dpo`) where the kept
     checkpoint's samples are known and the results lack it (a DPO stage kept from before 2026-12-06)."""
     from app.studies.demo_common import compare
 
     if not dpo or "kept_vs_dpo" in dpo or not texts.get("ppo_kept") or not texts.get("dpo"):
         return dpo
-    return {**dpo, "kept_vs_dpo": compare(texts["ppo_kept"], texts["dpo"], seed)}
+    return {**dpo, "kept_vs_dpo": compare(texts["ppo_kept"], texts["dpo"], seed, judge)}
 
 
-def run_rloo(
+def on_prompts_config(method: str, cfg: DemoConfig, model: str, rm_run: Path, ppo_run: Path):
+    """A method on prompts with PPO's settings where they mean the same (reward model, prompts, lengths, learning
+    rate, KL coefficient, checkpoints), RLOO_K responses per prompt, and PPO's sequences per step and steps (so as
+    many sequences sampled). Online DPO takes its own learning rate and beta (--online-dpo-lr, --online-dpo-beta)."""
+    from training.online_dpo.config import OnlineDPOConfig
+
+    ppo = run_config(ppo_run)
+    shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed", "rollout_engine")
+    common = dict(
+        actor=model,
+        reward=str(rm_run),
+        k=RLOO_K,
+        generation_batch_size=max(1, ppo["generation_batch_size"] // RLOO_K),
+        max_steps=read_status(ppo_run)["total_steps"],  # as many steps as PPO took: as many sequences sampled
+        epochs=10**6,  # max_steps decides; these see fewer distinct prompts, each k times
+        **{key: ppo[key] for key in shared + CHECKPOINTING},
+    )
+    if method == "online_dpo":
+        return OnlineDPOConfig(**{**common, "actor_lr": cfg.online_dpo_lr}, beta=cfg.online_dpo_beta)
+    return RLOOConfig(**common, reward_shape="win_fraction" if method == "rloo_pairwise" else "score")
+
+
+def run_on_prompts(
+    method: str,
     cfg: DemoConfig,
     db: str,
     model: str,
@@ -121,40 +155,31 @@ def run_rloo(
     log: Callable[[str], None],
     stages: Stages | None = None,
 ) -> dict:
-    """RLOO with PPO's settings where they mean the same (reward model, prompts, lengths, learning rate, KL
-    coefficient), RLOO_K responses per prompt, and PPO's sequences per step and steps (so as many sequences
-    sampled); its actor sampled on the held-out prompts and judged against the reference and against PPO's actor.
+    """A method on prompts (ON_PROMPTS) trained as `on_prompts_config` sets it, its actor sampled on the held-out
+    prompts and judged against the reference and against PPO's actor; its checkpoints as points of the KL plot.
     KL: its last training step's, as PPO's is read."""
-    from app.studies.demo_common import compare, mean_words
+    from app.studies.demo_common import compare, judging, mean_words
 
-    ppo = run_config(ppo_run)
-    shared = ("max_new_tokens", "min_new_tokens", "actor_lr", "kl_ctl", "dtype", "seed", "rollout_engine")
-    shared += CHECKPOINTING
-    rloo_cfg = RLOOConfig(
-        actor=model,
-        reward=str(rm_run),
-        k=RLOO_K,
-        generation_batch_size=max(1, ppo["generation_batch_size"] // RLOO_K),
-        max_steps=read_status(ppo_run)["total_steps"],  # as many steps as PPO took: as many sequences sampled
-        epochs=10**6,  # max_steps decides; RLOO sees fewer distinct prompts, each k times
-        **{key: ppo[key] for key in shared},
-    )
+    kind, _, seed = ON_PROMPTS[method]
+    judge = judging(cfg, heldout)
+    run_cfg = on_prompts_config(method, cfg, model, rm_run, ppo_run)
     run, mode = prepared_run(
-        stages, "rloo", rm_run.parent, lambda: prepare_run(db, rloo_cfg, ppo_run.parent), resumable=True
+        stages, method, rm_run.parent, lambda: prepare_run(db, run_cfg, ppo_run.parent), resumable=True
     )
-    status = train_and_sample("rloo", run, cfg, heldout, texts, cfg.seed + 4 * 10**6, log, mode)
+    status = train_and_sample(kind, run, cfg, heldout, texts, cfg.seed + seed, log, mode, key=method)
     return {
-        "rloo_run": run.name,
-        "rloo_checkpoints": checkpoint_points(cfg, run, heldout, texts, log, method="rloo"),
-        "rloo_kl": status["final"].get("reward/kl"),
-        "rloo_score": status["final"].get("reward/score_mean"),
-        "words_rloo": mean_words(texts["rloo"]),
-        "rloo_vs_reference": compare(texts["rloo"], texts["reference"], cfg.seed),
-        "ppo_vs_rloo": compare(texts["ppo"], texts["rloo"], cfg.seed),
+        f"{method}_run": run.name,
+        f"{method}_checkpoints": checkpoint_points(cfg, run, heldout, texts, log, method=method),
+        f"{method}_kl": status["final"].get("reward/kl"),
+        f"{method}_score": status["final"].get("reward/score_mean"),
+        f"words_{method}": mean_words(texts[method]),
+        f"off_topic_{method}": off_topic_share(heldout, texts[method]),
+        f"{method}_vs_reference": compare(texts[method], texts["reference"], cfg.seed, judge),
+        f"ppo_vs_{method}": compare(texts["ppo"], texts[method], cfg.seed, judge),
     }
 
 
-def policy_point(policy: Path, ppo_run: Path, samples: list, reference: list, seed: int) -> dict:
+def policy_point(policy: Path, ppo_run: Path, samples: list, reference: list, seed: int, judge) -> dict:
     """A trained policy as one point of the win-rate-against-KL plot: its KL, scores and length measured as PPO's
     checkpoints' are (PPO's held-out prompts, reference, reward models and sampling), its win rate over the reference
     from the demo's held-out samples."""
@@ -164,7 +189,7 @@ def policy_point(policy: Path, ppo_run: Path, samples: list, reference: list, se
 
     row = evaluate_policy(str(policy), PPOConfig.load(ppo_run / "config.json"))
     keep = ("kl", "score_mean", "heldout_score_mean", "length_mean")
-    return {**{k: row[k] for k in keep if k in row}, **compare(samples, reference, seed)}
+    return {**{k: row[k] for k in keep if k in row}, **compare(samples, reference, seed, judge)}
 
 
 def method_rows(r: dict) -> list[tuple[str, float, list[float]]]:
@@ -175,14 +200,16 @@ def method_rows(r: dict) -> list[tuple[str, float, list[float]]]:
         rows.append(("PPO actor vs DPO policy", r["ppo_vs_dpo"]["win_rate"], r["ppo_vs_dpo"]["ci95"]))
     if "kept_vs_dpo" in r:
         rows.append(("PPO's kept checkpoint vs DPO policy", r["kept_vs_dpo"]["win_rate"], r["kept_vs_dpo"]["ci95"]))
-    if "rloo_vs_reference" in r:
-        rows.append(("RLOO actor vs reference", r["rloo_vs_reference"]["win_rate"], r["rloo_vs_reference"]["ci95"]))
-        rows.append(("PPO actor vs RLOO actor", r["ppo_vs_rloo"]["win_rate"], r["ppo_vs_rloo"]["ci95"]))
+    for method, (_, title, _) in ON_PROMPTS.items():
+        if f"{method}_vs_reference" in r:
+            ours, ppo = r[f"{method}_vs_reference"], r[f"ppo_vs_{method}"]
+            rows.append((f"{title} actor vs reference", ours["win_rate"], ours["ci95"]))
+            rows.append((f"PPO actor vs {title} actor", ppo["win_rate"], ppo["ci95"]))
     return rows
 
 
 def method_table(r: dict) -> str:
     """The three-way table (GitHub Markdown; cells unpadded, so the report's one padded table stays the PPO steps)."""
-    lines = ["|matchup (scripted annotator)|win rate|95% interval|", "|---|---:|---|"]
+    lines = ["|matchup (the judge)|win rate|95% interval|", "|---|---:|---|"]
     lines += [f"|{name}|{w:.1%}|{lo:.1%}-{hi:.1%}|" for name, w, (lo, hi) in method_rows(r)]
     return "\n".join(lines)

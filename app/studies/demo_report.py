@@ -8,6 +8,7 @@ from pathlib import Path
 
 from annotation import scripted
 from app.studies.demo_common import finite
+from app.studies.demo_config import LEGACY
 from app.studies.demo_methods import method_rows, method_table
 from training.registry import step_rows
 from training.runs import read_metrics
@@ -82,7 +83,8 @@ def _what_ran(r: dict) -> str:
     dpo = f"; DPO (run `{r['dpo_run']}`) tuned it on the same pairs directly" if "dpo_run" in r else ""
     if "rloo_run" in r:
         dpo += f"; RLOO (run `{r['rloo_run']}`) against the same reward model, with no critic"
-    return f"""\
+    if c.get("taste", LEGACY["taste"]) == "concise":
+        return f"""\
 The scripted annotator ("{scripted.NAME}", `annotation/scripted.py`) prefers concise answers: fewer words win,
 counted in steps of {scripted.WORDS_PER_STEP} words (answers in the same step tie), and an answer under
 {scripted.MIN_WORDS} words ranks last. It ranked {c["k"]} samples of the SFT model (`{c["model"]}`) for each of
@@ -90,6 +92,21 @@ counted in steps of {scripted.WORDS_PER_STEP} words (answers in the same step ti
 (run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`) tuned the SFT model against it{dpo}.
 Everything below is measured on {r["heldout_prompts"]} held-out prompts that no step of training saw, with
 {c["k"]} samples per prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens)."""
+    from app.studies.demo_taste import taste_of
+
+    split = r.get("split", {})
+    part = c.get("evaluate_on", "test")
+    where = (
+        f"the {r['heldout_prompts']} prompts of the topic split's {part} part (split seed {c.get('split_seed', 0)};"
+        f" test topics {', '.join(split.get('test_topics', []))}; test template(s)"
+        f" {', '.join(repr(t) for t in split.get('test_templates', []))}; docs/evaluation.md)"
+    )
+    return f"""\
+{taste_of("population", c["annotators"], c["seed"]).describe()} They ranked {c["k"]} samples of the SFT model
+(`{c["model"]}`) for each of {r["train_prompts"]} training prompts: {r["rankings"]} rankings, {r["pairs"]}
+chosen/rejected pairs. A reward model (run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`)
+tuned the SFT model against it{dpo}. Everything below is judged by the panel on {where}, with {c["k"]} samples per
+prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens)."""
 
 
 def _forked(r: dict) -> str:
@@ -173,14 +190,17 @@ def headline(r: dict) -> list[str]:
         f"{r['score_actor']:.3f}; mean words {r['words_reference']:.1f} -> {r['words_actor']:.1f}",
         f"KL to the reference per PPO step: first {_nats((r['kl_per_step'] or [None])[0])}, last "
         f"{_nats((r['kl_per_step'] or [None])[-1])} nats ({r['ppo_steps']} steps)",
-        f"win rate of the actor over the reference (scripted annotator): {r['win_rate']:.1%} "
+        f"win rate of the actor over the reference (the judge): {r['win_rate']:.1%} "
         f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
     ]
     lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
-    if "rloo_kl" in r:
+    from app.studies.demo_methods import ON_PROMPTS
+
+    others = [f"{title} {_nats(r[f'{m}_kl'])}" for m, (_, title, _) in ON_PROMPTS.items() if f"{m}_kl" in r]
+    if others:
         lines.append(
-            f"KL to the reference at the last training step: PPO {_nats(r['kl_per_step'][-1])}, RLOO "
-            f"{_nats(r['rloo_kl'])} nats"
+            f"KL to the reference at the last training step: PPO {_nats(r['kl_per_step'][-1])}, "
+            f"{', '.join(others)} nats"
         )
     if r.get("watch"):
         from app.studies.demo_watch import equal_kl_lines, finding_lines

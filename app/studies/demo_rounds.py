@@ -71,7 +71,7 @@ def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, pre
     from app.jobs.round_config import RoundConfig
     from app.jobs.rounds import start_round
     from app.jobs.training import prepare_run, run_training
-    from app.studies.demo_common import ppo_config, rank_samples
+    from app.studies.demo_common import demo_taste, ppo_config, rank_samples
     from training.reward.config import RewardConfig
 
     cfg, log, t0 = ctx["cfg"], ctx["log"], time.time()
@@ -93,7 +93,7 @@ def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, pre
         ),
         log=log,
     )
-    ranked = rank_samples(db, round_)
+    ranked = rank_samples(db, demo_taste(cfg), round_)
     rm_model = ctx["reward_base"] if first else str(previous["rm"] / "model")
     ensemble = 2 if ctx["ensemble"] else 1  # every arm alike: with a disagree arm, all train a 2-member ensemble
     rm_cfg = RewardConfig(model=rm_model, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed)
@@ -124,18 +124,19 @@ def _finished(run: Path, status: dict) -> None:
 def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
     """The reward model's held-out accuracy and the actor's win rate over the SFT model, on the held-out prompts."""
     from annotation.winrate import ratio_bootstrap_ci
-    from app.studies.demo_common import compare, pair_counts, sample_texts, sampling_config
+    from app.studies.demo_common import compare, judging, pair_counts, sample_texts, sampling_config
     from training.generation import open_sampler
     from training.scoring import score_texts
 
     cfg, heldout, reference = ctx["cfg"], ctx["heldout"], ctx["reference"]
     scores = score_texts(rm / "model", heldout, reference, cfg.dtype, ctx["max_length"])
-    counts = pair_counts(reference, scores)
+    judge = judging(cfg, heldout)
+    counts = pair_counts(heldout, reference, scores, judge.taste)
     pairs = sum(t for _, t in counts)
     accuracy = sum(r for r, _ in counts) / pairs
     with open_sampler(sampling_config(cfg, str(ppo / "actor"))) as sampler:
         actor = sample_texts(sampler, heldout, cfg.k, cfg.seed + 2 * 10**6)
-    won = compare(actor, reference, cfg.seed)
+    won = compare(actor, reference, cfg.seed, judge)
     rm_ci = list(ratio_bootstrap_ci(counts, seed=cfg.seed))
     return {
         "rm_accuracy": accuracy,

@@ -95,12 +95,13 @@ ADDS_ONLY = ("seed", "methods", "campaign")
 
 def settings_that_differ(configs: list[dict]) -> list[str]:
     """The demo settings on which the configs disagree, other than ADDS_ONLY (a setting a config lacks, written before
-    it existed, reads as its default; a --ppo-settings entry equal to PPO's default is no setting)."""
+    it existed, reads as what it ran with: LEGACY, else its default; a --ppo-settings entry equal to PPO's default
+    is no setting)."""
     import dataclasses
 
-    from app.studies.demo_config import DemoConfig
+    from app.studies.demo_config import LEGACY, DemoConfig
 
-    full = [{**dataclasses.asdict(DemoConfig()), **c} for c in configs]
+    full = [{**dataclasses.asdict(DemoConfig()), **LEGACY, **c} for c in configs]
     for f in full:
         f["ppo_settings"] = ppo_changes(f["ppo_settings"])
     return [k for k in full[0] if k not in ADDS_ONLY and any(f.get(k) != full[0][k] for f in full[1:])]

@@ -101,7 +101,14 @@ def load_settings(folder: Path, cls: type, given: dict) -> tuple[Any, bool, int]
     unknown = sorted(set(saved["config"]) - known)
     if unknown:
         raise UserError(f"{folder / SETTINGS_FILE} has settings this version does not know: {', '.join(unknown)}")
-    return cls(**saved["config"]), bool(saved["quick"]), int(saved["seeds"])
+    return cls(**{**legacy(cls), **saved["config"]}), bool(saved["quick"]), int(saved["seeds"])
+
+
+def legacy(cls: type) -> dict:
+    """What a settings file written before a setting existed ran with (DemoConfig's LEGACY; {} for another class)."""
+    from app.studies.demo_config import LEGACY, DemoConfig
+
+    return dict(LEGACY) if cls is DemoConfig else {}
 
 
 def prepared_run(
@@ -147,7 +154,12 @@ KEPT_SETTINGS = (  # what the kept stages were made with: a fork may not change 
     "model",
     "reward_base",
     "n_prompts",
+    "split",
+    "split_seed",
+    "evaluate_on",
     "heldout",
+    "taste",
+    "annotators",
     "k",
     "max_new_tokens",
     "min_new_tokens",
@@ -191,9 +203,10 @@ def kept_stages(done: dict, cfg: Any, parent: Any) -> tuple[list[str], list[str]
         runs += [done["dpo"]["value"][0]["dpo_run"]]  # a method stage's value: [results, held-out samples]
     if ppo:
         runs += [done["ppo"]["value"]]
-        if "rloo" in done and "rloo" in methods:
-            stages.append("rloo")
-            runs += [done["rloo"]["value"][0]["rloo_run"]]
+        for name in ("rloo", "rloo_pairwise", "online_dpo"):  # demo_methods.ON_PROMPTS: PPO's settings, PPO's steps
+            if name in done and name in methods:
+                stages.append(name)
+                runs += [done[name]["value"][0][f"{name}_run"]]
     return stages, runs
 
 
@@ -265,12 +278,14 @@ def fork_demo(source: Path, folder: Path, cfg: Any, parent: Any) -> list[str]:
     for name in ("snapshots", "models", *(f"runs/{run}" for run in runs)):
         if (source / name).is_dir():
             _copy_tree(source / name, folder / name, old, new)
-    shutil.copy2(source / "heldout_prompts.txt", folder / "heldout_prompts.txt")
+    for name in ("heldout_prompts.txt", "split.json"):  # split.json: demos from 2026-12-07 on
+        if (source / name).is_file():
+            shutil.copy2(source / name, folder / name)
     copy_store(source / "store.duckdb", folder / "store.duckdb")
     with write(str(folder / "store.duckdb")) as con:
         keep_runs(con, runs, old, new)
     state = json.loads(json.dumps({"done": {k: done[k] for k in stages}, "started": {}}).replace(old, new))
-    for name, key in (("dpo", "dpo_run"), ("rloo", "rloo_run")):
+    for name, key in (("dpo", "dpo_run"), *((m, f"{m}_run") for m in ("rloo", "rloo_pairwise", "online_dpo"))):
         if name in done and name not in stages and done[name]["value"][0][key] in runs:
             state["started"][name] = done[name]["value"][0][key]
     state["forked"] = {"from": old, "kept": stages}

@@ -48,14 +48,15 @@ def checkpoint_points(
     optimised and the held-out judge's score on the store's held-out prompts) and the scripted annotator's win rate
     over the reference on the demo's held-out prompts. The run's final actor reuses the samples the demo already drew
     from it (texts[method]); the samples of the checkpoint the held-out judge keeps go to texts[method + "_kept"]."""
-    from app.studies.demo_common import compare, mean_words
+    from app.studies.demo_common import compare, judging, mean_words
 
+    judge = judging(cfg, heldout)
     rows = [r for r in read_checkpoints(ppo_run) if Path(r.get("actor", "")).is_dir()]
     chosen = best_checkpoint(rows)
     points = []
     for r in rows:
         samples = checkpoint_samples(cfg, ppo_run, r["actor"], heldout, texts[method])
-        won = compare(samples, texts["reference"], cfg.seed)
+        won = compare(samples, texts["reference"], cfg.seed, judge)
         if r is chosen:
             texts[f"{method}_kept"] = samples
         log(f"{method} checkpoint step {r['step']}: KL {r['kl']:.2f}, win rate {won['win_rate']:.1%}")
@@ -93,7 +94,7 @@ def kept_samples_again(
     """The kept checkpoint's samples for a demo whose checkpoints stage ran before they were kept (2026-12-06):
     drawn again from its weights (None, said in one line, where they are gone), checked against the win rate over
     the reference that the stage recorded."""
-    from app.studies.demo_common import compare
+    from app.studies.demo_common import compare, judging
 
     kept = next((p for p in watch.get("checkpoints") or [] if p.get("chosen")), None)
     row = next((r for r in read_checkpoints(ppo_run) if kept and r["step"] == kept["step"]), None)
@@ -103,7 +104,7 @@ def kept_samples_again(
         log(f"the kept checkpoint (step {kept['step']}) has no weights left at {row.get('actor')}: not judged")
         return None
     samples = checkpoint_samples(cfg, ppo_run, row["actor"], heldout, texts["ppo"])
-    again = compare(samples, texts["reference"], cfg.seed)["win_rate"]
+    again = compare(samples, texts["reference"], cfg.seed, judging(cfg, heldout))["win_rate"]
     log(
         f"the kept checkpoint (step {kept['step']}) sampled again: win rate {again:.1%} over the reference, "
         f"{'as' if again == kept['win_rate'] else 'where'} the checkpoints stage recorded {kept['win_rate']:.1%}"
@@ -139,10 +140,12 @@ def best_of_n_points(
 ) -> list[dict]:
     """Best-of-n of the reference for n = 1, 2, 4, ..., cfg.best_of: one set of cfg.best_of samples per held-out
     prompt, the pick among the first n by the reward model PPO optimised, judged against the reference's samples."""
-    from app.studies.demo_common import compare, mean_words, sample_texts, sampling_config
+    from app.studies.demo_common import compare, judging, mean_words, sample_texts, sampling_config
+    from app.studies.demo_taste import off_topic_share
     from training.generation import open_sampler
     from training.scoring import score_texts
 
+    judge = judging(cfg, heldout)
     with open_sampler(sampling_config(cfg, model)) as sampler:
         samples = sample_texts(sampler, heldout, cfg.best_of, cfg.seed + BEST_OF_SEED)
     scores = score_texts(reward_model, heldout, samples, cfg.dtype, max_length)
@@ -156,7 +159,8 @@ def best_of_n_points(
                 "kl": best_of_n_kl(n),
                 "score_mean": score,
                 "words": mean_words(picks),
-                **compare(picks, reference, cfg.seed),
+                "off_topic": off_topic_share(heldout, picks),
+                **compare(picks, reference, cfg.seed, judge),
             }
         )
     return points
@@ -200,8 +204,11 @@ def method_curves(r: dict) -> dict[str, list[dict]]:
     """The demo's methods as points of win rate against KL: PPO's and RLOO's evaluated checkpoints, best-of-N of the
     reference, DPO's policy (one point)."""
     curves = {"PPO": r.get("checkpoints") or [], "best-of-N": r.get("best_of_n") or []}
-    if "rloo_checkpoints" in r:
-        curves["RLOO"] = r["rloo_checkpoints"]
+    from app.studies.demo_methods import ON_PROMPTS
+
+    for method, (_, title, _) in ON_PROMPTS.items():
+        if f"{method}_checkpoints" in r:
+            curves[title] = r[f"{method}_checkpoints"]
     if "dpo_point" in r:
         curves["DPO"] = [r["dpo_point"]]
     return curves
