@@ -106,7 +106,12 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert all(p["heldout_score_mean"] is not None and 0 <= p["win_rate"] <= 1 for p in r["checkpoints"])
     assert r["checkpoints"][-1]["win_rate"] == r["win_rate"]  # the last checkpoint is the actor the demo judged
     assert r["watch"]["chosen_step"] in steps and "checkpoint chosen by the held-out judge" in out
-    for png in ("win_rate_vs_kl.png", "watch.png"):
+    # one sample of each trained policy against best-of-N, by samples drawn at inference
+    v = r["one_sample"]
+    assert v["best_of"] == "best-of-16" and v["verdict"] in ("above", "within", "below")
+    assert v["win_rate"] == max(r[k]["win_rate"] for k in r if k.endswith("_vs_reference")) or v["policy"] == "PPO"
+    assert "## One sample against best-of-N" in report and "|best-of-16|16|1.84|" in report
+    for png in ("win_rate_vs_kl.png", "watch.png", "win_rate_vs_samples.png"):
         assert f"({png})" in report and (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # RLOO on the same reward model and prompts, PPO's sequences per step, judged the same way
     from training.registry import run_config

@@ -52,6 +52,8 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
         "PPO's kept checkpoint over the reference",
         "PPO's kept checkpoint minus best-of-16",
         "PPO's best checkpoint minus best-of-N at its KL",
+        "PPO (1 sample) minus best-of-16",
+        "DPO (1 sample) minus best-of-16",
         "PPO's KL to the reference at the last step (nats)",
         "PPO's kept checkpoint's KL to the reference (nats)",
         "DPO's KL to the reference (nats)",
@@ -76,6 +78,9 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
         "difference over seeds",
         "PPO's best checkpoint minus best-of-N at its KL: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear "
         "difference over seeds",
+        "PPO (1 sample) minus best-of-16: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear difference over "
+        "seeds",
+        "DPO (1 sample) minus best-of-16: +10.0 pts (+10.0 pts to +10.0 pts), above zero",
     ]
     md = report(combined)
     row = "|PPO actor over the reference|60.0% (55.0%-65.0%)|70.0% (65.0%-75.0%)|80.0% (75.0%-85.0%)|"

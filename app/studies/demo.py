@@ -229,9 +229,11 @@ def stage_times(stages) -> dict:
 def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run: Path, ppo_run: Path) -> dict:
     """The comparison at equal KL and the checks onto the results, then results.json, the samples and the report."""
     from app.studies.demo_report import write_report
+    from app.studies.demo_samples import one_sample_verdict
     from app.studies.demo_watch import at_equal_kl, method_curves
 
     results["equal_kl"] = at_equal_kl(method_curves(results))
+    results["one_sample"] = one_sample_verdict(results)
     results["checks"] = checks(results, QUICK_BARS if results["quick"] else FULL_BARS)
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_samples(folder / "samples.jsonl", heldout, texts)

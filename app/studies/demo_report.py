@@ -134,6 +134,25 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
         from app.studies.demo_campaign import campaign_section
 
         campaign = campaign_section(r["campaign"])
+    one_sample = ""
+    if r.get("best_of_n"):
+        from app.studies.demo_samples import plot_samples, samples_table, verdict_line
+
+        plot_samples(folder, r)
+        one_sample = f"""
+## One sample against best-of-N
+
+Every trained policy with one sample at inference against best-of-N of the reference (N samples, the reward
+model's pick), each by its win rate over the reference as the judge sees it, on the judged prompts. KL: a trained
+policy's as its final checkpoint was measured (the store's held-out prompts, PPO's settings), best-of-N's analytic
+bound log N - (N - 1) / N. Off-topic: the share of answers that share no content word with their prompt.
+
+{samples_table(r)}
+
+{verdict_line(r)}.
+
+![win rate against samples](win_rate_vs_samples.png)
+"""
     c = r["config"]
     kl_rows, examples = _curve_rows(ppo_rows), _examples(samples[:4])
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings_s"].items())
@@ -146,10 +165,10 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
 {chr(10).join("- " + line for line in headline(r)[:-1])}
 
 {method_table(r)}
-
-The win rate is the annotator's verdict (1 win, 0.5 tie, 0 loss) averaged over every actor sample x reference
+{one_sample}
+The win rate is the judge's verdict (1 win, 0.5 tie, 0 loss) averaged over every actor sample x reference
 sample couple of a prompt, then over prompts; the interval is a bootstrap over prompts. The reward model's
-held-out accuracy counts the annotator's pairs among the reference samples (ties make no pair; an equal score is
+held-out accuracy counts the truth's pairs among the reference samples (ties make no pair; an equal score is
 wrong).
 
 ## Reward model
@@ -207,6 +226,10 @@ def headline(r: dict) -> list[str]:
 
         lines += finding_lines(r["watch"], r["config"]["best_of"])
         lines += equal_kl_lines(r.get("equal_kl") or {})
+    if r.get("best_of_n"):
+        from app.studies.demo_samples import verdict_line
+
+        lines.append(verdict_line(r))
     if r.get("campaign"):
         from app.studies.demo_campaign import campaign_lines
 

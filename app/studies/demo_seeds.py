@@ -47,6 +47,7 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
             watch["peak_win_rate"] - watch["best_of_n_at_peak_kl"],
             None,
         )
+    out |= one_sample_headlines(r)
     if r.get("kl_per_step"):
         out["PPO's KL to the reference at the last step (nats)"] = (r["kl_per_step"][-1], None)
     kept = next((c for c in r.get("checkpoints") or [] if c.get("chosen")), None)
@@ -57,6 +58,23 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
     if top and top.get("kl") is not None:
         out[f"best-of-{top['n']}'s KL bound (nats)"] = (top["kl"], None)
     return out | campaign_headlines(r.get("campaign"))
+
+
+def one_sample_headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
+    """Each trained policy's one sample minus the largest best-of-N, each over the reference (issue 52's question),
+    and the off-topic shares of the reference, of best-of-N and of each policy (a seed without them: n/a)."""
+    from app.studies.demo_samples import best_of_rows, policy_rows
+
+    best = best_of_rows(r)
+    if not best:
+        return {}
+    top, out = best[-1], {}
+    for p in policy_rows(r):
+        out[f"{p['name']} (1 sample) minus {top['name']}"] = (p["win_rate"] - top["win_rate"], None)
+    for p in [{"name": "reference", "off_topic": r.get("off_topic_reference")}, top, *policy_rows(r)]:
+        if p["off_topic"] is not None:
+            out[f"off-topic share: {p['name']}"] = (p["off_topic"], None)
+    return out
 
 
 def campaign_headlines(c: dict | None) -> dict[str, tuple[float, list[float] | None]]:
