@@ -106,6 +106,14 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert all(p["heldout_score_mean"] is not None and 0 <= p["win_rate"] <= 1 for p in r["checkpoints"])
     assert r["checkpoints"][-1]["win_rate"] == r["win_rate"]  # the last checkpoint is the actor the demo judged
     assert r["watch"]["chosen_step"] in steps and "checkpoint chosen by the held-out judge" in out
+    # the reward model's report: best-of-K rows exported in RewardBench 2's shape, spread, strength, length
+    m = r["reward_model"]
+    rows = [json.loads(line) for line in (folder / "rm_best_of_k.jsonl").open()]
+    assert len(rows) == m["best_of_k_prompts"] > 0 and m["k"] == r["config"]["k"]
+    assert m["best_of_k_accuracy"] == pytest.approx(sum(row["correct"] for row in rows) / len(rows))
+    assert all(row["chosen"] and row["rejected"] for row in rows) and len(m["accuracy_by_strength"]) == 3
+    assert m["score_std_within_prompt"] > 0 and -1 <= m["length_correlation"] <= 1
+    assert "best-of-4 accuracy" in report
     # one sample of each trained policy against best-of-N, by samples drawn at inference
     v = r["one_sample"]
     assert v["best_of"] == "best-of-16" and v["verdict"] in ("above", "within", "below")

@@ -50,6 +50,7 @@ from app.studies.demo_common import (
 )
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_methods import ON_PROMPTS, methods_of, run_dpo, run_on_prompts, with_kept_matchup
+from app.studies.demo_rm import rm_report, within_prompt_std
 from app.studies.demo_taste import off_topic_share
 from store.errors import UserError
 from training.generation import open_sampler
@@ -69,6 +70,8 @@ SAMPLE_KEYS = (
     ("online_dpo", "online_dpo"),
 )  # samples.jsonl key, method
 
+
+RM_ROWS = "rm_best_of_k.jsonl"
 
 # What "it worked" means: the issue's thresholds for the full demo, the right direction for --quick. A bar at
 # chance (0.5) must be beaten, not met: a win rate of exactly 0.5 is no evidence that PPO did anything.
@@ -235,6 +238,9 @@ def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run:
     results["equal_kl"] = at_equal_kl(method_curves(results))
     results["one_sample"] = one_sample_verdict(results)
     results["checks"] = checks(results, QUICK_BARS if results["quick"] else FULL_BARS)
+    rows = (results.get("reward_model") or {}).pop("best_of_k_rows", None)
+    if rows is not None:  # RewardBench 2's row shape: chosen list, rejected list (app/studies/demo_rm.py)
+        (folder / RM_ROWS).write_text("".join(json.dumps(row) + "\n" for row in rows))
     (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_samples(folder / "samples.jsonl", heldout, texts)
     write_report(folder, results, rm_run, ppo_run)
@@ -264,10 +270,13 @@ def evaluate_actor(
     actor_scores = score_texts(rm_run / "model", heldout, actor, cfg.dtype, max_length)
     judge = judging(cfg, heldout)
     accuracy, acc_pairs = pair_accuracy(heldout, reference, ref_scores, judge.taste)
+    rm, rows = rm_report(heldout, reference, ref_scores, judge.taste)
+    rm["score_std_within_prompt_actor"] = within_prompt_std(actor_scores)
     ppo_vs_ref = compare(actor, reference, cfg.seed, judge)
     return actor, {
         "rm_accuracy_heldout_prompts": accuracy,
         "rm_accuracy_pairs": acc_pairs,
+        "reward_model": {**rm, "best_of_k_rows": rows},
         "score_reference": _mean(ref_scores),
         "score_actor": _mean(actor_scores),
         "words_reference": mean_words(reference),

@@ -109,6 +109,25 @@ tuned the SFT model against it{dpo}. Everything below is judged by the panel on 
 prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens)."""
 
 
+def _rm_section(r: dict) -> str:
+    """What predicts RL's success beyond pair accuracy (app/studies/demo_rm.py); "" for a demo without it."""
+    m = r.get("reward_model")
+    if not m:
+        return ""
+    strength = ", ".join(
+        f"{b['accuracy']:.1%} of {b['pairs']} (margin {b['margin_low']:.2f}-{b['margin_high']:.2f})"
+        for b in m["accuracy_by_strength"]
+    )
+    return f"""
+On the judged prompts' reference samples: best-of-{m["k"]} accuracy {m["best_of_k_accuracy"]:.1%} on
+{m["best_of_k_prompts"]} prompts (the truth's best scored above every other sample; chance about 1/{m["k"]}; the rows,
+RewardBench 2's shape, in `rm_best_of_k.jsonl`); pair accuracy by the truth's margin, weakest third first: {strength};
+score spread within a prompt {m["score_std_within_prompt"]:.3f} on the reference's samples and
+{m["score_std_within_prompt_actor"]:.3f} on PPO's (over all samples {m["score_std_all"]:.3f}); correlation of score
+and words {m["length_correlation"]:.2f}.
+"""
+
+
 def _forked(r: dict) -> str:
     if not r.get("forked"):
         return ""
@@ -174,7 +193,7 @@ wrong).
 ## Reward model
 
 ![reward model](reward_model.png)
-
+{_rm_section(r)}
 ## PPO
 
 ![ppo](ppo.png)
@@ -212,6 +231,14 @@ def headline(r: dict) -> list[str]:
         f"win rate of the actor over the reference (the judge): {r['win_rate']:.1%} "
         f"(95% CI {r['win_rate_ci95'][0]:.1%}-{r['win_rate_ci95'][1]:.1%})",
     ]
+    if r.get("reward_model"):
+        m = r["reward_model"]
+        lines.insert(
+            1,
+            f"reward model: best-of-{m['k']} accuracy {m['best_of_k_accuracy']:.1%} on {m['best_of_k_prompts']} "
+            f"prompts, score spread within a prompt {m['score_std_within_prompt']:.3f}, correlation with words "
+            f"{m['length_correlation']:.2f}",
+        )
     lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
     from app.studies.demo_methods import ON_PROMPTS
 

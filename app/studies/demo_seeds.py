@@ -48,6 +48,10 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
             None,
         )
     out |= one_sample_headlines(r)
+    if r.get("reward_model"):
+        m = r["reward_model"]
+        out[f"reward model: best-of-{m['k']} accuracy"] = (m["best_of_k_accuracy"], None)
+        out["reward model: score's correlation with words"] = (m["length_correlation"], None)
     if r.get("kl_per_step"):
         out["PPO's KL to the reference at the last step (nats)"] = (r["kl_per_step"][-1], None)
     kept = next((c for c in r.get("checkpoints") or [] if c.get("chosen")), None)
