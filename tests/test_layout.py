@@ -1,5 +1,5 @@
-"""The architecture's one-way imports (DESIGN.md): app -> annotation -> store, app -> training; nothing imports app;
-training never opens the database; store and annotation do not import torch when they are imported."""
+"""The architecture's one-way imports (docs/architecture.md): app -> annotation -> store, app -> training; nothing
+imports app; training never opens the database; store and annotation do not import torch when they are imported."""
 
 import ast
 import subprocess
