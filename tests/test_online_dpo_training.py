@@ -43,20 +43,25 @@ def test_online_dpo_learns_a_known_reward_from_its_own_samples(
 
 
 @pytest.mark.integration
-def test_rloo_on_win_fractions_learns_the_known_reward(tmp_path, db, cli, tiny_model_dir, liked_rm, prompts_file):
+@pytest.mark.parametrize("shape", ["win_fraction", "quantile"])
+def test_rloo_on_a_scale_free_reward_learns_the_known_reward(
+    tmp_path, db, cli, tiny_model_dir, liked_rm, prompts_file, shape
+):
     runs = tmp_path / "runs"
     code, _, err = cli(
         "train-rloo", "--actor", str(tiny_model_dir), "--reward", str(liked_rm), "--prompts", str(prompts_file),
-        "--reward-shape", "win_fraction", "--k", "4", "--generation-batch-size", "4", "--max-new-tokens", "16",
+        "--reward-shape", shape, "--k", "4", "--generation-batch-size", "4", "--max-new-tokens", "16",
         "--max-steps", "8", "--epochs", "10", "--top-k", "20", "--actor-lr", "3e-3", "--kl-ctl", "0.01",
         "--runs-dir", str(runs),
     )  # fmt: skip
     assert code == 0, err
     (run,) = runs.iterdir()
-    assert json.loads((run / "config.json").read_text())["reward_shape"] == "win_fraction"
+    assert json.loads((run / "config.json").read_text())["reward_shape"] == shape
     steps = steps_of(run)
-    # win fractions of 4 responses sum to 2, so the mean reward before the KL penalty is exactly 1/2
-    assert steps[1]["reward/total_mean"] == pytest.approx(0.5, abs=1e-3)
+    if shape == "win_fraction":  # 4 win fractions sum to 2: the mean reward before the KL penalty is exactly 1/2
+        assert steps[1]["reward/total_mean"] == pytest.approx(0.5, abs=1e-3)
+    else:  # the reference's own samples, drawn each step beside the actor's
+        assert steps[1]["perf/part/reference_decode_s"] > 0 and 0 <= steps[1]["reward/total_mean"] <= 1
     scores = [steps[s]["reward/score_mean"] for s in sorted(steps)]
     assert sum(scores[-2:]) / 2 > sum(scores[:2]) / 2 + 0.5, scores
 
@@ -83,4 +88,4 @@ def test_rloo_refuses_an_unknown_reward_shape(cli, db, tmp_path, models):
     prompts.write_text("one\ntwo\n")
     args = ["train-rloo", "--actor", models["actor"], "--reward", models["reward"], "--prompts", str(prompts)]
     code, _, err = cli(*args, "--reward-shape", "rank", "--runs-dir", str(tmp_path / "runs"))
-    assert code == 1 and "reward_shape must be score or win_fraction" in err
+    assert code == 1 and "reward_shape must be score, win_fraction or quantile" in err

@@ -84,3 +84,15 @@ def test_the_win_fraction_ignores_the_scores_scale_offset_and_order_within_a_pro
     assert ranks == scores.argsort().tolist()  # the order is the score's
     with pytest.raises(ValueError):
         win_fractions(torch.zeros(5), 2)
+
+
+def test_the_quantile_reward_is_the_scores_place_among_the_references_samples():
+    from training.rloo.losses import quantile_rewards
+
+    scores = torch.tensor([0.5, 2.0, -1.0, 1.0])  # two prompts, k = 2
+    ref = torch.tensor([0.0, 1.0, 1.0, 3.0, 1.0, 1.0, 1.0, 1.0])  # m = 4 each
+    # prompt 0: 0.5 beats 0.0 -> 1/4; 2.0 beats 0, 1, 1 -> 3/4. prompt 1: -1 beats none -> 0; 1.0 ties all four -> 1/2
+    assert quantile_rewards(scores, ref, k=2, m=4).tolist() == pytest.approx([0.25, 0.75, 0.0, 0.5])
+    assert quantile_rewards(scores * 10 + 3, ref * 10 + 3, 2, 4).tolist() == pytest.approx([0.25, 0.75, 0.0, 0.5])
+    with pytest.raises(ValueError):
+        quantile_rewards(scores, ref[:6], k=2, m=4)

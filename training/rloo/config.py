@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from training.prompts_config import PromptsConfig
 
 LOSSES = ("clipped", "reinforce")
-REWARDS = ("score", "win_fraction")
+REWARDS = ("score", "win_fraction", "quantile")
 
 
 @dataclass
@@ -22,9 +22,13 @@ class RLOOConfig(PromptsConfig):
     reward_shape: str = field(
         default="score",
         metadata={
-            "help": "score (the reward model's, clipped) or win_fraction (each response's mean Bradley-Terry chance "
-            "of beating the prompt's other k - 1: scale-free)"
+            "help": "score (the reward model's, clipped), win_fraction (each response's mean Bradley-Terry chance "
+            "of beating the prompt's other k - 1) or quantile (its score's quantile among calibration_samples "
+            "samples of the reference: InfAlign's calibrated reward); the last two are scale-free"
         },
+    )
+    calibration_samples: int = field(
+        default=4, metadata={"help": "with reward_shape=quantile: reference samples per prompt each step"}
     )
     update_epochs: int = field(default=1, metadata={"help": "passes over each rollout batch (reinforce: 1)"})
     minibatch_size: int = field(default=8, metadata={"help": "sequences per rank per update micro-batch"})
@@ -47,7 +51,9 @@ class RLOOConfig(PromptsConfig):
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be clipped or reinforce, got {self.loss}")
         if self.reward_shape not in REWARDS:
-            raise ValueError(f"reward_shape must be score or win_fraction, got {self.reward_shape}")
+            raise ValueError(f"reward_shape must be score, win_fraction or quantile, got {self.reward_shape}")
+        if self.calibration_samples < 1:
+            raise ValueError(f"calibration_samples must be >= 1, got {self.calibration_samples}")
         if min(self.update_epochs, self.minibatch_size) < 1:
             raise ValueError("update_epochs and minibatch_size must be >= 1")
         if self.loss == "reinforce" and self.update_epochs != 1:

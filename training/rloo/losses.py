@@ -40,6 +40,21 @@ def win_fractions(scores: torch.Tensor, k: int) -> torch.Tensor:
     return ((odds.sum(2) - 0.5) / (k - 1)).view(-1)  # less sigmoid(0) = 1/2, the response against itself
 
 
+def quantile_rewards(scores: torch.Tensor, ref_scores: torch.Tensor, k: int, m: int) -> torch.Tensor:
+    """The calibrated reward (InfAlign, Balashankar et al. 2025): each response's score as its quantile among m
+    samples of the reference for the same prompt, Q_i = (#{ref < s_i} + #{ref = s_i} / 2) / m, in [0, 1]. Free of
+    the score's scale and offset, and of how the reward model spreads one prompt's scores against another's.
+    scores (P * k,) and ref_scores (P * m,), both prompt-major."""
+    if k < 1 or m < 1:
+        raise ValueError(f"a quantile needs k >= 1 responses and m >= 1 reference samples per prompt, got {k}, {m}")
+    if scores.shape[0] % k or ref_scores.shape[0] % m or scores.shape[0] // k != ref_scores.shape[0] // m:
+        raise ValueError(f"{scores.shape[0]} scores in groups of {k} and {ref_scores.shape[0]} in groups of {m}")
+    s = scores.view(-1, k, 1)
+    ref = ref_scores.view(-1, 1, m).to(s.dtype)
+    below = (ref < s).to(s.dtype).sum(2) + 0.5 * (ref == s).to(s.dtype).sum(2)
+    return (below / m).view(-1)
+
+
 def leave_one_out_advantages(rewards: torch.Tensor, k: int) -> torch.Tensor:
     """A_i = R_i - mean_{j != i} R_j within each prompt's k responses; rewards (N,) prompt-major, N = P * k, k >= 2.
 

@@ -28,12 +28,13 @@ from training.prompt_run import (
 from training.rloo.config import RLOOConfig
 from training.rloo.losses import (
     leave_one_out_advantages,
+    quantile_rewards,
     reinforce_loss,
     sequence_rewards,
     token_advantages,
     win_fractions,
 )
-from training.rollout import Experience, rollout, score
+from training.rollout import Experience, rollout, score, shape_scores
 
 
 def make_experience(
@@ -52,10 +53,26 @@ def make_experience(
         m.actor.train()
     exp = score(batch, m.actor, m.ref, None, m.judges, stats, cfg, live=cfg.single_pass, clock=m.clock)
     kl = kl_estimate(exp.logprobs, exp.ref_logprobs, cfg.kl_estimator)
-    shaped = win_fractions(exp.scores, cfg.k) if cfg.reward_shape == "win_fraction" else exp.scores
+    shaped = exp.scores
+    if cfg.reward_shape == "win_fraction":
+        shaped = win_fractions(exp.scores, cfg.k)
+    elif cfg.reward_shape == "quantile":
+        shaped = quantile_rewards(exp.scores, reference_scores(m, cfg, prompts, stats), cfg.k, cfg.calibration_samples)
     rewards = sequence_rewards(shaped.to(kl.dtype), kl, exp.mask, cfg.kl_ctl, cfg.clip_reward_value)
     exp.advantages = token_advantages(leave_one_out_advantages(rewards, cfg.k), exp.mask)
     return exp, rewards
+
+
+@torch.no_grad()
+def reference_scores(m: Models, cfg: RLOOConfig, prompts: list[list[int]], stats) -> torch.Tensor:
+    """The reward model's scores (shaped as the actor's are) of calibration_samples samples of the frozen reference
+    for each prompt, prompt-major: the distribution a quantile reward is read against."""
+    repeated = [p for p in prompts for _ in range(cfg.calibration_samples)]
+    with m.clock.part("reference_decode"):
+        batch = rollout(m.ref, repeated, m.tokenizer, cfg, m.synced)
+    with m.clock.part("reward_forward"):
+        raw, _ = m.judges(batch["ids"], batch["attention_mask"], batch["prompt_len"] + batch["lengths"] - 1)
+    return shape_scores(raw, batch["ended"], *stats, cfg.missing_eos_penalty)
 
 
 def update(m: Models, mb: Experience, cfg: RLOOConfig) -> dict:
