@@ -119,7 +119,7 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert v["best_of"] == "best-of-16" and v["verdict"] in ("above", "within", "below")
     from app.studies.demo_samples import policy_rows
 
-    assert v["win_rate"] == max(p["win_rate"] for p in policy_rows(r)) and len(policy_rows(r)) >= 5
+    assert (v["policy"], v["win_rate"]) == ("PPO", r["win_rate"]) and len(policy_rows(r)) >= 5  # --recommend ppo
     assert "## One sample against best-of-N" in report and "|best-of-16|16|1.84|" in report
     for png in ("win_rate_vs_kl.png", "watch.png", "win_rate_vs_samples.png"):
         assert f"({png})" in report and (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -242,6 +242,8 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         (["--evaluate-on", "train"], "--evaluate-on test or validation"),
         (["--taste", "sweet"], "--taste must be population or concise, got 'sweet'"),
         (["--annotators", "0"], "--annotators must be at least 1"),
+        (["--recommend", "rloo"], "--recommend must be one of the demo's --methods (ppo, dpo), got rloo"),
+        (["--methods", "ppo,online_dpo", "--online-dpo-beta", "0"], "--online-dpo-*: beta must be > 0"),
         (["--dtype", "fp16"], "--dtype must be auto, fp32 or bf16"),
         (["--min-new-tokens", "64"], "--min-new-tokens must be"),
         (["--ppo-settings", "whiten=true"], "'whiten=true' is not key=value with a PPO setting"),

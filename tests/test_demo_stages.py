@@ -260,3 +260,28 @@ def test_an_old_demos_kept_checkpoint_is_judged_against_dpo_where_its_samples_ar
     assert with_kept_matchup(dpo, {**texts, "ppo_kept": None}, 7, judge) == dpo  # unknown samples: no matchup
     assert with_kept_matchup(judged, {**texts, "ppo_kept": texts["dpo"]}, 7, judge) == judged  # one it has stays
     assert with_kept_matchup({}, {**texts, "ppo_kept": texts["ppo"]}, 7, judge) == {}  # no DPO in this demo
+
+
+def test_a_fork_keeps_a_method_on_prompts_only_where_its_own_settings_are_unchanged():
+    import dataclasses
+
+    from app.studies.demo_stages import kept_stages
+
+    parent = DemoConfig(methods="ppo,rloo,online_dpo")
+    done = {
+        "set-up": {},
+        "sampling": {},
+        "reward": {"value": [{}, "rm-run", {}]},
+        "ppo": {"value": "ppo-run"},
+        "evaluation": {},
+        "checkpoints and best-of-N": {},
+        "rloo": {"value": [{"rloo_run": "rloo-run"}, []]},
+        "online_dpo": {"value": [{"online_dpo_run": "odpo-run"}, []]},
+    }
+    stages, runs = kept_stages(done, parent, parent)
+    assert stages[-2:] == ["rloo", "online_dpo"] and runs[-2:] == ["rloo-run", "odpo-run"]
+    for change in ({"online_dpo_lr": 1e-4}, {"online_dpo_beta": 0.5}):
+        stages, runs = kept_stages(done, dataclasses.replace(parent, **change), parent)
+        assert "online_dpo" not in stages and "odpo-run" not in runs and "rloo" in stages  # RLOO's are PPO's
+    stages, _ = kept_stages(done, dataclasses.replace(parent, kl_ctl=0.2), parent)  # a PPO setting: none kept
+    assert not {"ppo", "rloo", "online_dpo"} & set(stages)

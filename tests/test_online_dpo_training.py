@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.builders import steps_of
+from tests.builders import rows_of, steps_of
 from tests.conftest import query
 
 
@@ -89,3 +89,23 @@ def test_rloo_refuses_an_unknown_reward_shape(cli, db, tmp_path, models):
     args = ["train-rloo", "--actor", models["actor"], "--reward", models["reward"], "--prompts", str(prompts)]
     code, _, err = cli(*args, "--reward-shape", "rank", "--runs-dir", str(tmp_path / "runs"))
     assert code == 1 and "reward_shape must be score, win_fraction or quantile" in err
+
+
+@pytest.mark.integration
+def test_two_ranks_weigh_every_pair_alike_and_report_all_of_them(
+    tmp_path, db, cli, tiny_model_dir, liked_rm, prompts_file
+):
+    runs = tmp_path / "runs"
+    code, _, err = cli(
+        "train-online-dpo", "--actor", str(tiny_model_dir), "--reward", str(liked_rm), "--prompts", str(prompts_file),
+        "--k", "4", "--generation-batch-size", "4", "--max-new-tokens", "12", "--max-steps", "2", "--epochs", "10",
+        "--top-k", "20", "--actor-lr", "3e-3", "--num-accelerators", "2", "--runs-dir", str(runs),
+    )  # fmt: skip
+    assert code == 0, err
+    (run,) = runs.iterdir()
+    assert next(r for r in rows_of(run) if r.get("event") == "start")["world_size"] == 2
+    steps = steps_of(run)
+    # 4 prompts on each of 2 ranks: more than one rank's 4 pairs are counted (ties aside), never more than 8
+    assert all(4 < steps[s]["online_dpo/pairs"] <= 8 for s in steps), steps
+    assert steps[1]["loss/actor"] == pytest.approx(0.6931, abs=1e-3)  # the mean over every pair, h = 0 at the start
+    assert sorted(p.name for p in (run / "actor").glob("*.safetensors")) == ["model.safetensors"]

@@ -99,7 +99,16 @@ def check(cfg: DemoConfig) -> None:
         raise UserError(f"--heldout must be at least 0, got {cfg.heldout}")
     train, _, _ = demo_split(cfg)
     demo_taste(cfg)
-    methods_of(cfg)
+    methods = methods_of(cfg)
+    if cfg.recommend not in methods:
+        raise UserError(f"--recommend must be one of the demo's --methods ({', '.join(methods)}), got {cfg.recommend}")
+    if "online_dpo" in methods:
+        from training.online_dpo.config import OnlineDPOConfig
+
+        try:
+            OnlineDPOConfig(reward="r", beta=cfg.online_dpo_beta, actor_lr=cfg.online_dpo_lr).check()
+        except ValueError as e:
+            raise UserError(f"--online-dpo-*: {e}") from None
     try:
         dataclasses.replace(PPOConfig(reward="r"), **ppo_settings(cfg.ppo_settings)).check()
     except ValueError as e:

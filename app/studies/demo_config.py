@@ -89,6 +89,13 @@ class DemoConfig:
     dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})
     online_dpo_lr: float = field(default=5e-6, metadata={"help": "online DPO's learning rate"})
     online_dpo_beta: float = field(default=0.1, metadata={"help": "online DPO's beta"})
+    recommend: str = field(
+        default="ppo",
+        metadata={
+            "help": "the method whose one sample the report's verdict puts against best-of-N: the one chosen on "
+            "validation (docs/evaluation.md), never picked on the numbers it is judged by"
+        },
+    )
     rounds: int = field(
         default=1, metadata={"help": "2+: the rounds study, the label budget spent in 1 round against R rounds"}
     )

@@ -80,9 +80,14 @@ def _examples(samples: list[dict]) -> str:
 def _what_ran(r: dict) -> str:
     """The report's opening: who ranked what, which runs trained on it, and what the numbers are measured on."""
     c = r["config"]
+    from app.studies.demo_methods import ON_PROMPTS
+
     dpo = f"; DPO (run `{r['dpo_run']}`) tuned it on the same pairs directly" if "dpo_run" in r else ""
     if "rloo_run" in r:
         dpo += f"; RLOO (run `{r['rloo_run']}`) against the same reward model, with no critic"
+    for method, (_, title, _) in list(ON_PROMPTS.items())[1:]:
+        if f"{method}_run" in r:
+            dpo += f"; {title} (run `{r[f'{method}_run']}`) against the same reward model"
     if c.get("taste", LEGACY["taste"]) == "concise":
         return f"""\
 The scripted annotator ("{scripted.NAME}", `annotation/scripted.py`) prefers concise answers: fewer words win,
@@ -96,14 +101,17 @@ Everything below is measured on {r["heldout_prompts"]} held-out prompts that no 
 
     split = r.get("split", {})
     part = c.get("evaluate_on", "test")
-    where = (
-        f"the {r['heldout_prompts']} prompts of the topic split's {part} part (split seed {c.get('split_seed', 0)};"
-        f" test topics {', '.join(split.get('test_topics', []))}; test template(s)"
-        f" {', '.join(repr(t) for t in split.get('test_templates', []))}; docs/evaluation.md)"
-    )
+    if split.get("split", c.get("split", LEGACY["split"])) == "topic":
+        where = (
+            f"the {r['heldout_prompts']} prompts of the topic split's {part} part (split seed {c.get('split_seed', 0)};"
+            f" test topics {', '.join(split.get('test_topics', []))}; test template(s)"
+            f" {', '.join(repr(t) for t in split.get('test_templates', []))}; docs/evaluation.md)"
+        )
+    else:
+        where = f"the last {r['heldout_prompts']} prompts of the file, held out of training (`--split tail`)"
     return f"""\
-{taste_of("population", c["annotators"], c["seed"]).describe()} They ranked {c["k"]} samples of the SFT model
-(`{c["model"]}`) for each of {r["train_prompts"]} training prompts: {r["rankings"]} rankings, {r["pairs"]}
+{taste_of("population", c["annotators"], c["seed"]).describe()} The annotators ranked {c["k"]} samples of the SFT
+model (`{c["model"]}`) for each of {r["train_prompts"]} training prompts: {r["rankings"]} rankings, {r["pairs"]}
 chosen/rejected pairs. A reward model (run `{r["reward_run"]}`) learned from them, and PPO (run `{r["ppo_run"]}`)
 tuned the SFT model against it{dpo}. Everything below is judged by the panel on {where}, with {c["k"]} samples per
 prompt from each model (temperature 1, at most {c["max_new_tokens"]} new tokens)."""

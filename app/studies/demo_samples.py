@@ -17,19 +17,20 @@ def policy_rows(r: dict) -> list[dict]:
     """Each trained policy the demo judged: {name, samples: 1, kl, win_rate, ci95, off_topic}."""
     rows = []
     kl = _last_kl(r.get("checkpoints"), (r.get("kl_per_step") or [None])[-1])
-    rows.append(_row("PPO", r["win_rate"], r["win_rate_ci95"], kl, r.get("off_topic_actor")))
+    rows.append(_row("PPO", r["win_rate"], r["win_rate_ci95"], kl, r.get("off_topic_actor"), "ppo"))
     checkpoints = r.get("checkpoints") or []
     kept = next((c for c in checkpoints if c.get("chosen")), None)
     if kept and kept is not checkpoints[-1] and "win_rate" in kept:  # the last one is PPO's own row
-        rows.append(_row("PPO's kept checkpoint", kept["win_rate"], kept.get("ci95"), kept["kl"], None))
+        rows.append(_row("PPO's kept checkpoint", kept["win_rate"], kept.get("ci95"), kept["kl"], None, "ppo_kept"))
     if "dpo_vs_reference" in r:
         d = r["dpo_vs_reference"]
-        rows.append(_row("DPO", d["win_rate"], d["ci95"], (r.get("dpo_point") or {}).get("kl"), r.get("off_topic_dpo")))
+        kl = (r.get("dpo_point") or {}).get("kl")
+        rows.append(_row("DPO", d["win_rate"], d["ci95"], kl, r.get("off_topic_dpo"), "dpo"))
     for method, (_, title, _) in ON_PROMPTS.items():
         if f"{method}_vs_reference" in r:
             m = r[f"{method}_vs_reference"]
             kl = _last_kl(r.get(f"{method}_checkpoints"), r.get(f"{method}_kl"))
-            rows.append(_row(title, m["win_rate"], m["ci95"], kl, r.get(f"off_topic_{method}")))
+            rows.append(_row(title, m["win_rate"], m["ci95"], kl, r.get(f"off_topic_{method}"), method))
     return rows
 
 
@@ -48,37 +49,53 @@ def best_of_rows(r: dict) -> list[dict]:
     ]
 
 
-def _row(name: str, win: float, ci95, kl, off_topic) -> dict:
-    return {"name": name, "samples": 1, "kl": kl, "win_rate": win, "ci95": ci95, "off_topic": off_topic}
+def _row(name: str, win: float, ci95, kl, off_topic, method: str = "best_of") -> dict:
+    return {
+        "name": name,
+        "method": method,
+        "samples": 1,
+        "kl": kl,
+        "win_rate": win,
+        "ci95": ci95,
+        "off_topic": off_topic,
+    }
 
 
 def one_sample_verdict(r: dict) -> dict:
-    """The best trained policy (by win rate, one sample) against the largest best-of-N: {policy, win_rate, ci95,
-    off_topic, best_of, best_of_win_rate, best_of_ci95, verdict: "above" when the policy's interval lies
-    above best-of-N's win rate, "below" when best-of-N's interval lies above the policy's win rate... as the
-    intervals over prompts of one seed say; the claim over seeds is demo_seeds'. {} without both."""
-    policies, best = policy_rows(r), best_of_rows(r)
-    if not policies or not best:
+    """The recommended method (the config's `recommend`, chosen on validation; PPO for a demo from before it
+    existed) with one sample against the largest best-of-N: {policy, method, win_rate, ci95, off_topic, best_of,
+    best_of_win_rate, best_of_ci95, best_of_off_topic, difference, verdict}. verdict, from this seed's intervals over
+    prompts: "above" when the policy's interval lies above best-of-N's win rate, "below" when best-of-N's interval
+    lies above the policy's, else "within" (the claim over seeds is demo_seeds'). Never the best row of the
+    judged prompts: a maximum picked on the numbers it is judged by is biased up. {} without both."""
+    method = (r.get("config") or {}).get("recommend", "ppo")
+    policy = next((p for p in policy_rows(r) if p["method"] == method), None)
+    best = best_of_rows(r)
+    if policy is None or not best:
         return {}
-    top, bar = max(policies, key=lambda p: p["win_rate"]), best[-1]
-    lo, hi = top["ci95"] or (None, None)
-    blo, bhi = bar["ci95"] or (None, None)
+    return verdict_of(policy, best[-1])
+
+
+def verdict_of(policy: dict, bar: dict) -> dict:
+    lo, _ = policy["ci95"] or (None, None)
+    blo, _ = bar["ci95"] or (None, None)
     if lo is not None and lo > bar["win_rate"]:
         verdict = "above"
-    elif blo is not None and blo > top["win_rate"]:
+    elif blo is not None and blo > policy["win_rate"]:
         verdict = "below"
     else:
         verdict = "within"
     return {
-        "policy": top["name"],
-        "win_rate": top["win_rate"],
-        "ci95": top["ci95"],
-        "off_topic": top["off_topic"],
+        "policy": policy["name"],
+        "method": policy["method"],
+        "win_rate": policy["win_rate"],
+        "ci95": policy["ci95"],
+        "off_topic": policy["off_topic"],
         "best_of": bar["name"],
         "best_of_win_rate": bar["win_rate"],
         "best_of_ci95": bar["ci95"],
         "best_of_off_topic": bar["off_topic"],
-        "difference": top["win_rate"] - bar["win_rate"],
+        "difference": policy["win_rate"] - bar["win_rate"],
         "verdict": verdict,
     }
 
@@ -114,11 +131,12 @@ def samples_table(r: dict) -> str:
 def verdict_line(r: dict) -> str:
     v = one_sample_verdict(r)
     if not v:
-        return "no trained policy and best-of-N to compare"
+        return "no recommended policy and best-of-N to compare"
+    best = f"{_pct(v['best_of_win_rate'])} ({_ci(v['best_of_ci95'])})"
     return (
-        f"one sample against {v['best_of']}: {v['policy']} {_pct(v['win_rate'])} ({_ci(v['ci95'])}) against "
-        f"{_pct(v['best_of_win_rate'])} ({_ci(v['best_of_ci95'])}): {v['verdict']} (this seed's intervals over "
-        f"prompts); off-topic {_pct(v['off_topic'])} against the reference's {_pct(r.get('off_topic_reference'))}"
+        f"one sample of the recommended method against {v['best_of']}: {v['policy']} {_pct(v['win_rate'])} "
+        f"({_ci(v['ci95'])}) against {best}: {v['verdict']} (this seed's intervals over prompts); off-topic "
+        f"{_pct(v['off_topic'])} against the reference's {_pct(r.get('off_topic_reference'))}"
     )
 
 

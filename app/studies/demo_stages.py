@@ -183,6 +183,7 @@ PPO_SETTINGS = (
     "engine",
 )
 DPO_SETTINGS = ("dpo_lr", "dpo_beta", "dpo_epochs")
+OWN_SETTINGS = {"online_dpo": ("online_dpo_lr", "online_dpo_beta")}  # a method on prompts' own, beside PPO's
 BIG_FILE = 1 << 20  # weights are linked, not copied; every smaller file is copied (and may be rewritten)
 
 
@@ -190,7 +191,8 @@ def kept_stages(done: dict, cfg: Any, parent: Any) -> tuple[list[str], list[str]
     """(the stages of DEMO a fork with settings cfg keeps as they are, the finished training runs it keeps to sample
     and judge again). Always the first three; PPO, its evaluation and checkpoints where no PPO setting changed; DPO
     where PPO's stages are kept and no DPO setting changed (its run alone where only PPO changed: its verdict
-    against PPO is judged again); RLOO (PPO's settings) where PPO's stages are kept. The campaign study runs again
+    against PPO is judged again); RLOO, RLOO on win fractions and online DPO (PPO's settings, and online DPO's own)
+    where PPO's stages are kept and their own settings did not change. The campaign study runs again
     where it is on (its reward models are its own)."""
     same = lambda names: all(getattr(cfg, k) == getattr(parent, k) for k in names)  # noqa: E731
     methods = {m.strip() for m in cfg.methods.split(",")}
@@ -204,7 +206,7 @@ def kept_stages(done: dict, cfg: Any, parent: Any) -> tuple[list[str], list[str]
     if ppo:
         runs += [done["ppo"]["value"]]
         for name in ("rloo", "rloo_pairwise", "online_dpo"):  # demo_methods.ON_PROMPTS: PPO's settings, PPO's steps
-            if name in done and name in methods:
+            if name in done and name in methods and same(OWN_SETTINGS.get(name, ())):
                 stages.append(name)
                 runs += [done[name]["value"][0][f"{name}_run"]]
     return stages, runs

@@ -38,29 +38,46 @@ def make_experience(m, cfg: OnlineDPOConfig, prompts: list[list[int]], step: int
     return exp, best_worst_pairs(exp.scores, cfg.k, cfg.min_gap)
 
 
+def global_sums(values: list[float], device) -> list[float]:
+    """Each value summed over the ranks (one all-reduce)."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(t)
+    return t.tolist()
+
+
 def update(m, exp: Experience, pairs: tuple[torch.Tensor, torch.Tensor], cfg: OnlineDPOConfig) -> dict:
-    """One actor step on all of this rank's pairs. A rank with no pair still takes the step (a zero loss on one
-    sequence), so every rank joins the same gradient all-reduce."""
+    """One actor step on all of this rank's pairs, every pair of every rank weighing the same: this rank's summed
+    loss times world / all ranks' pairs, which DeepSpeed's mean over ranks turns into the mean over all pairs. A rank
+    with no pair still takes the step (a zero loss on one sequence), so every rank joins the same all-reduce. The
+    metrics are over all ranks' pairs (the same on every rank)."""
     chosen, rejected = pairs
+    n = len(chosen)
     m.actor.train()
-    rows = torch.cat([chosen, rejected]) if len(chosen) else torch.tensor([0])
+    rows = torch.cat([chosen, rejected]) if n else torch.tensor([0])
     mb = exp.select(rows.to(exp.ids.device))
     with m.clock.part("actor_forward"):
         logprobs = response_logprobs(m.actor, mb.ids, mb.attention_mask, mb.prompt_len, mb.held)
-    n = len(chosen)
     if n:
         ours = torch.arange(n, device=logprobs.device)
-        loss, h = online_dpo_loss(logprobs, mb.ref_logprobs, mb.mask, ours, ours + n, cfg.beta)
+        mean, h = online_dpo_loss(logprobs, mb.ref_logprobs, mb.mask, ours, ours + n, cfg.beta)
+        summed = mean * n
     else:
-        loss, h = (logprobs * 0).sum(), torch.zeros(0)
+        summed, h = (logprobs * 0).sum(), torch.zeros(0)
+    world = torch.distributed.get_world_size()
+    total, loss_sum, right, margin = global_sums(
+        [n, summed.item(), (h > 0).sum().item(), (cfg.beta * h).sum().item()], m.device
+    )
+    loss = summed * world / max(total, 1.0)
     with m.clock.part("actor_backward"):
         m.actor.backward(loss)
     with m.clock.part("actor_step"):
         m.actor.step()
+    per_pair = lambda x: x / total if total else 0.0  # noqa: E731
     return {
-        "loss/actor": loss.item(),
-        "online_dpo/accuracy": (h > 0).float().mean().item() if n else 0.0,
-        "online_dpo/margin": (cfg.beta * h).mean().item() if n else 0.0,
+        "loss/actor": per_pair(loss_sum),
+        "online_dpo/accuracy": per_pair(right),
+        "online_dpo/margin": per_pair(margin),
+        "online_dpo/pairs": total,
         "policy/approx_kl": approx_kl(logprobs.detach(), mb.logprobs, mb.mask).item(),
     }
 
@@ -74,13 +91,14 @@ def step_metrics(m, cfg: OnlineDPOConfig, exp: Experience, pairs, updates: list[
     """Step 5: the step's metrics row, averaged over ranks (PPO's and RLOO's keys where they mean the same)."""
     chosen, rejected = pairs
     kl_seq = ((exp.logprobs - exp.ref_logprobs) * exp.mask).sum(1)
-    gap = (exp.raw_scores[chosen] - exp.raw_scores[rejected]).mean().item() if len(chosen) else 0.0
+    gaps = (exp.raw_scores[chosen] - exp.raw_scores[rejected]).sum().item()
+    total, gap_sum = global_sums([len(chosen), gaps], m.device)
+    gap = gap_sum / total if total else 0.0  # over all ranks' pairs: the same on every rank
     row = {
         "reward/score_mean": exp.raw_scores.mean().item(),
         "reward/score_std": exp.raw_scores.std().item() if len(exp) > 1 else 0.0,
         "reward/kl": kl_seq.mean().item(),
         "reward/kl_penalty": (-cfg.kl_ctl * kl_seq).mean().item(),
-        "online_dpo/pairs": float(len(chosen)),
         "online_dpo/score_gap": gap,
         "response/length_mean": exp.lengths.float().mean().item(),
         "response/eos_rate": exp.ended.float().mean().item(),
