@@ -176,11 +176,8 @@ def _ppo(rows: list[dict]) -> list[str]:
         "mixed length, up to 128 new tokens, EOS ends a response, a sample "
         'logged each step; TRL with the same lengths and `stop_token="eos"`). *Decoded* is the median number of '
         "decode steps a step took (to the last row's EOS): sampling makes it differ between the two sides, so the "
-        "default shape's ratio carries that noise. DeepSpeed-Chat's own step-3 engine also runs on this CPU "
-        "(`DS_ACCELERATOR=cpu`, gloo, bf16, ZeRO 0, Hybrid Engine off; it is not on the package registry, so it is "
-        "not a `bench/` peer): measured on this workload in one session beside TRL, 8.2-9.4 s per step in bf16 "
-        "(TRL 0.29.1: 14.8 s), and in five alternating pairs against rlhf-studio 1.19x slower over all five (74.1 "
-        "against 62.3 s of medians, 7.4-7.6 against 7.4 GB); see `shared/research/peer_benchmarks.md`.",
+        "default shape's ratio carries that noise. DeepSpeed-Chat's own step-3 engine is not on the package "
+        "registry and is not a peer here: this page gives no figure for it.",
         "",
         "| shape | dtype | rlhf-studio s/step | TRL s/step | speed ratio | decoded (ours / TRL) "
         "| generation share (ours / TRL) | peak MB (ours / TRL) | memory ratio |",
