@@ -283,5 +283,7 @@ def test_a_fork_keeps_a_method_on_prompts_only_where_its_own_settings_are_unchan
     for change in ({"online_dpo_lr": 1e-4}, {"online_dpo_beta": 0.5}):
         stages, runs = kept_stages(done, dataclasses.replace(parent, **change), parent)
         assert "online_dpo" not in stages and "odpo-run" not in runs and "rloo" in stages  # RLOO's are PPO's
+    stages, runs = kept_stages(done, dataclasses.replace(parent, method_steps=40), parent)
+    assert not {"rloo", "online_dpo"} & set(stages) and "ppo" in stages  # longer runs of both, PPO kept
     stages, _ = kept_stages(done, dataclasses.replace(parent, kl_ctl=0.2), parent)  # a PPO setting: none kept
     assert not {"ppo", "rloo", "online_dpo"} & set(stages)

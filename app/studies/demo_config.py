@@ -87,6 +87,10 @@ class DemoConfig:
     dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
     dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})
+    method_steps: int = field(
+        default=0,
+        metadata={"help": "steps of rloo, rloo_pairwise and online_dpo (0: as many as PPO took, as many sequences)"},
+    )
     online_dpo_lr: float = field(default=5e-6, metadata={"help": "online DPO's learning rate"})
     online_dpo_beta: float = field(default=0.1, metadata={"help": "online DPO's beta"})
     recommend: str = field(

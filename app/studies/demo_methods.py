@@ -124,7 +124,8 @@ def with_kept_matchup(dpo: dict, texts: dict[str, list[list[str]]], seed: int, j
 def on_prompts_config(method: str, cfg: DemoConfig, model: str, rm_run: Path, ppo_run: Path):
     """A method on prompts with PPO's settings where they mean the same (reward model, prompts, lengths, learning
     rate, KL coefficient, checkpoints), RLOO_K responses per prompt, and PPO's sequences per step and steps (so as
-    many sequences sampled). Online DPO takes its own learning rate and beta (--online-dpo-lr, --online-dpo-beta)."""
+    many sequences sampled; --method-steps sets other). Online DPO takes its own learning rate and beta
+    (--online-dpo-lr, --online-dpo-beta)."""
     from training.online_dpo.config import OnlineDPOConfig
 
     ppo = run_config(ppo_run)
@@ -134,7 +135,7 @@ def on_prompts_config(method: str, cfg: DemoConfig, model: str, rm_run: Path, pp
         reward=str(rm_run),
         k=RLOO_K,
         generation_batch_size=max(1, ppo["generation_batch_size"] // RLOO_K),
-        max_steps=read_status(ppo_run)["total_steps"],  # as many steps as PPO took: as many sequences sampled
+        max_steps=cfg.method_steps or read_status(ppo_run)["total_steps"],  # PPO's steps: as many sequences
         epochs=10**6,  # max_steps decides; these see fewer distinct prompts, each k times
         **{key: ppo[key] for key in shared + CHECKPOINTING},
     )
