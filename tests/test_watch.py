@@ -115,9 +115,23 @@ def test_the_rule_false_alarms_at_most_alpha_and_catches_a_real_fall():
                 return True
         return False
 
+    def above_alpha(alarms: int, runs: int, alpha: float = 0.05) -> float:
+        """P(at least `alarms` of `runs` | a false-alarm rate of exactly alpha): small means the rate is above."""
+        log = lambda x: (  # noqa: E731  log of the binomial probability of x, in floats without overflow
+            math.lgamma(runs + 1)
+            - math.lgamma(x + 1)
+            - math.lgamma(runs - x + 1)
+            + x * math.log(alpha)
+            + (runs - x) * math.log(1 - alpha)
+        )
+        return sum(math.exp(log(x)) for x in range(alarms, runs + 1))
+
+    # at 3000 runs the test refuses 179 alarms (6.0%) or more: a rule at 5% (the claim) passes with probability
+    # 0.99, one at 6.5% fails with probability 0.89
+    assert above_alpha(178, 3000) > 0.01 >= above_alpha(179, 3000)
     for evaluations, prompts in ((3, 32), (6, 32), (6, 8), (12, 32)):
-        false_alarms = sum(fires(evaluations, prompts, 0.0) for _ in range(600)) / 600
-        assert false_alarms < 0.065, (evaluations, prompts, false_alarms)  # 0.05 plus 2 binomial sd of 600 runs
+        alarms = sum(fires(evaluations, prompts, 0.0) for _ in range(3000))
+        assert above_alpha(alarms, 3000) > 0.01, (evaluations, prompts, alarms / 3000)
     assert sum(fires(6, 32, 0.2) for _ in range(200)) / 200 > 0.95
 
 
