@@ -25,6 +25,8 @@ def test_rloo_learns_a_known_reward_with_no_critic_and_stops_and_resumes(
     from training.rloo.config import RLOOConfig
     from training.runs import read_metrics, read_status
 
+    heldout = tmp_path / "heldout.txt"  # prompts the run never trains on
+    heldout.write_text("\n".join(f"Describe held-out subject {i} briefly." for i in range(8)) + "\n")
     cfg = RLOOConfig(
         actor=str(tiny_model_dir),
         reward=str(liked_rm),
@@ -37,7 +39,7 @@ def test_rloo_learns_a_known_reward_with_no_critic_and_stops_and_resumes(
         top_k=20,
         actor_lr=3e-3,
         save_every=4,
-        eval_prompts=str(prompts_file),
+        eval_prompts=str(heldout),
         eval_limit=8,
         keep_best=True,
     )
@@ -92,3 +94,20 @@ def test_bad_rloo_settings_are_one_error_line_and_no_run(cli, db, tmp_path, mode
     code, _, err = cli(*args, "--runs-dir", str(tmp_path / "runs"), *flags)
     assert code == 1 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.integration
+def test_plain_reinforce_learns_the_known_reward(tmp_path, db, cli, tiny_model_dir, liked_rm, prompts_file):
+    runs = tmp_path / "runs"
+    code, _, err = cli(
+        "train-rloo", "--actor", str(tiny_model_dir), "--reward", str(liked_rm), "--prompts", str(prompts_file),
+        "--loss", "reinforce", "--k", "4", "--generation-batch-size", "4", "--max-new-tokens", "16",
+        "--max-steps", "8", "--epochs", "10", "--top-k", "20", "--actor-lr", "3e-3", "--runs-dir", str(runs),
+    )  # fmt: skip
+    assert code == 0, err
+    (run,) = runs.iterdir()
+    steps = steps_of(run)
+    assert sorted(steps) == list(range(1, 9))
+    scores = [steps[s]["reward/score_mean"] for s in sorted(steps)]
+    assert sum(scores[-2:]) / 2 > sum(scores[:2]) / 2 + 0.5, scores
+    assert json.loads((run / "config.json").read_text())["loss"] == "reinforce"
