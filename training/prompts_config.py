@@ -135,4 +135,23 @@ class PromptsConfig(ConfigFile):
         reward model is missing. Subclasses resolve their own models and files after calling this."""
         folder = reward_folder(self.reward)
         ensemble = (Path(self.reward) / ENSEMBLE_FILE).is_file()
+        self.check_combine()
         return dataclasses.replace(self, reward=str((Path(self.reward) if ensemble else folder).resolve()))
+
+    def check_combine(self) -> None:
+        """--reward-combine other than `first` needs two or more optimised members: with one (a single reward model,
+        or a two-member ensemble whose second member watches as the held-out judge) it would change nothing."""
+        if self.reward_combine == "first":
+            return
+        from training.judges import judge_folders
+        from training.watch import split_members
+
+        members = len(judge_folders(self.reward))
+        heldout = self.heldout_judges if self.heldout_judges >= 0 else int(members > 1)
+        optimised, _ = split_members(members, min(heldout, members - 1))
+        if len(optimised) < 2:
+            raise ValueError(
+                f"--reward-combine {self.reward_combine} needs 2+ optimised reward models; {self.reward} has "
+                f"{members} member(s), {heldout} of them held out to watch: train `--ensemble 3`, or pass "
+                "--heldout-judges 0 to optimise every member"
+            )
