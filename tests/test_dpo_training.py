@@ -112,6 +112,21 @@ def test_a_killed_dpo_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path, t
 
 
 @pytest.mark.integration
+def test_two_ranks_learn_as_one_does_and_judge_every_held_out_pair(tmp_path, tiny_model_dir):
+    """The one-rank run's settings with twice the epochs (each step sees both ranks' pairs, so half the steps an
+    epoch): the held-out accuracy over both ranks' shards reaches the one-rank bar, and counts every pair once."""
+    flags = ("--epochs", "4", "--lr", "1e-3", "--eval-fraction", "0.25", "--eval-every", "5")
+    run = train_dpo(tmp_path, tiny_model_dir, 120, *flags, "--num-accelerators", "2")
+    rows = metrics(run)
+    start = next(r for r in rows if r.get("event") == "start")
+    final = json.loads((run / "status.json").read_text())["final"]
+    assert start["world_size"] == 2 and final["eval/pairs"] == start["eval_pairs"] >= 20
+    steps = [r for r in rows if "loss/dpo" in r]
+    assert steps[0]["loss/dpo"] == pytest.approx(0.693147, abs=1e-4) and steps[-1]["loss/dpo"] < 0.6
+    assert final["eval/dpo_accuracy"] >= 0.95, final
+
+
+@pytest.mark.integration
 def test_ipo_on_two_ranks_in_bf16(tmp_path, tiny_model_dir):
     run = train_dpo(
         tmp_path, tiny_model_dir, 64, "--loss", "ipo", "--num-accelerators", "2", "--max-steps", "3", "--dtype", "bf16"

@@ -38,6 +38,24 @@ def train_rm(tmp, model, n_pairs: int, *flags: str, db: str | None = None, stren
     return run
 
 
+def rescore_eval_pairs(run: Path, model, tok) -> tuple[dict, list, object]:
+    """The saved model's score of every held-out pair's two sides, as the trainer encodes them, in this process:
+    {(prompt, side): score}, the pairs, the encoder."""
+    from training.pairs import load_pairs
+    from training.reward.data import PairEncoder
+
+    config = json.loads((run / "config.json").read_text())
+    _, evals = load_pairs(config["data"])
+    enc = PairEncoder(tok, config["max_length"])
+    got = {}
+    with torch.no_grad():
+        for r in evals:
+            for side in ("chosen", "rejected"):
+                ids, _ = enc.encode(r["prompt"], r[side])
+                got[(r["prompt"], side)] = model(torch.tensor([ids])).logits[0, 0].item()
+    return got, evals, enc
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_model_dir):
     """One training run shared by the checks below (it takes about a minute)."""
@@ -91,18 +109,7 @@ def test_saved_model_reloads_with_plain_transformers_and_scores_the_same(trained
     hist = scores["histogram"]
     assert len(hist["edges"]) == 21 and sum(hist["chosen"]) == sum(hist["rejected"]) == len(scores["chosen"])
     # re-score the held-out pairs exactly as the trainer did and compare with what it saved
-    from training.pairs import load_pairs
-    from training.reward.data import PairEncoder
-
-    config = json.loads((run / "config.json").read_text())
-    _, evals = load_pairs(config["data"])
-    enc = PairEncoder(tok, config["max_length"])
-    got = {}
-    with torch.no_grad():
-        for r in evals:
-            for side in ("chosen", "rejected"):
-                ids, _ = enc.encode(r["prompt"], r[side])
-                got[(r["prompt"], side)] = model(torch.tensor([ids])).logits[0, 0].item()
+    got, evals, enc = rescore_eval_pairs(run, model, tok)
     chosen = sorted(got[(r["prompt"], "chosen")] for r in evals)
     assert chosen == pytest.approx(sorted(scores["chosen"]), abs=1e-4)
     # right padding in a batch does not change a score: it is read at the last non-pad token
@@ -169,20 +176,26 @@ def test_two_ranks_finish_and_save_one_model(tmp_path, tiny_model_dir):
     from training.engine import shm_buffers
 
     before = set(shm_buffers())
-    run = train_rm(
-        tmp_path,
-        tiny_model_dir,
-        96,
-        "--epochs",
-        "2",
-        "--num-accelerators",
-        "2",
-    )
+    # 6 epochs on 2 ranks: the optimizer steps one rank takes in 3 (each step sees twice the pairs)
+    run = train_rm(tmp_path, tiny_model_dir, 160, "--epochs", "6", "--num-accelerators", "2")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert next(r for r in rows if r.get("event") == "start")["world_size"] == 2
     assert sorted(p.name for p in (run / "model").iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
     final = json.loads((run / "status.json").read_text())["final"]
     assert final["eval/pairs"] == next(r for r in rows if r.get("event") == "start")["eval_pairs"]
+    # it learned on two ranks as on one
+    losses = [r["loss/rm"] for r in rows if "loss/rm" in r]
+    assert final["eval/rm_accuracy"] >= 0.9 and losses[-1] < losses[0], (final, losses)
+    # the ranks agree: the pairs each rank scored in the final evaluation, gathered, are the saved model's scores
+    # of them in one process, and the accuracy over both shards is the saved model's
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(run / "model").eval()
+    got, evals, _ = rescore_eval_pairs(run, model, AutoTokenizer.from_pretrained(run / "model"))
+    saved = json.loads((run / "eval_scores.json").read_text())
+    assert sorted(got[(r["prompt"], "chosen")] for r in evals) == pytest.approx(sorted(saved["chosen"]), abs=1e-4)
+    right = sum(got[(r["prompt"], "chosen")] > got[(r["prompt"], "rejected")] for r in evals)
+    assert final["eval/rm_accuracy"] == pytest.approx(right / len(evals))
     # DeepSpeed's 69 MB /dev/shm buffer of each rank is gone with the run, not left in RAM
     assert set(shm_buffers()) <= before
 
