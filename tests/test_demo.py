@@ -472,9 +472,13 @@ def test_methods_at_equal_kl_by_hand():
     dpo = [point(9.0, 0.9, 0.85, 0.95)]  # one point at sqrt(KL) 3
     e = at_equal_kl({"PPO": ppo, "best-of-N": bon, "DPO": dpo})
     assert e["kl"] == 2.25  # best-of-N reached the least: sqrt 1.5 is where all are compared
-    assert e["win_rates"]["PPO"] == pytest.approx([0.75, 0.65, 0.85])  # halfway from sqrt 1 to sqrt 4
+    assert e["win_rates"]["PPO"] == pytest.approx([0.75, 0.65, 0.85])  # halfway from sqrt 1 to sqrt 4, +-0.1 both
+    lopsided = [point(1.0, 0.7, 0.6, 0.72), point(4.0, 0.8, 0.78, 0.9)]  # the wider side of each, below and above
+    assert at_equal_kl({"PPO": lopsided, "best-of-N": bon})["win_rates"]["PPO"] == pytest.approx([0.75, 0.65, 0.85])
     assert e["win_rates"]["best-of-N"] == pytest.approx([0.65, 0.55, 0.75])  # its last point
-    assert e["win_rates"]["DPO"] == pytest.approx([0.7, 0.675, 0.725])  # halfway from the reference (0.5) to 0.9
+    # halfway from the reference (0.5, not measured: no interval) to 0.9, with 0.9's own interval's width, +-0.05
+    # (interpolating toward a zero-width point would give +-0.025, narrower than anything measured)
+    assert e["win_rates"]["DPO"] == pytest.approx([0.7, 0.65, 0.75])
     assert e["winner"] == "PPO" and not e["clear"]  # PPO's 0.65 low end does not clear best-of-N's 0.65
     (line,) = equal_kl_lines(e)
     assert line.startswith("at equal KL (2.25 nats") and "PPO 75.0% (65.0%-85.0%), DPO 70.0%" in line

@@ -177,12 +177,27 @@ def interpolate(points: list[dict], kl: float) -> float | None:
     return None
 
 
+def rate_at(ordered: list[dict], kl: float) -> list[float]:
+    """[win rate, low, high] at `kl` on a curve of points in order of sqrt(KL) (the first may be the reference
+    itself, with no interval): the win rate linear in sqrt(KL) between the two nearest points; the interval as wide
+    below and above it as the wider of those two points' measured intervals (never narrowed toward the reference's
+    point, which was not measured)."""
+    win = interpolate([{"kl": p["kl"], "win_rate": p["win_rate"]} for p in ordered], kl)
+    xs, x = [_sqrt(p["kl"]) for p in ordered], _sqrt(kl)
+    i = next(i for i in range(len(ordered) - 1) if xs[i] <= x <= xs[i + 1])
+    near = [p for p in ordered[i : i + 2] if p.get("ci95")]
+    below = max(p["win_rate"] - p["ci95"][0] for p in near)
+    above = max(p["ci95"][1] - p["win_rate"] for p in near)
+    return [win, win - below, win + above]
+
+
 def at_equal_kl(curves: dict[str, list[dict]]) -> dict:
     """Each method's win rate over the reference, and its 95% interval, at one KL every method reached: the smallest
     of the methods' largest measured KLs. A method's curve is its points in order of KL from the reference itself
-    (KL 0, win rate 0.5 and no spread: a policy equal to the reference ties it), linear in sqrt(KL) between its two
-    nearest points. Returns {"kl", "win_rates": {method: [w, lo, hi]}, "winner", "clear"} (clear: the winner's
-    interval is above every other method's win rate); {} when a method has no point or the common KL is 0."""
+    (KL 0, win rate 0.5: a policy equal to the reference ties it), linear in sqrt(KL) between its two nearest points,
+    with the wider of their measured intervals (`rate_at`). Returns {"kl", "win_rates": {method: [w, lo, hi]},
+    "winner", "clear"} (clear: the winner's interval is above every other method's win rate); {} when a method has
+    no point or the common KL is 0."""
     if not curves or not all(curves.values()):
         return {}
     kl = min(max(p["kl"] for p in points) for points in curves.values())
@@ -190,11 +205,8 @@ def at_equal_kl(curves: dict[str, list[dict]]) -> dict:
         return {}
     rates = {}
     for name, points in curves.items():
-        ordered = [{"kl": 0.0, "win_rate": 0.5, "ci95": [0.5, 0.5]}, *sorted(points, key=lambda p: _sqrt(p["kl"]))]
-        rates[name] = [
-            interpolate([{"kl": p["kl"], "win_rate": value(p)} for p in ordered], kl)
-            for value in (lambda p: p["win_rate"], lambda p: p["ci95"][0], lambda p: p["ci95"][1])
-        ]
+        ordered = [{"kl": 0.0, "win_rate": 0.5, "ci95": None}, *sorted(points, key=lambda p: _sqrt(p["kl"]))]
+        rates[name] = rate_at(ordered, kl)
     winner = max(rates, key=lambda name: rates[name][0])
     clear = all(rates[winner][1] > w for name, (w, _, _) in rates.items() if name != winner)
     return {"kl": kl, "win_rates": rates, "winner": winner, "clear": clear}
