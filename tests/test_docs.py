@@ -64,3 +64,37 @@ def test_every_path_and_name_the_docs_cite_exists():
             elif name not in _names(file):
                 missing.append(f"{doc.relative_to(ROOT)}: {path}::{name}")
     assert not missing, "\n".join(missing)
+
+
+LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def broken_links(doc: Path, text: str) -> list[str]:
+    """The Markdown link targets in `text` (not http(s), mailto or an #anchor; not inside code) that name no file
+    relative to `doc`'s folder."""
+    text = re.sub(r"```.*?```", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group(0)), text)
+    out = []
+    for m in LINK.finditer(text):
+        target = m.group(1)
+        if target.startswith(("http://", "https://", "mailto:", "#")):
+            continue
+        if not (doc.parent / target.split("#", 1)[0]).resolve().is_file():
+            out.append(target)
+    return out
+
+
+def test_a_broken_link_is_found_and_code_is_not_a_link(tmp_path):
+    (tmp_path / "there.md").write_text("x")
+    doc = tmp_path / "doc.md"
+    text = "[a](there.md) [b](gone.md#part) `[c](nope.md)` [d](https://x.org/y) [e](#top)\n```\n[f](no.md)\n```"
+    assert broken_links(doc, text) == ["gone.md#part"]
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    broken = [
+        f"{doc.relative_to(ROOT)}: {target}"
+        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for target in broken_links(doc, doc.read_text())
+    ]
+    assert not broken, "\n".join(broken)
