@@ -132,3 +132,32 @@ def test_the_chain_refuses_a_bad_prompts_file_before_the_reward_model_trains(db,
     with pytest.raises(StoreError, match="xlsx"):
         runs.start_chain(rm, ppo, str(pairs), str(bad))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no reward run started
+
+
+def test_the_one_click_path_offers_every_trainer_on_prompts_and_names_it_on_the_button():
+    from app.faces.train_tab import CHAIN_DEFAULT, chain_choices, chain_label
+
+    assert chain_choices() == [("PPO", "ppo"), ("RLOO", "rloo"), ("Online DPO", "online_dpo")]
+    assert chain_label(CHAIN_DEFAULT) == "Reward model then PPO" and chain_label("online_dpo").endswith("Online DPO")
+
+
+@pytest.mark.integration
+def test_reward_model_then_online_dpo_from_one_call(db, tmp_path, tiny_model_dir):
+    from app.faces.train_tab import start_run
+    from app.jobs.train_view import Runs, runs_rows
+    from training.online_dpo.config import OnlineDPOConfig
+    from training.registry import TRAINERS
+    from training.reward.config import RewardConfig
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(64))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"Question {i}" for i in range(16)))
+    runs = Runs(db, tmp_path / "runs")
+    rm = RewardConfig(model=str(tiny_model_dir), max_steps=2, lr=1e-3, eval_fraction=0.25)
+    odpo = OnlineDPOConfig(actor=str(tiny_model_dir), max_steps=2, max_new_tokens=8, generation_batch_size=2)
+    rm_run = runs.start_chain(rm, odpo, str(pairs), str(prompts))
+    wait_for(lambda: len(runs_rows(db)) == 2 and all(r[3] == "finished" for r in runs_rows(db)), what="both runs")
+    kinds = sorted(r[1] for r in runs_rows(db))
+    assert kinds == ["online_dpo", "reward"] and rm_run.name.startswith("rm-")
+    with pytest.raises(StoreError, match="a trainer on prompts, not 'dpo'"):  # StoreError: UserError's old name
+        start_run(runs, {kind: [] for kind in TRAINERS}, "chain", str(pairs), str(prompts), "dpo", False)

@@ -77,10 +77,26 @@ def _trainer_forms() -> dict:
         for kind, spec in TRAINERS.items():
             label, elem_id, _ = button_of(spec)
             buttons[kind] = gr.Button(label, elem_id=elem_id)
-        chain_btn = gr.Button("Reward model then PPO", variant="primary", elem_id="rm-then-ppo")
+        chain_btn = gr.Button(chain_label(CHAIN_DEFAULT), variant="primary", elem_id="rm-then-ppo")
+        chain_method = gr.Dropdown(
+            label="then", choices=chain_choices(), value=CHAIN_DEFAULT, elem_id="chain-method", scale=0
+        )
         chain_dpo = gr.Checkbox(label="then DPO from the same snapshot", value=False, elem_id="chain-dpo")
     pickers = {"data": data, "prompts": prompts, "forms": forms, "config_files": config_files}
-    return {**pickers, "buttons": buttons, "chain_btn": chain_btn, "chain_dpo": chain_dpo}
+    chain = {"chain_btn": chain_btn, "chain_method": chain_method, "chain_dpo": chain_dpo}
+    return {**pickers, "buttons": buttons, **chain}
+
+
+CHAIN_DEFAULT = "ppo"  # the one-click path's policy method
+
+
+def chain_choices() -> list[tuple[str, str]]:
+    """The trainers on prompts the one-click path can run after the reward model: (title, kind)."""
+    return [(spec.title, kind) for kind, spec in TRAINERS.items() if spec.data == "prompts"]
+
+
+def chain_label(kind: str) -> str:
+    return f"Reward model then {TRAINERS[kind].title}"
 
 
 def _run_view(ctx) -> dict:
@@ -106,9 +122,11 @@ def _run_view(ctx) -> dict:
     return {**run, "status": status, "plots": plots, "samples": samples, "log": log}
 
 
-def start_run(runs, forms: dict, which: str, data_value, prompts_value, with_dpo, *values) -> tuple[str, str]:
-    """Start `which` (a trainer, or "chain": reward model then PPO, then DPO if asked) from the forms' values, which
-    arrive in the forms' order; returns (the line to show, the run folder)."""
+def start_run(runs, forms: dict, which: str, data_value, prompts_value, method, with_dpo, *values) -> tuple[str, str]:
+    """Start `which` (a trainer, or "chain": reward model then `method`, a trainer on prompts, then DPO if asked)
+    from the forms' values, which arrive in the forms' order; returns (the line to show, the run folder)."""
+    if which == "chain" and method not in {kind for _, kind in chain_choices()}:
+        raise UserError(f"the one-click path runs a trainer on prompts, not {method!r}")
     cfg, at = {}, 0
     for kind, comps in forms.items():
         spec = TRAINERS[kind]
@@ -117,7 +135,7 @@ def start_run(runs, forms: dict, which: str, data_value, prompts_value, with_dpo
     data_value, prompts_value = data_value or None, prompts_value or None
     if which == "chain":
         dpo = cfg["dpo"] if with_dpo else None
-        run = runs.start_chain(cfg["reward"], cfg["ppo"], data_value, prompts_value, dpo)
+        run = runs.start_chain(cfg["reward"], cfg[method], data_value, prompts_value, dpo)
     else:
         run = runs.start(cfg[which], data_value if TRAINERS[which].data == "pairs" else prompts_value)
     return f"started {run.name}", run.name
@@ -156,7 +174,8 @@ def _wire(ctx, demo, ui) -> None:
         row = evt.index[0]
         return rows.iloc[row, 0] if hasattr(rows, "iloc") else rows[row][0]  # the run's id
 
-    inputs = [ui.data, ui.prompts, ui.chain_dpo, *(c for comps in ui.forms.values() for c in comps)]
+    inputs = [ui.data, ui.prompts, ui.chain_method, ui.chain_dpo, *(c for comps in ui.forms.values() for c in comps)]
+    ui.chain_method.change(lambda kind: gr.Button(value=chain_label(kind)), [ui.chain_method], [ui.chain_btn])
     views = [ui.table, ui.status, ui.samples, ui.log, *ui.plots]
     clicks = [(ui.buttons[kind], kind, button_of(spec)[2]) for kind, spec in TRAINERS.items()]
     clicks.append((ui.chain_btn, "chain", "rm_then_ppo"))

@@ -19,8 +19,8 @@ from store.runs import list_runs
 from store.snapshot import list_snapshots
 from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
-from training.ppo.config import PPOConfig
 from training.precision import with_resolved_dtype
+from training.prompts_config import PromptsConfig
 from training.registry import TRAINERS, kind_of, run_config, step_rows, trainer
 from training.reward.config import RewardConfig
 from training.runs import STOP_FILE, effective_status, read_metrics, read_status, request_stop, write_json_atomic
@@ -75,15 +75,15 @@ class Runs:
     def start_chain(
         self,
         rm: RewardConfig,
-        ppo: PPOConfig,
+        ppo: PromptsConfig,
         data: str | None = None,
         prompts: str | None = None,
         dpo: DPOConfig | None = None,
     ) -> Path:
-        """The reward model now; PPO on it once it finishes; then, with `dpo`, DPO from the reward model's own
-        snapshot, so both policies learn from the same pairs (a thread waits; one run at a time on the machine).
-        Returns the reward run."""
-        try:  # refuse a bad PPO or DPO setting now, not after the reward model has trained
+        """The reward model now; a trainer on prompts (`ppo`: PPO's config, or RLOO's, online DPO's) on it once it
+        finishes; then, with `dpo`, DPO from the reward model's own snapshot, so both policies learn from the same
+        pairs (a thread waits; one run at a time on the machine). Returns the reward run."""
+        try:  # refuse a bad policy or DPO setting now, not after the reward model has trained
             dataclasses.replace(ppo, reward="(the reward run)").check()
             if dpo is not None:
                 dpo.check()
