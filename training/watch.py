@@ -17,8 +17,8 @@ what RLHF gains on several datasets. So, every step:
 
 The rule's false-alarm rate: every evaluation is tested at level alpha / (E (E - 1) / 2) for a run with E planned
 evaluations (Bonferroni over every pair of evaluations, so the choice of the best one as the baseline is paid
-for), with Student's t for the paired mean. Simulated on runs whose judge does not move (tests/test_watch.py),
-a run fires with probability under alpha = 0.05 (3-4.5% for 3-16 evaluations of 8-32 prompts).
+for), with Student's t for the paired mean. tests/test_watch.py simulates 3000 runs whose judge does not move for
+each of four shapes (3-12 evaluations of 8-32 prompts) and fails on a rate significantly above alpha = 0.05.
 
 Best-of-N's KL from the reference is the analytic log N - (N - 1) / N (an upper bound, Beirami et al. 2024).
 """

@@ -27,6 +27,15 @@ from training.ppo.config import PPOConfig
 
 DEMO_PROMPTS = "demo_prompts.txt"
 
+# The methods on prompts against PPO's reward model (app/studies/demo_methods.py), each with PPO's sequences per
+# step and steps: (trainer kind, title, seed of its held-out samples). rloo_pairwise is RLOO on win fractions
+# (training/rloo/losses.py).
+ON_PROMPTS = {
+    "rloo": ("rloo", "RLOO", 4 * 10**6),
+    "rloo_pairwise": ("rloo", "RLOO (win fractions)", 6 * 10**6),
+    "online_dpo": ("online_dpo", "Online DPO", 7 * 10**6),
+}
+
 
 CHANCE = 0.5
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.jobs.training import prepare_pairs_run, prepare_run
+from app.studies.demo_common import ON_PROMPTS
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_stages import Stages, prepared_run
 from app.studies.demo_taste import off_topic_share
@@ -20,13 +21,7 @@ from training.rloo.config import RLOOConfig
 from training.runs import read_status
 
 METHODS = ("ppo", "dpo", "rloo", "rloo_pairwise", "online_dpo")
-# The methods on prompts against PPO's reward model, each with PPO's sequences per step and steps: (trainer kind,
-# title, seed of its held-out samples). rloo_pairwise is RLOO on win fractions (training/rloo/losses.py).
-ON_PROMPTS = {
-    "rloo": ("rloo", "RLOO", 4 * 10**6),
-    "rloo_pairwise": ("rloo", "RLOO (win fractions)", 6 * 10**6),
-    "online_dpo": ("online_dpo", "Online DPO", 7 * 10**6),
-}
+
 CHECKPOINTING = ("save_every", "keep_best", "eval_limit")  # PPO's, so RLOO's points sit on the same plot
 RLOO_K = 4  # responses per prompt; its steps sample as many sequences as PPO's
 

@@ -80,7 +80,7 @@ def _examples(samples: list[dict]) -> str:
 def _what_ran(r: dict) -> str:
     """The report's opening: who ranked what, which runs trained on it, and what the numbers are measured on."""
     c = r["config"]
-    from app.studies.demo_methods import ON_PROMPTS
+    from app.studies.demo_common import ON_PROMPTS
 
     dpo = f"; DPO (run `{r['dpo_run']}`) tuned it on the same pairs directly" if "dpo_run" in r else ""
     if "rloo_run" in r:
@@ -248,7 +248,7 @@ def headline(r: dict) -> list[str]:
             f"{m['length_correlation']:.2f}",
         )
     lines += [f"{name}: {w:.1%} (95% CI {lo:.1%}-{hi:.1%})" for name, w, (lo, hi) in method_rows(r)[1:]]
-    from app.studies.demo_methods import ON_PROMPTS
+    from app.studies.demo_common import ON_PROMPTS
 
     others = [f"{title} {_nats(r[f'{m}_kl'])}" for m, (_, title, _) in ON_PROMPTS.items() if f"{m}_kl" in r]
     if others:

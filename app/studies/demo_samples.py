@@ -10,7 +10,7 @@ analytic log N - (N - 1) / N)."""
 
 from __future__ import annotations
 
-from app.studies.demo_methods import ON_PROMPTS
+from app.studies.demo_common import ON_PROMPTS
 
 
 def policy_rows(r: dict) -> list[dict]:

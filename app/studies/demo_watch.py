@@ -216,7 +216,7 @@ def method_curves(r: dict) -> dict[str, list[dict]]:
     """The demo's methods as points of win rate against KL: PPO's and RLOO's evaluated checkpoints, best-of-N of the
     reference, DPO's policy (one point)."""
     curves = {"PPO": r.get("checkpoints") or [], "best-of-N": r.get("best_of_n") or []}
-    from app.studies.demo_methods import ON_PROMPTS
+    from app.studies.demo_common import ON_PROMPTS
 
     for method, (_, title, _) in ON_PROMPTS.items():
         if f"{method}_checkpoints" in r:
