@@ -28,6 +28,7 @@ from training.prompt_run import (
     frozen_judges,
     judge_last,
     load_policy_models,
+    mean_across_ranks,
     resume_watch,
     reward_stats,
     rollout_engine,
@@ -151,3 +152,18 @@ def finish(m: Models, cfg: PromptsConfig, run: RunFiles, step: int, total: int, 
     )
     run.metrics({"event": "final", "step": step, **final})
     run.status("finished", step=step, total_steps=total, final=final, **alarm_field(watch.reason))
+
+
+def finish_row(m: Models, cfg: PromptsConfig, exp, row: dict, updates: list[dict], times: dict, world: int) -> dict:
+    """A step's metrics row completed as every critic-free trainer completes it: the updates' means, the times and
+    the clock's parts, the vLLM engine's weight sync, averaged over ranks, then throughput, kl_ctl and the lr."""
+    row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
+    row.update({f"perf/{k}": v for k, v in times.items()})
+    row.update(m.clock.take())
+    if m.rollouts is not None:
+        row.update(m.rollouts.take())  # the weights sent to the vLLM engine, and their check
+    row = mean_across_ranks(row, m.device)
+    row["perf/tokens_per_s"] = exp.ids.numel() * world / times["step_s"]
+    row["policy/kl_ctl"] = cfg.kl_ctl
+    row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
+    return row

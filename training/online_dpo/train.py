@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import torch
 
-from training.critic_free import run_loop
+from training.critic_free import finish_row, run_loop
 from training.engine import run_main
 from training.logprobs import response_logprobs
 from training.online_dpo.config import OnlineDPOConfig
 from training.online_dpo.losses import best_worst_pairs, online_dpo_loss
 from training.policy_losses import approx_kl
-from training.prompt_run import mean_across_ranks, seed_rollout, watch_stats
+from training.prompt_run import seed_rollout, watch_stats
 from training.rollout import Experience, rollout, score
 
 
@@ -105,16 +105,7 @@ def step_metrics(m, cfg: OnlineDPOConfig, exp: Experience, pairs, updates: list[
         "response/decoded": float(exp.mask.shape[1]),
         **watch_stats([exp]),
     }
-    row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
-    row.update({f"perf/{k}": v for k, v in times.items()})
-    row.update(m.clock.take())
-    if m.rollouts is not None:
-        row.update(m.rollouts.take())
-    row = mean_across_ranks(row, m.device)
-    row["perf/tokens_per_s"] = exp.ids.numel() * world / times["step_s"]
-    row["policy/kl_ctl"] = cfg.kl_ctl
-    row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
-    return row
+    return finish_row(m, cfg, exp, row, updates, times, world)
 
 
 def train(cfg: OnlineDPOConfig) -> None:

@@ -14,14 +14,13 @@ import random
 
 import torch
 
-from training.critic_free import Models, run_loop
+from training.critic_free import Models, finish_row, run_loop
 from training.engine import (
     run_main,
 )
 from training.logprobs import response_logprobs
 from training.policy_losses import actor_loss_fn, approx_kl, clip_fraction, kl_estimate
 from training.prompt_run import (
-    mean_across_ranks,
     seed_rollout,
     watch_stats,
 )
@@ -130,16 +129,7 @@ def step_metrics(m: Models, cfg: RLOOConfig, exp: Experience, rewards, updates: 
         "response/decoded": float(exp.mask.shape[1]),
         **watch_stats([exp]),
     }
-    row.update({k: sum(u[k] for u in updates) / len(updates) for k in updates[0]})
-    row.update({f"perf/{k}": v for k, v in times.items()})
-    row.update(m.clock.take())
-    if m.rollouts is not None:
-        row.update(m.rollouts.take())  # the weights sent to the vLLM engine, and their check
-    row = mean_across_ranks(row, m.device)
-    row["perf/tokens_per_s"] = exp.ids.numel() * world / times["step_s"]
-    row["policy/kl_ctl"] = cfg.kl_ctl
-    row["lr/actor"] = m.actor.lr_scheduler.get_last_lr()[0]
-    return row
+    return finish_row(m, cfg, exp, row, updates, times, world)
 
 
 def train(cfg: RLOOConfig) -> None:
