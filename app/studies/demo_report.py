@@ -163,23 +163,9 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
         campaign = campaign_section(r["campaign"])
     one_sample = ""
     if r.get("best_of_n"):
-        from app.studies.demo_samples import plot_samples, samples_table, verdict_line
+        from app.studies.demo_samples import samples_section
 
-        plot_samples(folder, r)
-        one_sample = f"""
-## One sample against best-of-N
-
-Every trained policy with one sample at inference against best-of-N of the reference (N samples, the reward
-model's pick), each by its win rate over the reference as the judge sees it, on the judged prompts. KL: a trained
-policy's as its final checkpoint was measured (the store's held-out prompts, PPO's settings), best-of-N's analytic
-bound log N - (N - 1) / N. Off-topic: the share of answers that share no content word with their prompt.
-
-{samples_table(r)}
-
-{verdict_line(r)}.
-
-![win rate against samples](win_rate_vs_samples.png)
-"""
+        one_sample = samples_section(folder, r)
     c = r["config"]
     kl_rows, examples = _curve_rows(ppo_rows), _examples(samples[:4])
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings_s"].items())

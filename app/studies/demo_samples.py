@@ -163,3 +163,22 @@ def plot_samples(folder, r: dict) -> str | None:
     fig.savefig(folder / "win_rate_vs_samples.png", dpi=110)
     plt.close(fig)
     return "win_rate_vs_samples.png"
+
+
+def samples_section(folder, r: dict) -> str:
+    """The report's "One sample against best-of-N" section, its plot written beside it."""
+    plot_samples(folder, r)
+    return f"""
+## One sample against best-of-N
+
+Every trained policy with one sample at inference against best-of-N of the reference (N samples, the reward
+model's pick), each by its win rate over the reference as the judge sees it, on the judged prompts. KL: a trained
+policy's as its final checkpoint was measured (the store's held-out prompts, PPO's settings), best-of-N's analytic
+bound log N - (N - 1) / N. Off-topic: the share of answers that share no content word with their prompt.
+
+{samples_table(r)}
+
+{verdict_line(r)}.
+
+![win rate against samples](win_rate_vs_samples.png)
+"""
