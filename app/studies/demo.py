@@ -344,9 +344,10 @@ def train_ppo(
 
 
 def ppo_curve(run: Path) -> dict:
-    """The run's own count of steps (its status.json) and, for each step 1..N, the KL and score its metrics row
-    reports, None where no row or no value is there: a step that logged no KL is a gap the checks can see, not a
-    step that is missing from both sides of the comparison."""
+    """The run's own count of steps (its status.json) and, for each step 1..N, the KL, score and mean length its
+    metrics row reports (the report's PPO table reads them here, so its figures are in results.json), None where
+    no row or no value is there: a step that logged no KL is a gap the checks can see, not a step that is missing
+    from both sides of the comparison."""
     by_step = {r["step"]: r for r in step_rows("ppo", read_metrics(run))}
     n = int(read_status(run).get("step") or 0)
     rows = [by_step.get(step, {}) for step in range(1, n + 1)]
@@ -354,6 +355,7 @@ def ppo_curve(run: Path) -> dict:
         "ppo_steps": n,
         "kl_per_step": [r.get("reward/kl") for r in rows],
         "score_per_step": [r.get("reward/score_mean") for r in rows],
+        "length_per_step": [r.get("response/length_mean") for r in rows],
     }
 
 

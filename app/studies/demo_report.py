@@ -61,13 +61,21 @@ def _plots(folder: Path, rm_rows: list[dict], ppo_rows: list[dict], samples: lis
     return names
 
 
-def _curve_rows(ppo_rows: list[dict]) -> str:
-    """The PPO table's rows: step, mean score, KL to the reference, mean length."""
-    return "\n".join(
-        f"| {row['step']} | {row['reward/score_mean']:.3f} | {row['reward/kl']:.3f} | "
-        f"{row['response/length_mean']:.1f} |"
-        for row in ppo_rows
-    )
+def curve_table(r: dict) -> str:
+    """The PPO table from results.json: step, mean score, KL to the reference and, for demos that recorded it, the
+    mean length ("missing" where a step logged none)."""
+
+    def cell(x: object, form: str) -> str:
+        return form.format(x) if finite(x) else "missing"
+
+    lengths = r.get("length_per_step")
+    head = "| step | mean score | KL to reference |" + (" length (tokens) |" if lengths else "")
+    rows = [
+        f"| {step} | {cell(score, '{:.3f}')} | {cell(kl, '{:.3f}')} |"
+        + (f" {cell(lengths[step - 1], '{:.1f}')} |" if lengths else "")
+        for step, (score, kl) in enumerate(zip(r["score_per_step"], r["kl_per_step"], strict=True), 1)
+    ]
+    return "\n".join([head, "|---:" * head.count(" |") + "|", *rows])
 
 
 def _examples(samples: list[dict]) -> str:
@@ -167,7 +175,7 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
 
         one_sample = samples_section(folder, r)
     c = r["config"]
-    kl_rows, examples = _curve_rows(ppo_rows), _examples(samples[:4])
+    kl_rows, examples = curve_table(r), _examples(samples[:4])
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings_s"].items())
     text = f"""# rlhf-studio demo{" (quick)" if r["quick"] else ""}
 
@@ -192,8 +200,6 @@ wrong).
 
 ![ppo](ppo.png)
 
-| step | mean score | KL to reference | length (tokens) |
-|---:|---:|---:|---:|
 {kl_rows}
 
 {watch}
