@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.fair import PRECISION, peer_env
+
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT_TOKENS, RESPONSE_TOKENS, BATCH, K, WARMUP = 64, 64, 12, 4, 4
 LENGTH = PROMPT_TOKENS + RESPONSE_TOKENS
@@ -109,6 +111,7 @@ def _ours(tmp: Path, model: str, name: str, pairs_file: Path, dtype: str, zero_s
         "pairs_per_s": steady_pairs_per_s([r["time"] for r in steps]),
         "peak_rss_mb": final["perf/peak_rss_mb"],
         "steps": len(steps),
+        "precision": PRECISION[dtype]["rlhf_studio"],
     }
     if "perf/peak_gpu_mb" in final:
         out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
@@ -129,7 +132,7 @@ def _trl(tmp: Path, model: str, name: str, data: dict, pad_token: str, dtype: st
     }
     spec_file = tmp / f"trl-{name}.json"
     spec_file.write_text(json.dumps(spec))
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = peer_env({**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     env["HF_DATASETS_CACHE"] = str(tmp / "hf-datasets")  # its reference log-probs' cache goes with the run
     proc = subprocess.run(
         [sys.executable, "-m", "bench.trl_dpo", str(spec_file)], capture_output=True, text=True, cwd=ROOT, env=env
@@ -142,6 +145,7 @@ def _trl(tmp: Path, model: str, name: str, data: dict, pad_token: str, dtype: st
         "peak_rss_mb": out["peak_rss_mb"],
         "steps": len(out["step_ends"]),
         "mixed_precision": out["mixed_precision"],
+        "precision": PRECISION[dtype]["trl"],
     }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -120,8 +121,12 @@ def record(rows: list[dict], note: str) -> None:
 
     machine = f"one {torch.cuda.get_device_name(0)} (torch {torch.__version__}, DeepSpeed {deepspeed.__version__}, "
     machine += f"transformers {transformers.__version__})"
+    from bench.run import provenance
+
     results["gpu"] = {"machine": machine, "rows": rows, "note": note}
     results.setdefault("ran_at", {})["gpu"] = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    made = provenance(1) | {"command": "bash bench/gpu_check.sh " + " ".join(sys.argv[1:]), "machine": machine}
+    results.setdefault("provenance", {})["gpu"] = made
     page.RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     page.write(results)
 

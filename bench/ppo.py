@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench.fair import PRECISION, peer_env, wall_step_s
+
 ROOT = Path(__file__).resolve().parent.parent
 TRL_PYTHON = ROOT / ".venv-trl029" / "bin" / "python"
 PROMPT_TOKENS, NEW_TOKENS, BATCH, STEPS = 64, 64, 8, 8
@@ -101,8 +103,8 @@ def summarize(step_s: list[float], gen_s: list[float], peak_mb: float, decoded: 
     median = statistics.median(step_s[window])
     if decoded:  # the default shape: its tokens vary, so it reports the decode steps it took
         extra = {"decoded": statistics.median(decoded[window])}
-    else:
-        extra = {"tokens_per_s": BATCH * (PROMPT_TOKENS + NEW_TOKENS) / median}
+    else:  # the fixed shape decodes exactly NEW_TOKENS a step
+        extra = {"tokens_per_s": BATCH * (PROMPT_TOKENS + NEW_TOKENS) / median, "decoded": NEW_TOKENS}
     return extra | {
         "s_per_step": median,
         "gen_share": statistics.median(gen_s[window]) / median,
@@ -162,9 +164,11 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "
     metrics = read_metrics(run)
     final = next(r for r in metrics if r.get("event") == "final")
     decoded = [r["response/decoded"] for r in rows] if shape == "default" else None
-    out = summarize(
-        [r["perf/step_s"] for r in rows], [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"], decoded
-    )
+    start = next(r for r in metrics if r.get("event") == "start")["time"]
+    # by the wall clock between step ends, as TRL's callback times its steps (bench/fair.py)
+    step_s = wall_step_s(start, [r["time"] for r in rows])
+    out = summarize(step_s, [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"], decoded)
+    out["precision"] = PRECISION[dtype]["rlhf_studio"]
     if "perf/peak_gpu_mb" in final:
         out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
     out["score_s"] = statistics.median(r["perf/score_s"] for r in rows[2:])
@@ -194,7 +198,7 @@ def run_trl(w: dict, tmp: Path, dtype: str, shape: str = "fixed") -> dict:
     spec.write_text(
         json.dumps({**w, "dtype": dtype, "out": str(tmp / f"trl-ppo-{dtype}-{shape}"), "steps": STEPS, **shaped})
     )
-    env = {"PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false", "HOME": str(Path.home())}
+    env = peer_env({"PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
     if dtype == "bf16":  # TRL 0.29.1 ignores bf16=True under transformers 5 unless accelerate is told as well
         env["ACCELERATE_MIXED_PRECISION"] = "bf16"
     proc = subprocess.run(
@@ -207,7 +211,8 @@ def run_trl(w: dict, tmp: Path, dtype: str, shape: str = "fixed") -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"TRL PPO failed: {proc.stderr.strip().splitlines()[-1:]}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    return summarize(r["step_s"], r["gen_s"], r["peak_rss_mb"], r["decoded"] if shape == "default" else None)
+    out = summarize(r["step_s"], r["gen_s"], r["peak_rss_mb"], r["decoded"] if shape == "default" else None)
+    return out | {"precision": PRECISION[dtype]["trl"]}
 
 
 def run(cases: tuple[tuple[str, str], ...] = (("fp32", "fixed"), ("bf16", "fixed"), ("bf16", "default"))) -> list[dict]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.fair import PRECISION
+from bench.repeat import fig
+
 RESULTS = Path(__file__).parent.parent / "docs" / "benchmarks.json"
 PAGE = Path(__file__).parent.parent / "docs" / "benchmarks.md"
 
@@ -22,16 +25,23 @@ def _pairs(rows: list[dict]) -> list[str]:
         "|---:|---:|---:|---:|---:|",
     ]
     out += [
-        f"| {r['k']} | {r['pairs']:,} | {r['duckdb_pairs_per_s'] / 1e6:.1f}M pairs/s | "
-        f"{r['loop_pairs_per_s'] / 1e6:.2f}M pairs/s | {r['ratio']:.1f}x |"
+        f"| {r['k']} | {r['pairs']:,} | {_millions(r, 'duckdb_pairs_per_s', '{:.1f}')} pairs/s | "
+        f"{_millions(r, 'loop_pairs_per_s', '{:.2f}')} pairs/s | {fig(r, '{:.1f}x', 'ratio')} |"
         for r in rows
     ]
     return out
 
 
+def _millions(row: dict, key: str, form: str) -> str:
+    scaled = {key: row[key] / 1e6} | (
+        {"repeats": [{key: r[key] / 1e6} for r in row["repeats"]]} if row.get("repeats") else {}
+    )
+    return fig(scaled, form + "M", key)
+
+
 def _opt(row: dict, key: str, form: str) -> str:
     """A figure results written before it existed do not have: a dash."""
-    return form.format(row[key]) if key in row else "—"
+    return fig(row, form, key) if key in row else "—"
 
 
 def _sampling(rows: list[dict]) -> list[str]:
@@ -46,8 +56,8 @@ def _sampling(rows: list[dict]) -> list[str]:
         "|---|---|---|---:|---:|---:|---:|",
     ]
     out += [
-        f"| {r['case']} | {r.get('engine', 'hf')} | {r['dtype']} | {r['tokens_per_s']:.0f} | "
-        f"{r['speedup_vs_per_response']:.1f}x | {_opt(r, 'vs_hf_one_call', '{:.2f}x')} | "
+        f"| {r['case']} | {r.get('engine', 'hf')} | {r['dtype']} | {fig(r, '{:.0f}', 'tokens_per_s')} | "
+        f"{fig(r, '{:.1f}x', 'speedup_vs_per_response')} | {_opt(r, 'vs_hf_one_call', '{:.2f}x')} | "
         f"{_opt(r, 'engine_start_s', '{:.0f} s')} |"
         for r in rows
     ]
@@ -131,8 +141,9 @@ def _pairs_trainer_table(rows: list[dict]) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     return out + [
-        f"| {r.get('shape', 'ranking')} | {r['dtype']} | {r['pairs']} | {r['rlhf_studio']['pairs_per_s']:.2f} | "
-        f"{r['trl']['pairs_per_s']:.2f} | {r['speed_ratio']:.2f}x | {r['rlhf_studio']['peak_rss_mb']:.0f} / "
+        f"| {r.get('shape', 'ranking')} | {r['dtype']} | {r['pairs']} | "
+        f"{fig(r, '{:.2f}', 'rlhf_studio', 'pairs_per_s')} | {fig(r, '{:.2f}', 'trl', 'pairs_per_s')} | "
+        f"{fig(r, '{:.2f}x', 'speed_ratio')} | {r['rlhf_studio']['peak_rss_mb']:.0f} / "
         f"{r['trl']['peak_rss_mb']:.0f} | {r['memory_ratio']:.2f}x |"
         for r in rows
     ]
@@ -184,8 +195,8 @@ def _ppo(rows: list[dict]) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     out += [
-        f"| {_shape(r)} | {r['dtype']} | {r['rlhf_studio']['s_per_step']:.2f} | {r['trl']['s_per_step']:.2f} | "
-        f"{r['speed_ratio']:.2f}x | {_decoded(r)} | "
+        f"| {_shape(r)} | {r['dtype']} | {fig(r, '{:.2f}', 'rlhf_studio', 's_per_step')} | "
+        f"{fig(r, '{:.2f}', 'trl', 's_per_step')} | {fig(r, '{:.2f}x', 'speed_ratio')} | {_decoded(r)} | "
         f"{r['rlhf_studio']['gen_share']:.0%} / {r['trl']['gen_share']:.0%} | "
         f"{r['rlhf_studio']['peak_rss_mb']:.0f} / {r['trl']['peak_rss_mb']:.0f} | {r['memory_ratio']:.2f}x |"
         for r in rows
@@ -217,8 +228,9 @@ def _ppo_engines(rows: list[dict]) -> list[str]:
     for r in rows:
         v, h = r["rlhf_studio_vllm"], r["rlhf_studio_own_decode"]
         out.append(
-            f"| {_shape(r)} | {r['dtype']} | {v['s_per_step']:.2f} | {h['s_per_step']:.2f} | "
-            f"{r['engine_speed_ratio']:.2f}x | {v['gen_share']:.0%} / {h['gen_share']:.0%} | "
+            f"| {_shape(r)} | {r['dtype']} | {fig(r, '{:.2f}', 'rlhf_studio_vllm', 's_per_step')} | "
+            f"{fig(r, '{:.2f}', 'rlhf_studio_own_decode', 's_per_step')} | {fig(r, '{:.2f}x', 'engine_speed_ratio')} | "
+            f"{v['gen_share']:.0%} / {h['gen_share']:.0%} | "
             f"{v.get('parts', {}).get('weight_sync', 0.0):.2f} | {v['peak_rss_mb']:.0f} / {h['peak_rss_mb']:.0f} |"
         )
     return out
@@ -229,8 +241,8 @@ def _shape(row: dict) -> str:
 
 
 def _decoded(row: dict) -> str:
-    """Decode steps a step took, ours / TRL: 64 / 64 in the fixed shape."""
-    return f"{row['rlhf_studio'].get('decoded', 64):.0f} / {row['trl'].get('decoded', 64):.0f}"
+    """Decode steps a step took, ours / TRL (a dash where a row from before did not record them)."""
+    return " / ".join(_opt(row[side], "decoded", "{:.0f}") for side in ("rlhf_studio", "trl"))
 
 
 PARTS = (
@@ -334,31 +346,8 @@ SECTIONS = {
 }
 
 
-def _ppo_before(rows: list[dict]) -> list[str]:
-    """The PPO rows of an earlier run, kept by hand in the results file as the baseline of the speed work: the
-    step in three parts (the trainer's timers then: sampling, the four scoring forwards, the update)."""
-    out = [
-        "## PPO step before the speed work",
-        "",
-        "The same workload before the profile above existed (kept as `ppo_before` in the results file): the step in "
-        "the three parts the trainer timed then.",
-        "",
-        "| dtype | rlhf-studio s/step | decode | scoring forwards | update | TRL s/step | speed ratio | peak MB "
-        "(ours / TRL) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        a = r["rlhf_studio"]
-        out.append(
-            f"| {r['dtype']} | {a['s_per_step']:.2f} | {a['gen_s']:.2f} | {a['score_s']:.2f} | {a['train_s']:.2f} | "
-            f"{r['trl']['s_per_step']:.2f} | {r['speed_ratio']:.2f}x | {a['peak_rss_mb']:.0f} / "
-            f"{r['trl']['peak_rss_mb']:.0f} |"
-        )
-    return out
-
-
-# shown only when a run recorded them (a GPU is not always at hand; the baseline is kept by hand)
-OPTIONAL = {"ppo_before": _ppo_before, "gpu": _gpu}
+# shown only when a run recorded it (a GPU is not always at hand)
+OPTIONAL = {"gpu": _gpu}
 
 
 def render(report: dict) -> str:
@@ -367,9 +356,10 @@ def render(report: dict) -> str:
         "",
         "Generated by `make bench` (or `python -m bench.report` from `docs/benchmarks.json`); do not edit by "
         "hand. Each comparison runs both sides in one run on one machine; a ratio above 1 means rlhf-studio is "
-        "faster (or, for memory, uses more).",
+        "faster (or, for memory, uses more). Each section says when it ran, by what command, at what commit and on "
+        "what machine; a timing run several times is the median, its range over the runs in brackets.",
         "",
-        f"Machine: {report['machine']}.",
+        _precision(),
     ]
     for name, section in SECTIONS.items():
         lines.append("")
@@ -379,20 +369,40 @@ def render(report: dict) -> str:
             lines += [f"## {name}", "", "Not in the results file: run `python -m bench.run --only " + name + "`."]
     for name, section in OPTIONAL.items():
         if name in report:
-            when = report.get("ran_at", {}).get(name)
-            lines += [""] + section(report[name]) + (["", f"Ran {when}."] if when else [])
+            lines += [""] + section(report[name]) + _ran(report, name)
     return "\n".join(lines) + "\n"
 
 
+def _precision() -> str:
+    bf16 = PRECISION["bf16"]
+    return (
+        f"Precision: a bf16 row is bf16 as each side runs it: rlhf-studio's {bf16['rlhf_studio']} (DeepSpeed's bf16), "
+        f"TRL's {bf16['trl']} (the Trainer's `bf16=True`); the memory ratios of bf16 rows compare those two regimes. "
+        "Both sides' steps are timed by the wall clock between step ends, and a peer's process gets the malloc "
+        "settings our ranks get (`bench/fair.py`)."
+    )
+
+
 def _ran(report: dict, name: str) -> list[str]:
-    """When a section ran and, where the results file recorded it, by what command at what commit on what CPU."""
+    """When a section ran and, where the results file recorded it, by what command at what commit on what CPU; a
+    section without that record says so."""
     when = report.get("ran_at", {}).get(name)
     made = report.get("provenance", {}).get(name)
     if not when:
         return []
     if not made:
-        return ["", f"Ran {when}."]
-    return ["", f"Ran {when} at commit {made['commit']}, `{made['command']}`, on {made['machine']} ({made['cpu']})."]
+        return [
+            "",
+            f"Ran {when}, before the results file recorded each section's command, commit and CPU, and before its "
+            f"timings were the median of several runs timed alike on both sides: these figures are not traceable. "
+            f"`python -m bench.run --only {name}` reruns them with that record.",
+        ]
+    runs = made.get("repeats", 1)
+    how = f"median of {runs} runs" if runs > 1 else "one run"
+    return [
+        "",
+        f"Ran {when} at commit {made['commit']}, `{made['command']}`, on {made['machine']} ({made['cpu']}); {how}.",
+    ]
 
 
 def write(report: dict, page: Path = PAGE) -> Path:

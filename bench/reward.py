@@ -12,10 +12,13 @@ Metric: pairs/s after the first 5 steps; peak RSS of the training process. TRL i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench.fair import PRECISION, peer_env
 
 LENGTH, BATCH, K = 128, 12, 4
 SHAPES = ("ranking", "independent")
@@ -60,6 +63,7 @@ def _ours(tmp: Path, pairs_file: Path, dtype: str, model: str = "default", zero_
         "pairs_per_s": len(timed) * BATCH / (timed[-1]["time"] - steps[4]["time"]),
         "peak_rss_mb": final["perf/peak_rss_mb"],
         "steps": len(steps),
+        "precision": PRECISION[dtype]["rlhf_studio"],
     }
     if "perf/peak_gpu_mb" in final:
         out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
@@ -85,8 +89,9 @@ def _trl(tmp: Path, ids: list[tuple[list[int], list[int]]], pad_token: str, dtyp
         text=True,
         check=True,
         cwd=Path(__file__).resolve().parent.parent,
+        env=peer_env(os.environ),
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1]) | {"precision": PRECISION[dtype]["trl"]}
 
 
 def run(

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from bench.ppo import NEW_TOKENS, PROMPT_TOKENS, STEPS, parts, workload
+from bench.repeat import fig
 
 SEQUENCES, K = 16, 4
 
@@ -95,10 +96,12 @@ def table(rows: list[dict]) -> list[str]:
         for kind, shape in (("ppo", f"{SEQUENCES} x 1"), ("rloo", f"{SEQUENCES // K} x {K}")):
             x = r[kind]
             out.append(
-                f"| {r['dtype']} | {kind.upper()} | {shape} | {x['s_per_step']:.2f} | {x['peak_rss_mb']:.0f} | "
+                f"| {r['dtype']} | {kind.upper()} | {shape} | {fig(r, '{:.2f}', kind, 's_per_step')} | "
+                f"{x['peak_rss_mb']:.0f} | "
                 f"{sum(x['memory'].values()):.0f} |"
             )
         out.append(
-            f"| {r['dtype']} | ratio | | {r['speed_ratio']:.2f}x faster | {r['memory_ratio']:.2f}x the memory | |"
+            f"| {r['dtype']} | ratio | | {fig(r, '{:.2f}x', 'speed_ratio')} faster | "
+            f"{r['memory_ratio']:.2f}x the memory | |"
         )
     return out

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench import annotation_latency, dpo, pairs, ppo, reward, rloo, sampling
 from bench import report as page
+from bench.repeat import repeated
 
 
 def machine() -> str:
@@ -33,9 +34,9 @@ def cpu_model() -> str:
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
 
 
-def provenance() -> dict:
+def provenance(repeats: int) -> dict:
     """What a section's results were made by: the command, the commit (and whether the tree had changes), the
-    machine and its CPU."""
+    machine and its CPU, and how many runs its timings are the median of."""
     root = Path(__file__).resolve().parent.parent
     git = ["git", "-C", str(root)]
     commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -49,6 +50,7 @@ def provenance() -> dict:
         "commit": commit + ("+changes" if dirty else ""),
         "machine": machine(),
         "cpu": cpu_model(),
+        "repeats": repeats,
     }
 
 
@@ -90,7 +92,14 @@ def main() -> None:
     p.add_argument("--reward-rankings", type=int, default=64, help="K = 4 rankings (6 pairs each)")
     p.add_argument("--dpo-pairs", type=int, default=192, help="pairs per DPO run (a multiple of 12)")
     p.add_argument("--rankings", type=int, default=1_000_000)
+    p.add_argument("--repeats", type=int, default=3, help="whole runs per benchmark: the median and the range")
     args = p.parse_args()
+    if args.repeats < 1:
+        p.error("--repeats must be at least 1")
+
+    def runs(measure):  # each benchmark `args.repeats` times: medians, each run's rows kept (bench/repeat.py)
+        return repeated(measure, args.repeats)
+
     report = {"machine": machine()}
     last = json.loads(page.RESULTS.read_text()) if page.RESULTS.exists() else {}
     if args.only:  # one benchmark again: the others keep their last results
@@ -98,7 +107,7 @@ def main() -> None:
     elif "gpu" in last:  # written by bench/gpu_check.sh --record on a GPU machine, which this run is not
         report |= {"gpu": last["gpu"], "ran_at": {"gpu": last["ran_at"]["gpu"]}}
     if args.only in (None, "pairs"):
-        report["pairs"] = pairs.run(n=args.rankings)
+        report["pairs"] = runs(lambda: pairs.run(n=args.rankings))
         print("\n| K | pairs | DuckDB view pairs/s | Python loop pairs/s | ratio |\n|---|---|---|---|---|")
         for r in report["pairs"]:
             print(
@@ -106,7 +115,7 @@ def main() -> None:
                 f"{r['loop_pairs_per_s'] / 1e6:.2f}M | {r['ratio']:.1f}x |"
             )
     if args.only in (None, "sampling"):
-        report["sampling"] = sampling.run()
+        report["sampling"] = runs(sampling.run)
         print(
             "\n| sampling (K=4, 64 new tokens) | engine | dtype | tokens/s | vs one call per response "
             "| vs generate, one call | engine start |\n|---|---|---|---|---|---|---|"
@@ -117,26 +126,29 @@ def main() -> None:
                 f"{r['speedup_vs_per_response']:.1f}x | {r['vs_hf_one_call']:.2f}x | {r['engine_start_s']:.0f} s |"
             )
     if args.only in (None, "annotation"):
-        report["annotation"] = [
-            annotation_latency.run(n, think_s=t, hammer=h, login_guesses=g) for n, t, h, g in annotation_latency.CASES
-        ]
+        report["annotation"] = runs(
+            lambda: [
+                annotation_latency.run(n, think_s=t, hammer=h, login_guesses=g)
+                for n, t, h, g in annotation_latency.CASES
+            ]
+        )
         print("\n" + "\n".join(page.annotation_table(report["annotation"])))
     if args.only in (None, "reward"):
-        report["reward"] = reward.run(n_rankings=args.reward_rankings)
+        report["reward"] = runs(lambda: reward.run(n_rankings=args.reward_rankings))
         print_pairs_trainer("reward model, 128 tokens", report["reward"])
     if args.only in (None, "dpo"):
-        report["dpo"] = dpo.run(n_pairs=args.dpo_pairs)
+        report["dpo"] = runs(lambda: dpo.run(n_pairs=args.dpo_pairs))
         print_pairs_trainer("DPO, 64 + 64 tokens", report["dpo"])
     if args.only in (None, "ppo"):
-        report["ppo"] = ppo.run()
+        report["ppo"] = runs(ppo.run)
         print_ppo(report["ppo"])
     if args.only in (None, "rloo"):
-        report["rloo"] = rloo.run()
+        report["rloo"] = runs(rloo.run)
         print("\n" + "\n".join(rloo.table(report["rloo"])))
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     ran = [k for k in page.SECTIONS if k in report and (args.only in (None, k))]
     report["ran_at"] = {**report.get("ran_at", {}), **{k: stamp for k in ran}}
-    made_by = provenance()
+    made_by = provenance(args.repeats)
     report["provenance"] = {**report.get("provenance", {}), **{k: made_by for k in ran}}
     page.RESULTS.parent.mkdir(exist_ok=True)
     page.RESULTS.write_text(json.dumps(report, indent=2) + "\n")

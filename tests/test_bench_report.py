@@ -49,12 +49,13 @@ def test_page_puts_each_figure_beside_its_peer_and_names_what_is_missing(tmp_pat
         ],
     }
     page = report.write(results, tmp_path / "benchmarks.md").read_text()
-    assert "Machine: x86_64, 2 cores, torch 2.13.0+cpu." in page
-    assert "| fixed | bf16 | 7.50 | 15.00 | 2.00x | 64 / 64 | 25% / 50% | 7000 / 8750 | 0.80x |" in page
+    assert "Precision: a bf16 row is bf16 as each side runs it: rlhf-studio's bf16 weights, fp32 master" in page
+    assert "| fixed | bf16 | 7.50 | 15.00 | 2.00x | — / — | 25% / 50% | 7000 / 8750 | 0.80x |" in page
     assert "| default | bf16 | 9.00 | 27.00 | 3.00x | 101 / 128 | 40% / 50% | 7100 / 9000 | 0.79x |" in page
     assert "| fp32 | 384 | 5.00 | 2.00 | 2.50x | 3000 / 4000 | 0.75x |" in page
     assert "| ranking | bf16 | 192 | 6.00 | 2.40 | 2.50x | 3500 / 4375 | 0.80x |" in page
-    assert "Ran 2026-11-29 12:00." in page
+    # a section without its command, commit and CPU says it is not traceable
+    assert "Ran 2026-11-29 12:00, before the results file recorded each section's command, commit and CPU" in page
     for missing in ("pairs", "sampling", "annotation"):
         assert f"python -m bench.run --only {missing}" in page
     # the committed page is what the committed results render to
@@ -84,10 +85,6 @@ def test_the_ppo_profile_gives_each_part_its_share_and_the_rest_as_other():
     assert "| model | fp32 fixed weights | optimizer |" in page
     assert "| actor | 258 | 1548 |" in page and "| critic | 205 | 1231 |" in page
     assert "| reference | 258 | - |" in page and "| reward model | 205 | - |" in page
-    assert "before the speed work" not in page  # the baseline shows only where the results file keeps one
-    before = {**row, "rlhf_studio": {**row["rlhf_studio"], "gen_s": 3.0, "score_s": 4.0, "train_s": 5.0}}
-    page = report.render({"machine": "m", "ppo": [row], "ppo_before": [before]})
-    assert "| fp32 | 8.00 | 3.00 | 4.00 | 5.00 | 16.00 | 2.00x | 7000 / 8750 |" in page
 
 
 def test_the_ppo_section_sets_vllm_rollouts_beside_the_own_decode_where_both_ran():
@@ -146,5 +143,38 @@ def test_a_section_names_the_command_commit_and_cpu_that_made_it_and_the_login_g
         "child took 16% of a core) + 1 guessing logins (122 wrong logins, a fresh name every 1 s: 10 checked, 112 "
         "refused before the check, 0 other) | 5.0 s | 16.2 | 58 ms | 146 ms |"
     ) in page
-    assert "Ran 2026-12-06 18:00 at commit abc1234, `python -m bench.run --only annotation`, on m (c)." in page
-    assert "Ran 2026-12-06 18:00.\n" in report.render(results)
+    assert "Ran 2026-12-06 18:00 at commit abc1234, `python -m bench.run --only annotation`, on m (c); one run." in page
+    assert "these figures are not traceable" in report.render(results)
+    made["repeats"] = 3
+    assert "on m (c); median of 3 runs." in report.render({**results, "provenance": {"annotation": made}})
+
+
+def test_a_benchmark_run_three_times_is_its_median_with_each_runs_row_kept():
+    from bench.repeat import median_of, repeated
+
+    # figure by figure; the name is the first run's
+    runs = [[{"case": "a", "s": 3.0, "parts": {"x": 1.0}}], [{"case": "a", "s": 1.0, "parts": {"x": 5.0}}]]
+    runs.append([{"case": "a", "s": 2.5, "parts": {"x": 2.0}}])
+    assert median_of(runs) == [{"case": "a", "s": 2.5, "parts": {"x": 2.0}}]
+    measured = iter(runs)
+    rows = repeated(lambda: next(measured), 3)
+    assert rows[0]["s"] == 2.5 and [r["s"] for r in rows[0]["repeats"]] == [3.0, 1.0, 2.5]
+
+
+def test_a_repeated_timing_shows_its_range_and_the_page_numbers_are_all_in_the_results():
+    from bench.repeat import repeated
+    from tests.page_numbers import not_in_source
+
+    def one_run(s_ours: float, s_trl: float) -> list[dict]:
+        ours = {"s_per_step": s_ours, "gen_share": 0.3, "peak_rss_mb": 7000.0, "decoded": 64}
+        trl = {"s_per_step": s_trl, "gen_share": 0.4, "peak_rss_mb": 8000.0, "decoded": 64}
+        return [
+            {"dtype": "bf16", "rlhf_studio": ours, "trl": trl, "speed_ratio": s_trl / s_ours, "memory_ratio": 0.875}
+        ]
+
+    measured = iter([one_run(5.0, 10.0), one_run(4.0, 11.0), one_run(6.0, 9.0)])
+    results = {"machine": "m", "ppo": repeated(lambda: next(measured), 3)}
+    page = report.render(results)
+    # the ratio is each run's own (2.00, 2.75, 1.50), not the ratio of the medians (10 / 5)
+    assert "| fixed | bf16 | 5.00 (4.00-6.00) | 10.00 (9.00-11.00) | 2.00x (1.50x-2.75x) |" in page
+    assert not_in_source(page, results) == []
