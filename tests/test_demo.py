@@ -453,7 +453,8 @@ def test_best_of_n_points_and_the_findings_by_hand():
     assert not findings([{**ckpt(64, 8.5, 0.9110), "chosen": True}, last], bon, None)["chosen_at_least_last"]
     assert watch_checks(f) == {
         "the held-out judge's checkpoint wins as often as the last one (within its 95% interval)": False,
-        "PPO's best checkpoint beats best-of-N at its KL (best-of-16 where PPO's KL is beyond best-of-N's)": False,
+        "PPO's checkpoint the judge scored highest (picked by that judge) beats best-of-N at the same KL, or "
+        "best-of-N's largest N at a lower KL where PPO's is beyond its bound": False,
         "the watch's alarm fires only after PPO's win rate peaked, if at all": True,
     }
     # the demo's first default-model run: the alarm fired at step 7, the win rate rose to the last checkpoint

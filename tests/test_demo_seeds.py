@@ -6,6 +6,8 @@ import pytest
 
 from app.studies.demo_seeds import headlines, interval, over_seeds, report, verdicts
 
+PEAK = "PPO's checkpoint the judge scored highest (picked by that judge) minus best-of-N at the same KL"
+
 
 def results(seed: int, ppo: float, dpo: float, ppo_dpo: float, bon: float, kl: float, alarm=None) -> dict:
     """A demo's results.json, reduced to what the headlines read."""
@@ -50,8 +52,8 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
         "PPO actor over the DPO policy",
         "best-of-16 of the reference over the reference",
         "PPO's kept checkpoint over the reference",
-        "PPO's kept checkpoint minus best-of-16",
-        "PPO's best checkpoint minus best-of-N at its KL",
+        "PPO's kept checkpoint (1 sample) minus best-of-16",
+        "PPO's checkpoint the judge scored highest (picked by that judge) minus best-of-N at the same KL",
         "PPO (1 sample) minus best-of-16",
         "DPO (1 sample) minus best-of-16",
         "PPO's KL to the reference at the last step (nats)",
@@ -64,20 +66,19 @@ def test_the_headlines_of_three_seeds_combine_into_a_mean_with_its_interval():
     ppo = rows["PPO actor over the reference"]
     assert ppo["values"] == [0.6, 0.7, 0.8] and ppo["over_seeds"] == pytest.approx((0.7, 0.4516, 0.9484), abs=1e-4)
     assert rows["DPO policy over the reference"]["over_seeds"] == pytest.approx((0.9, 0.9, 0.9))  # no spread
-    assert rows["PPO's best checkpoint minus best-of-N at its KL"]["values"] == pytest.approx([-0.2, -0.1, 0.0])
+    assert rows[PEAK]["values"] == pytest.approx([-0.2, -0.1, 0.0])
     assert rows["PPO's KL to the reference at the last step (nats)"]["over_seeds"][0] == pytest.approx(2.0)
     # the kept checkpoint (0.6, 0.7, 0.8) against best-of-16's 0.8 in each seed; the KL each method spent
-    assert rows["PPO's kept checkpoint minus best-of-16"]["values"] == pytest.approx([-0.2, -0.1, 0.0])
+    assert rows["PPO's kept checkpoint (1 sample) minus best-of-16"]["values"] == pytest.approx([-0.2, -0.1, 0.0])
     assert rows["DPO's KL to the reference (nats)"]["values"] == [2.0, 4.0, 6.0]
     assert rows["best-of-16's KL bound (nats)"]["over_seeds"] == pytest.approx((1.835, 1.835, 1.835))
     assert combined["seeds"] == [0, 1, 2] and combined["alarm_steps"] == [None, 12, None]
     # a head-to-head against 50%, a difference against zero: 0.3, 0.4, 0.5 -> 0.4 +- 0.2484
     assert verdicts(combined) == [
         "PPO actor over the DPO policy: 40.0% (15.2% to 64.8%), holds 50%: no clear difference over seeds",
-        "PPO's kept checkpoint minus best-of-16: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear "
+        "PPO's kept checkpoint (1 sample) minus best-of-16: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear "
         "difference over seeds",
-        "PPO's best checkpoint minus best-of-N at its KL: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear "
-        "difference over seeds",
+        f"{PEAK}: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear difference over seeds",
         "PPO (1 sample) minus best-of-16: -10.0 pts (-34.8 pts to +14.8 pts), holds zero: no clear difference over "
         "seeds",
         "DPO (1 sample) minus best-of-16: +10.0 pts (+10.0 pts to +10.0 pts), above zero",
@@ -279,3 +280,39 @@ def test_the_labeling_campaigns_numbers_combine_over_seeds():
     table = report(combined)
     assert "|+4.0 pts (+0.0 pts to +8.0 pts)|+3.0 pts (+0.0 pts to +7.0 pts)|" in table
     assert "|92.0% (87.0%-95.0%)|" in table
+
+
+def test_seeds_that_chose_the_settings_are_shown_apart_and_left_out_of_the_mean(tmp_path, capsys):
+    from app.faces.cli import main
+
+    runs = [results(s, ppo, 0.9, h2h, 0.8, 1.0) for s, ppo, h2h in ((0, 0.9, 0.9), (1, 0.6, 0.3), (2, 0.7, 0.4))]
+    runs.append(results(3, 0.8, 0.9, 0.5, 0.8, 1.0))
+    combined = over_seeds(runs, chose=(0,))
+    ppo = next(r for r in combined["rows"] if r["headline"] == "PPO actor over the reference")
+    # seeds 1-3 only: 0.6, 0.7, 0.8 -> 0.7 +- 0.2484; seed 0's 0.9 shown, not counted
+    assert ppo["values"] == [0.9, 0.6, 0.7, 0.8] and ppo["over_seeds"] == pytest.approx((0.7, 0.4516, 0.9484), abs=1e-4)
+    assert verdicts(combined)[0] == (
+        "PPO actor over the DPO policy: 40.0% (15.2% to 64.8%), holds 50%: no clear difference over seeds"
+    )
+    md = report(combined)
+    assert md.startswith("# The demo over 3 seeds, and the 1 that chose\n")
+    assert "|seed 0 (chose the settings)|seed 1|" in md and "over seeds 1, 2, 3 only." in md
+    with pytest.raises(Exception, match="names seeds not combined here: \\[7\\]"):
+        over_seeds(runs, chose=(7,))
+    for r in runs:
+        (tmp_path / f"s{r['config']['seed']}").mkdir()
+        (tmp_path / f"s{r['config']['seed']}" / "results.json").write_text(json.dumps(r))
+    folders = [str(tmp_path / f"s{s}") for s in range(4)]
+    assert main(["demo-seeds", *folders, "--out", str(tmp_path / "o"), "--chose-settings", "0"]) == 0
+    assert json.loads((tmp_path / "o" / "seeds.json").read_text())["chose_settings"] == [0]
+
+
+def test_the_peak_comparison_says_when_best_of_n_is_at_a_lower_kl():
+    r = results(0, 0.9, 0.9, 0.5, 0.8, 9.0)
+    r["watch"]["peak_kl_beyond_best_of_n"] = True
+    names = list(headlines(r))
+    assert PEAK not in names
+    assert (
+        "PPO's checkpoint the judge scored highest (picked by that judge) minus best-of-16 (unequal KL: PPO's beyond "
+        "best-of-16's bound)"
+    ) in names

@@ -166,7 +166,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def cmd_demo_seeds(args: argparse.Namespace) -> None:
     from app.studies.demo_seeds import SEEDS_REPORT, read_results, verdicts, write_combined
 
-    combined = write_combined(read_results(args.demos), Path(args.out))
+    combined = write_combined(read_results(args.demos), Path(args.out), tuple(args.chose_settings))
     print("\n".join(verdicts(combined)))
     print(f"{len(combined['seeds'])} seeds ({', '.join(map(str, combined['seeds']))}): {Path(args.out) / SEEDS_REPORT}")
 
@@ -329,6 +329,13 @@ def add_demo_commands(sub) -> None:
     )
     s.add_argument("demos", nargs="+", help="demo folders (or their results.json)")
     s.add_argument("--out", required=True, help="folder for seeds.json and seeds.md")
+    s.add_argument(
+        "--chose-settings",
+        type=lambda text: [int(x) for x in text.split(",") if x.strip()],
+        default=[],
+        metavar="SEEDS",
+        help="seeds whose numbers chose the settings (e.g. 0,1): shown apart, left out of the means over seeds",
+    )
     s.set_defaults(func=cmd_demo_seeds)
 
 

@@ -42,11 +42,9 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
     if watch:
         out["PPO's kept checkpoint over the reference"] = (watch["chosen_win_rate"], None)
         if top:  # the checkpoint the held-out judge kept (no oracle) against the largest N, each over the reference
-            out[f"PPO's kept checkpoint minus best-of-{top['n']}"] = (watch["chosen_win_rate"] - top["win_rate"], None)
-        out["PPO's best checkpoint minus best-of-N at its KL"] = (
-            watch["peak_win_rate"] - watch["best_of_n_at_peak_kl"],
-            None,
-        )
+            name = f"PPO's kept checkpoint (1 sample) minus best-of-{top['n']}"  # one_sample_headlines' name for it
+            out[name] = (watch["chosen_win_rate"] - top["win_rate"], None)
+        out[peak_label(watch, top)] = (watch["peak_win_rate"] - watch["best_of_n_at_peak_kl"], None)
     out |= one_sample_headlines(r)
     if r.get("reward_model"):
         m = r["reward_model"]
@@ -62,6 +60,17 @@ def headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
     if top and top.get("kl") is not None:
         out[f"best-of-{top['n']}'s KL bound (nats)"] = (top["kl"], None)
     return out | campaign_headlines(r.get("campaign"))
+
+
+def peak_label(watch: dict, top: dict | None) -> str:
+    """What the peak comparison compares, exactly: the checkpoint the judge scored highest is picked by the judge that
+    scores it, and best-of-N meets it at its KL only where best-of-N can spend that much KL."""
+    if watch.get("peak_kl_beyond_best_of_n") and top:
+        return (
+            f"PPO's checkpoint the judge scored highest (picked by that judge) minus best-of-{top['n']} "
+            f"(unequal KL: PPO's beyond best-of-{top['n']}'s bound)"
+        )
+    return "PPO's checkpoint the judge scored highest (picked by that judge) minus best-of-N at the same KL"
 
 
 def one_sample_headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
@@ -143,9 +152,11 @@ def ppo_changes(text: str) -> dict | str:
         return text
 
 
-def over_seeds(results: list[dict]) -> dict:
+def over_seeds(results: list[dict], chose: tuple[int, ...] = ()) -> dict:
     """The seeds' headlines side by side and combined. A headline some seeds lack (a demo made before it existed, a
-    checkpoint whose weights are gone) is combined over the seeds that have it, and its row says which."""
+    checkpoint whose weights are gone) is combined over the seeds that have it, and its row says which. Seeds in
+    `chose` chose the settings (docs/evaluation.md): their columns are shown, marked, and left out of every mean
+    and verdict over seeds."""
     if not results:
         raise UserError("no demo results to combine")
     seeds = [r["config"]["seed"] for r in results]
@@ -156,6 +167,8 @@ def over_seeds(results: list[dict]) -> dict:
         )
     if len(set(seeds)) != len(seeds):
         raise UserError(f"the demos to combine share a seed ({', '.join(map(str, seeds))}): each seed once")
+    if set(chose) - set(seeds):
+        raise UserError(f"--chose-settings names seeds not combined here: {sorted(set(chose) - set(seeds))}")
     differ = settings_that_differ([r["config"] for r in results])
     if differ:
         flags = ", ".join("--" + name.replace("_", "-") for name in differ)
@@ -170,13 +183,16 @@ def over_seeds(results: list[dict]) -> dict:
                 "headline": name,
                 "values": values,
                 "ci95": [h[name][1] if name in h else None for h in per],
-                "over_seeds": interval([v for v in values if v is not None]),
+                "over_seeds": interval(
+                    [v for v, s in zip(values, seeds, strict=True) if v is not None and s not in chose]
+                ),
             }
         )
     alarms = [(r.get("watch") or {}).get("alarm_step") for r in results]
     return {
         "study": studies.pop(),
         "seeds": seeds,
+        "chose_settings": sorted(chose),
         "folders": [r.get("folder") for r in results],
         "rows": rows,
         "alarm_steps": alarms,
@@ -226,10 +242,12 @@ def verdicts(combined: dict) -> list[str]:
         side = (
             f"above {at}" if lo > tie else f"below {at}" if hi < tie else f"holds {at}: no clear difference over seeds"
         )
-        seeds = sum(v is not None for v in row["values"])
+        chose = set(combined.get("chose_settings", []))
+        counted = [s for s in combined["seeds"] if s not in chose]
+        seeds = sum(v is not None for v, s in zip(row["values"], combined["seeds"], strict=True) if s not in chose)
         out.append(
             f"{row['headline']}: {_fmt(mean, kind)} ({_fmt(lo, kind)} to {_fmt(hi, kind)}), {side}"
-            + (f" ({seeds} of {len(row['values'])} seeds)" if seeds < len(row["values"]) else "")
+            + (f" ({seeds} of {len(counted)} seeds)" if seeds < len(counted) else "")
         )
     return out
 
@@ -237,15 +255,30 @@ def verdicts(combined: dict) -> list[str]:
 def report(combined: dict) -> str:
     """seeds.md: one row per headline, each seed's value (with its per-prompt interval), then the mean over seeds
     with its interval."""
-    seeds = combined["seeds"]
-    head = "|headline|" + "|".join(f"seed {s}" for s in seeds) + "|mean over seeds (95% interval)|"
+    seeds, chose = combined["seeds"], combined.get("chose_settings", [])
+    counted = [s for s in seeds if s not in chose]
+    head = (
+        "|headline|"
+        + "|".join(f"seed {s}" + (" (chose the settings)" if s in chose else "") for s in seeds)
+        + "|mean over seeds (95% interval)|"
+    )
     study = "The rounds study" if combined.get("study") == "rounds" else "The demo"
+    title = f"# {study} over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
+    if chose:
+        title = f"# {study} over {len(counted)} seed{'s' if len(counted) > 1 else ''}, and the {len(chose)} that chose"
     lines = [
-        f"# {study} over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}",
+        title,
         "",
         "Each seed reruns the stochastic parts (sampling, training order). A seed's cell: its value, with its 95% "
         "interval over prompts where it has one (n/a: that seed's demo lacks it); the last column: the mean over seeds "
         "with a 95% Student t interval over seeds (none for one seed).",
+    ]
+    if chose:
+        lines.append(
+            f"Seeds {', '.join(map(str, chose))} chose the settings these demos ran with: their columns are shown, "
+            f"and the mean, the interval and every verdict are over seeds {', '.join(map(str, counted))} only."
+        )
+    lines += [
         "",
         head,
         "|---|" + "---:|" * len(seeds) + "---:|",
@@ -258,8 +291,8 @@ def report(combined: dict) -> str:
         ]
         o = _clipped(row["over_seeds"], kind)
         last = f"{_fmt(o[0], kind)} ({_fmt(o[1], kind)} to {_fmt(o[2], kind)})" if o else "one seed: no interval"
-        have = [str(s) for s, v in zip(seeds, row["values"], strict=True) if v is not None]
-        if o and len(have) < len(seeds):
+        have = [str(s) for s, v in zip(seeds, row["values"], strict=True) if v is not None and s not in chose]
+        if o and len(have) < len(counted):
             last += f", seeds {', '.join(have)} only"
         lines.append(f"|{row['headline']}|" + "|".join(cells) + f"|{last}|")
     said = verdicts(combined)
@@ -286,8 +319,8 @@ def read_results(paths: list[str | Path]) -> list[dict]:
     return out
 
 
-def write_combined(results: list[dict], out: Path) -> dict:
-    combined = over_seeds(results)
+def write_combined(results: list[dict], out: Path, chose: tuple[int, ...] = ()) -> dict:
+    combined = over_seeds(results, chose)
     out.mkdir(parents=True, exist_ok=True)
     (out / SEEDS_FILE).write_text(json.dumps(combined, indent=2) + "\n")
     (out / SEEDS_REPORT).write_text(report(combined))

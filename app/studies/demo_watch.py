@@ -303,9 +303,8 @@ def watch_checks(f: dict) -> dict[str, bool]:
         "the held-out judge's checkpoint wins as often as the last one (within its 95% interval)": f[
             "chosen_at_least_last"
         ],
-        "PPO's best checkpoint beats best-of-N at its KL (best-of-16 where PPO's KL is beyond best-of-N's)": f[
-            "ppo_beats_best_of_n"
-        ],
+        "PPO's checkpoint the judge scored highest (picked by that judge) beats best-of-N at the same KL, or "
+        "best-of-N's largest N at a lower KL where PPO's is beyond its bound": f["ppo_beats_best_of_n"],
         # a false alarm: one that fires before the win rate (the scripted annotator's, the truth here) has peaked
         "the watch's alarm fires only after PPO's win rate peaked, if at all": alarm_after_peak(f),
     }
