@@ -123,13 +123,33 @@ def test_one_rank_learns_a_known_reward(tmp_path, tiny_model_dir, liked_rm, prom
 
 
 @pytest.mark.integration
-def test_two_ranks_train_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_file):
-    run = ppo(tmp_path, tiny_model_dir, liked_rm, prompts_file, "--max-steps", "3", "--num-accelerators", "2")
+def test_two_ranks_learn_as_one_and_end_with_one_actor(tmp_path, tiny_model_dir, liked_rm, prompts_file):
+    flags = ["--critic", str(liked_rm), "--max-steps", "12", "--epochs", "10", "--top-k", "20"]
+    run = ppo(
+        tmp_path,
+        tiny_model_dir,
+        liked_rm,
+        prompts_file,
+        *flags,
+        "--actor-lr",
+        "3e-3",
+        "--critic-lr",
+        "1e-3",
+        "--num-accelerators",
+        "2",
+    )
     start = next(r for r in rows_of(run) if r.get("event") == "start")
     # 48 prompts do not fill PPO's default batch of 32 for each of 2 ranks: 24 each, every prompt in a step
     assert start["world_size"] == 2 and start["generation_batch_size"] == 24
     steps = steps_of(run)
-    assert sorted(steps) == [1, 2, 3] and all(k in steps[3] for k in METRICS)
+    assert sorted(steps) == list(range(1, 13)) and all(k in steps[12] for k in METRICS)
+    # it learns the known reward from both ranks' rollouts (the metrics are the mean over ranks)
+    scores = [steps[s]["reward/score_mean"] for s in sorted(steps)]
+    assert sum(scores[-4:]) / 4 > scores[0] + 0.5, scores
+    # what two ranks must agree on: after the last update each rank's actor is the same, bit for bit
+    final = next(r for r in rows_of(run) if r.get("event") == "final")
+    by_rank = final["actor/sha256_by_rank"]
+    assert len(by_rank) == 2 and by_rank[0] == by_rank[1]
     assert sorted(p.name for p in (run / "actor").glob("*.safetensors")) == ["model.safetensors"]
     assert_trained_and_reference_frozen(run, tiny_model_dir)
 

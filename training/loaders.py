@@ -53,6 +53,19 @@ def load_scalar_model(ref: str, dtype: str, attention: dict | None = None):
     return model
 
 
+def fingerprints_by_rank(model) -> list[str]:
+    """Each rank's param_fingerprint of its copy of `model`, in rank order (one entry outside a distributed run):
+    replicas that stepped together must read alike, so a two-rank run can show its ranks agree."""
+    import torch.distributed as dist
+
+    mine = param_fingerprint(model)
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [mine]
+    out: list = [None] * dist.get_world_size()
+    dist.all_gather_object(out, mine)
+    return out
+
+
 def param_fingerprint(model) -> str:
     """sha256 over every parameter's bytes, in order: proves a frozen model (the reference) never changed."""
     digest = hashlib.sha256()

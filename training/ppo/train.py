@@ -29,7 +29,7 @@ from training.engine import (
 )
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.linear import onednn_linears
-from training.loaders import load_scalar_model, load_tokenizer, param_fingerprint
+from training.loaders import fingerprints_by_rank, load_scalar_model, load_tokenizer, param_fingerprint
 from training.logprobs import response_logprobs
 from training.models import add_lora, training_attention
 from training.policy_losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, masked_mean
@@ -370,8 +370,10 @@ def finish(
 ) -> None:
     out = Path(cfg.output_dir)
     save_checkpoint(m, out / "checkpoints", step, {"step": step, "kl_ctl": kl_ctl})
-    last = evaluate(m, m.eval_prompts, tokenizer, cfg, step) if m.eval_prompts else None  # before LoRA merges
     zero3 = cfg.zero_stage == 3
+    # each rank's actor after the last update, before any save merges adapters (ZeRO-3's ranks hold shards)
+    by_rank = None if zero3 else fingerprints_by_rank(m.actor.module)
+    last = evaluate(m, m.eval_prompts, tokenizer, cfg, step) if m.eval_prompts else None  # before LoRA merges
     if m.ema is not None and run.rank == 0:  # first: saving a LoRA actor merges its adapters in place
         ema = copy.deepcopy(m.actor.module)
         with torch.no_grad():
@@ -386,6 +388,8 @@ def finish(
     if m.ref_fingerprint:
         final["reference/sha256_start"] = m.ref_fingerprint
         final["reference/sha256_end"] = param_fingerprint(m.ref)
+    if by_rank:
+        final["actor/sha256_by_rank"] = by_rank
     final.update(judge_last(run, cfg, step, watch, last))
     final.update(peak_memory())
     final.update(model_memory(m))
