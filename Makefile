@@ -71,7 +71,7 @@ TEST_ENV := GRADIO_ANALYTICS_ENABLED=False OMP_NUM_THREADS=1
 test-fast: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
 
-# The whole loop with a scripted annotator on the default model (about 30 minutes on 2 CPU cores); report in
+# The whole loop with scripted annotators on the default model (hours on 2 CPU cores: docs/guides/demo.md); report in
 # runs/demo-*/report.md. `make demo DEMO_FLAGS=--quick` runs it on tiny models in a few minutes.
 demo: $(STAMP)
 	$(BIN)/rlhf demo $(DEMO_FLAGS)
