@@ -74,6 +74,7 @@ def test_rloo_learns_a_known_reward_with_no_critic_and_stops_and_resumes(
     # checkpoints at steps 4 and 8 judged on the held-out prompts; the best one is RUN/actor
     evaluated = [json.loads(line) for line in (run / "checkpoints.jsonl").read_text().splitlines()]
     assert [r["step"] for r in evaluated] == [4, 8] and all(r["prompts"] == 8 for r in evaluated)
+    assert all("Describe held-out subject 0 briefly." in r["first_prompt"] for r in evaluated)
     assert final["best/step"] in (4, 8) and (run / "actor" / "config.json").is_file()
     assert [r for r in rows_of(run) if r.get("event") == "final"]
     assert query(db, "SELECT kind FROM runs") == [("rloo",)]

@@ -70,6 +70,8 @@ def evaluate(m, prompts: list[list[int]], tokenizer, cfg, step: int) -> dict:
         "kl": torch.cat(kl).mean().item(),
         "length_mean": torch.cat(lengths).mean().item(),
         "prompts": len(prompts),
+        # which prompts: the first one's text, so a reader (and a test) can tell held-out prompts from training ones
+        "first_prompt": tokenizer.decode(prompts[0], skip_special_tokens=True) if prompts else "",
     }
     row["scores"] = [round(x, 6) for x in torch.cat(scores).tolist()]  # per prompt, in order: the watch pairs them
     if heldout:
