@@ -90,6 +90,7 @@ DB_AFTER = {
     "restore": ["restore", "b"],
     "demo": ["demo", "--quick"],
     "demo-seeds": ["demo-seeds", "demo-a", "--out", "o"],
+    "demo-trials": ["demo-trials", "demo-a", "--out", "o"],
     "stop": ["stop", "runs/x"],
     "runs": ["runs"],
     "undone": ["undone"],

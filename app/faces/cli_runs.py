@@ -171,6 +171,16 @@ def cmd_demo_seeds(args: argparse.Namespace) -> None:
     print(f"{len(combined['seeds'])} seeds ({', '.join(map(str, combined['seeds']))}): {Path(args.out) / SEEDS_REPORT}")
 
 
+def cmd_demo_trials(args: argparse.Namespace) -> None:
+    from app.studies.demo_seeds import read_results
+    from app.studies.demo_trials import TRIALS_REPORT, write_trials
+
+    t = write_trials(read_results(args.demos), Path(args.out))
+    c = t["chosen"]
+    print(f"chosen on validation: {c['name']} from {c['trial']}" if c else "chosen on validation: none")
+    print(f"{len(t['rows'])} trained policies: {Path(args.out) / TRIALS_REPORT}")
+
+
 def demo_config(args: argparse.Namespace) -> DemoConfig:
     """The flags given on the command line win over the quick preset (or, for a rounds study, the rounds preset),
     which wins over the defaults (`--quick --dtype bf16` runs in bf16, `--quick --model default` on the default
@@ -337,6 +347,14 @@ def add_demo_commands(sub) -> None:
         help="seeds whose numbers chose the settings (e.g. 0,1): shown apart, left out of the means over seeds",
     )
     s.set_defaults(func=cmd_demo_seeds)
+
+    s = sub.add_parser(
+        "demo-trials",
+        help="settings tried on the validation split: a demo and its forks side by side, and the protocol's choice",
+    )
+    s.add_argument("demos", nargs="+", help="the base demo folder, then its forks (or their results.json)")
+    s.add_argument("--out", required=True, help="folder for trials.json and trials.md")
+    s.set_defaults(func=cmd_demo_trials)
 
 
 def add_run_commands(sub) -> None:
