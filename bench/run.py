@@ -8,50 +8,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
-import subprocess
 import sys
-from pathlib import Path
 
 from bench import annotation_latency, dpo, pairs, ppo, reward, rloo, sampling
 from bench import report as page
 from bench.repeat import repeated
 
 
-def machine() -> str:
-    import torch
-
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-
-
-def cpu_model() -> str:
-    """The CPU's model name (two machines of one architecture and core count can differ twofold in speed)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or "unknown"
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-
-
 def provenance(repeats: int) -> dict:
-    """What a section's results were made by: the command, the commit (and whether the tree had changes), the
-    machine and its CPU, and how many runs its timings are the median of."""
-    root = Path(__file__).resolve().parent.parent
-    git = ["git", "-C", str(root)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = bool(
-        subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
-    )
-    return {
-        "command": " ".join(["python -m bench.run", *sys.argv[1:]]),
-        "commit": commit + ("+changes" if dirty else ""),
-        "machine": machine(),
-        "cpu": cpu_model(),
-        "repeats": repeats,
-    }
+    """What a section's results were made by (app/jobs/provenance.py), and how many runs its timings are the median
+    of."""
+    from app.jobs.provenance import provenance as made_by
+
+    return made_by(sys.argv[1:], "python -m bench.run") | {"repeats": repeats}
 
 
 def print_ppo(rows: list[dict]) -> None:
@@ -99,6 +68,8 @@ def main() -> None:
 
     def runs(measure):  # each benchmark `args.repeats` times: medians, each run's rows kept (bench/repeat.py)
         return repeated(measure, args.repeats)
+
+    from app.jobs.provenance import machine
 
     report = {"machine": machine()}
     last = json.loads(page.RESULTS.read_text()) if page.RESULTS.exists() else {}

@@ -2,8 +2,11 @@
 end on tiny models (sampling, ranking, reward model and PPO through DeepSpeed, held-out evaluation, report)."""
 
 import dataclasses
+import datetime as dt
 import json
 import math
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,14 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert r["rm_accuracy_heldout_prompts"] > 0.5 and r["rm_accuracy_pairs"] >= 20
     assert r["score_actor"] > r["score_reference"] and r["win_rate"] > 0.5
     assert len(r["kl_per_step"]) == r["ppo_steps"] >= 10
+    assert len(r["length_per_step"]) == r["ppo_steps"]  # the report's PPO table reads results.json alone
+    # what made it: this command, this checkout's commit, the machine's CPU model
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    made = r["provenance"]
+    assert made["command"] == "rlhf --db " + str(tmp_path / "unused.duckdb") + " " + " ".join(flags)
+    assert made["commit"].split("+")[0] == head and made["cpu"] not in ("", "unknown")
+    assert abs(dt.datetime.fromisoformat(made["date"]).timestamp() - time.time()) < 3600
+    assert f"Made by `{made['command']}` at commit {made['commit']}" in (folder / "report.md").read_text()
     # the population ranked (one annotator a prompt, in turn), and the panel judged the test split's prompts
     db = str(folder / "store.duckdb")
     names = {a for (a,) in query(db, "SELECT DISTINCT annotator FROM rankings")}

@@ -9,6 +9,12 @@ from app.studies.demo_seeds import headlines, interval, over_seeds, report, verd
 PEAK = "PPO's checkpoint the judge scored highest (picked by that judge) minus best-of-N at the same KL"
 
 
+@pytest.fixture(autouse=True)
+def _no_git(monkeypatch):
+    """The results files record the checkout's commit by running git; the fast lane starts no process."""
+    monkeypatch.setattr("app.jobs.provenance.commit", lambda: "abc1234")
+
+
 def results(seed: int, ppo: float, dpo: float, ppo_dpo: float, bon: float, kl: float, alarm=None) -> dict:
     """A demo's results.json, reduced to what the headlines read."""
     return {

@@ -8,6 +8,12 @@ from app.studies.demo_trials import choose, compare_trials, report
 from store.errors import UserError
 
 
+@pytest.fixture(autouse=True)
+def _no_git(monkeypatch):
+    """The results files record the checkout's commit by running git; the fast lane starts no process."""
+    monkeypatch.setattr("app.jobs.provenance.commit", lambda: "abc1234")
+
+
 def demo(folder: str, ppo: float, online: float, off_online: float, kept=None, **config) -> dict:
     """A validation demo's results.json, reduced to what the trials table reads."""
     r = {

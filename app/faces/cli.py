@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     # readable by this user only: another local user of a shared host reads none of it
     umask = os.umask(0o077)
     try:
+        from app.jobs.provenance import invoked
+
+        invoked(sys.argv[1:] if argv is None else argv)  # what a results file this command writes says made it
         args = parse(argv)
         if getattr(args, "db", None) is not None:  # one Store per command, passed down (store/db.py)
             from store.db import Store

@@ -240,6 +240,7 @@ def stage_times(stages) -> dict:
 
 def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run: Path, ppo_run: Path) -> dict:
     """The comparison at equal KL and the checks onto the results, then results.json, the samples and the report."""
+    from app.jobs.provenance import provenance
     from app.studies.demo_report import write_report
     from app.studies.demo_samples import one_sample_verdict
     from app.studies.demo_watch import at_equal_kl, method_curves
@@ -247,6 +248,7 @@ def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run:
     results["equal_kl"] = at_equal_kl(method_curves(results))
     results["one_sample"] = one_sample_verdict(results)
     results["checks"] = checks(results, QUICK_BARS if results["quick"] else FULL_BARS)
+    results["provenance"] = provenance()  # the command (its last sitting's, for a resumed demo), commit, date, CPU
     rows = (results.get("reward_model") or {}).pop("best_of_k_rows", None)
     if rows is not None:  # RewardBench 2's row shape: chosen list, rejected list (app/studies/demo_rm.py)
         (folder / RM_ROWS).write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -144,6 +144,15 @@ and words {m["length_correlation"]:.2f}.
 """
 
 
+def _made(r: dict) -> str:
+    """Who made results.json: the command, commit, date and machine (a demo from before it recorded them: none)."""
+    p = r.get("provenance")
+    if not p:
+        return "This demo's results.json does not record its command, commit or machine (it predates them). "
+    gpu = f", {p['gpu']}" if p.get("gpu") else ""
+    return f"Made by `{p['command']}` at commit {p['commit']} on {p['date']}, {p['machine']} ({p['cpu']}{gpu}). "
+
+
 def _forked(r: dict) -> str:
     if not r.get("forked"):
         return ""
@@ -212,7 +221,7 @@ wrong).
 
 ## Run
 
-Settings: `{json.dumps(c)}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). Samples of both models:
+{_made(r)}Settings: `{json.dumps(c)}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). Samples of both models:
 `samples.jsonl`; all numbers: `results.json`; the training runs' own metrics: `runs/*/metrics.jsonl`.
 {_forked(r)}"""
     out = folder / "report.md"

@@ -320,7 +320,9 @@ def read_results(paths: list[str | Path]) -> list[dict]:
 
 
 def write_combined(results: list[dict], out: Path, chose: tuple[int, ...] = ()) -> dict:
-    combined = over_seeds(results, chose)
+    from app.jobs.provenance import provenance
+
+    combined = over_seeds(results, chose) | {"provenance": provenance()}
     out.mkdir(parents=True, exist_ok=True)
     (out / SEEDS_FILE).write_text(json.dumps(combined, indent=2) + "\n")
     (out / SEEDS_REPORT).write_text(report(combined))

@@ -141,7 +141,9 @@ def report(t: dict) -> str:
 
 
 def write_trials(results: list[dict], out: Path) -> dict:
-    t = compare_trials(results)
+    from app.jobs.provenance import provenance
+
+    t = compare_trials(results) | {"provenance": provenance()}
     out.mkdir(parents=True, exist_ok=True)
     (out / TRIALS_FILE).write_text(json.dumps(t, indent=2) + "\n")
     (out / TRIALS_REPORT).write_text(report(t))
