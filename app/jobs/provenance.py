@@ -35,12 +35,16 @@ def machine() -> str:
 
 
 def commit() -> str:
-    """The checkout's short commit, with "+changes" where tracked files differ from it ("unknown" outside git)."""
+    """The checkout's short commit, with "+changes" where tracked files outside docs/ differ from it (results files
+    written there do not change what made them; "unknown" outside git)."""
     git = ["git", "-C", str(ROOT)]
     try:
         head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
         status = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10
+            [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
