@@ -322,3 +322,23 @@ def test_the_peak_comparison_says_when_best_of_n_is_at_a_lower_kl():
         "PPO's checkpoint the judge scored highest (picked by that judge) minus best-of-16 (unequal KL: PPO's beyond "
         "best-of-16's bound)"
     ) in names
+
+
+def test_one_sample_against_best_of_n_over_seeds_by_hand(tmp_path):
+    from app.studies.demo_seeds import ONE_SAMPLE_PLOT, write_combined
+
+    runs = [results(s, ppo, 0.9, 0.4, bon, 1.0) for s, ppo, bon in ((0, 0.6, 0.7), (1, 0.7, 0.8), (2, 0.8, 0.9))]
+    combined = write_combined(runs, tmp_path)
+    one = combined["one_sample"]
+    best = {r["n"]: r for r in one["best_of"]}
+    # best-of-16: 0.7, 0.8, 0.9 -> 0.8 +- 4.303 * 0.1 / sqrt 3 = 0.2484; best-of-1 is 0.5 in every seed
+    assert best[16]["values"] == [0.7, 0.8, 0.9]
+    assert best[16]["over_seeds"] == pytest.approx((0.8, 0.5516, 1.0484), abs=1e-4)
+    assert best[1]["over_seeds"] == pytest.approx((0.5, 0.5, 0.5))
+    ppo = next(r for r in one["policies"] if r["name"] == "PPO")
+    assert ppo["values"] == [0.6, 0.7, 0.8] and ppo["over_seeds"][0] == pytest.approx(0.7)
+    assert (tmp_path / ONE_SAMPLE_PLOT).read_bytes()[:4] == b"\x89PNG"
+    assert f"]({ONE_SAMPLE_PLOT})" in (tmp_path / "seeds.md").read_text()
+    # a seed that chose the settings is drawn from nothing over seeds
+    chosen = write_combined(runs, tmp_path / "chose", chose=(0,))["one_sample"]
+    assert {r["n"]: r for r in chosen["best_of"]}[16]["over_seeds"][0] == pytest.approx(0.85)

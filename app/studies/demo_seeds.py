@@ -189,14 +189,93 @@ def over_seeds(results: list[dict], chose: tuple[int, ...] = ()) -> dict:
             }
         )
     alarms = [(r.get("watch") or {}).get("alarm_step") for r in results]
+    study = studies.pop()
     return {
-        "study": studies.pop(),
+        "study": study,
         "seeds": seeds,
         "chose_settings": sorted(chose),
         "folders": [r.get("folder") for r in results],
         "rows": rows,
         "alarm_steps": alarms,
+        "one_sample": one_sample_over_seeds(results, [s not in chose for s in seeds]) if study == "demo" else None,
     }
+
+
+def one_sample_over_seeds(results: list[dict], counted: list[bool]) -> dict | None:
+    """Best-of-N's win rate for each N and each trained policy's with one sample, per seed and as the mean over the
+    counted seeds with its t interval: the plot over seeds (None where no seed has best-of-N)."""
+    from app.studies.demo_samples import best_of_rows, policy_rows
+
+    per_best = [{b["samples"]: b["win_rate"] for b in best_of_rows(r)} for r in results]
+    if not any(per_best):
+        return None
+    per_policy = [{p["name"]: p["win_rate"] for p in policy_rows(r)} for r in results]
+
+    def row(key: str, value, table: list[dict]) -> dict:
+        values = [t.get(value) for t in table]
+        kept = [v for v, c in zip(values, counted, strict=True) if v is not None and c]
+        return {key: value, "values": values, "over_seeds": interval(kept)}
+
+    ns = sorted({n for t in per_best for n in t})
+    names = list(dict.fromkeys(name for t in per_policy for name in t))
+    return {"best_of": [row("n", n, per_best) for n in ns], "policies": [row("name", n, per_policy) for n in names]}
+
+
+ONE_SAMPLE_PLOT = "one_sample_over_seeds.png"
+
+
+def plot_one_sample(combined: dict, out: Path) -> str | None:
+    """The plot README shows: best-of-N's mean win rate over seeds against N, each trained policy at one sample,
+    each with its t interval over seeds (a point alone where one seed gives no interval)."""
+    data = combined.get("one_sample")
+    if not data:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def mean_and_bar(r: dict) -> tuple[float, list[float]] | None:
+        o = _clipped(r["over_seeds"], "rate")  # within 0-100%, as the table prints it
+        if o is None:
+            kept = [v for v in r["values"] if v is not None]
+            return (kept[0], [0.0, 0.0]) if len(kept) == 1 else None
+        return o[0], [o[0] - o[1], o[2] - o[0]]
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    best = [(r["n"], mean_and_bar(r)) for r in data["best_of"]]
+    best = [(n, m) for n, m in best if m]
+    ax.errorbar(
+        [n for n, _ in best],
+        [m[0] for _, m in best],
+        yerr=list(zip(*[m[1] for _, m in best], strict=True)) if best else None,
+        marker="o",
+        capsize=3,
+        label="best-of-N of the reference",
+    )
+    for i, r in enumerate(data["policies"]):
+        m = mean_and_bar(r)
+        if m:
+            x = 2 ** (0.08 * (i + 1))  # side by side at one sample
+            ax.errorbar(
+                [x],
+                [m[0]],
+                yerr=[[m[1][0]], [m[1][1]]],
+                marker="x^sDv*P"[i % 7],
+                capsize=3,
+                ls="none",
+                label=f"{r['name']} (1 sample)",
+            )
+    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    counted = [s for s in combined["seeds"] if s not in combined.get("chose_settings", [])]
+    ax.set(xlabel="samples drawn at inference", ylabel="win rate over the reference (judge)")
+    ax.set_title(f"one sample against best-of-N, seeds {', '.join(map(str, counted))}", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / ONE_SAMPLE_PLOT, dpi=110)
+    plt.close(fig)
+    return ONE_SAMPLE_PLOT
 
 
 def _kind(headline: str) -> str:
@@ -304,6 +383,8 @@ def report(combined: dict) -> str:
             for s, a in zip(seeds, combined["alarm_steps"], strict=True)
         )
         lines += ["", f"The watch's alarm: {alarms}."]
+    if combined.get("one_sample"):
+        lines += ["", f"![one sample against best-of-N over seeds]({ONE_SAMPLE_PLOT})"]
     return "\n".join(lines + [""])
 
 
@@ -325,5 +406,6 @@ def write_combined(results: list[dict], out: Path, chose: tuple[int, ...] = ()) 
     combined = over_seeds(results, chose) | {"provenance": provenance()}
     out.mkdir(parents=True, exist_ok=True)
     (out / SEEDS_FILE).write_text(json.dumps(combined, indent=2) + "\n")
+    plot_one_sample(combined, out)
     (out / SEEDS_REPORT).write_text(report(combined))
     return combined
