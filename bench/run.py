@@ -55,7 +55,7 @@ def print_pairs_trainer(title: str, rows: list[dict]) -> None:
         )
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward", "dpo", "ppo", "rloo"])
     p.add_argument("--reward-rankings", type=int, default=64, help="K = 4 rankings (6 pairs each)")
@@ -65,6 +65,11 @@ def main() -> None:
     args = p.parse_args()
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
 
     def runs(measure):  # each benchmark `args.repeats` times: medians, each run's rows kept (bench/repeat.py)
         return repeated(measure, args.repeats)
@@ -116,10 +121,14 @@ def main() -> None:
     if args.only in (None, "rloo"):
         report["rloo"] = runs(rloo.run)
         print("\n" + "\n".join(rloo.table(report["rloo"])))
+    save(report, [k for k in page.SECTIONS if k in report and (args.only in (None, k))], args.repeats)
+
+
+def save(report: dict, ran: list[str], repeats: int) -> None:
+    """The sections that ran stamped with when and what made them, then the results file and the page."""
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    ran = [k for k in page.SECTIONS if k in report and (args.only in (None, k))]
     report["ran_at"] = {**report.get("ran_at", {}), **{k: stamp for k in ran}}
-    made_by = provenance(args.repeats)
+    made_by = provenance(repeats)
     report["provenance"] = {**report.get("provenance", {}), **{k: made_by for k in ran}}
     page.RESULTS.parent.mkdir(exist_ok=True)
     page.RESULTS.write_text(json.dumps(report, indent=2) + "\n")

@@ -222,22 +222,9 @@ def _buttons() -> tuple:
     return submit_btn, all_bad_btn, reason, skip_btn, undo_btn
 
 
-def build_annotate_tab(ctx, demo) -> None:
-    import gradio as gr
-
-    from app.faces.ranker_widget import ranker
-
-    task_state = gr.State(None)
-    confirm_state = gr.State(False)
-    with gr.Row():
-        name = gr.Textbox(
-            label="Your name", placeholder="who is ranking?", scale=1, elem_id="annotator-name", visible=not ctx.auth
-        )
-        progress_md = gr.Markdown(elem_id="annotate-progress")
-    start = gr.Button("Start / next prompt", elem_id="annotate-start")
-    guideline = gr.HTML(elem_id="annotate-guideline")
-    prompt_md = gr.HTML(elem_id="annotate-prompt")
-    gr.Markdown(
+def instructions(ctx) -> str:
+    """How to rank, as the tab says it: the questions this app asks (strength, edits) included."""
+    return (
         "Best first: drag the responses into order, or focus one (Tab) and press its rank number; "
         "equal numbers are a tie. Mark a response that is unsafe, factually wrong or off topic with its tag "
         "(click it, or press u, f, o or x on the focused response)."
@@ -256,6 +243,24 @@ def build_annotate_tab(ctx, demo) -> None:
         + " If none of them is good, press All bad"
         + (" (with your version written, it is ranked over all of them)." if ctx.allow_edits else ".")
     )
+
+
+def build_annotate_tab(ctx, demo) -> None:
+    import gradio as gr
+
+    from app.faces.ranker_widget import ranker
+
+    task_state = gr.State(None)
+    confirm_state = gr.State(False)
+    with gr.Row():
+        name = gr.Textbox(
+            label="Your name", placeholder="who is ranking?", scale=1, elem_id="annotator-name", visible=not ctx.auth
+        )
+        progress_md = gr.Markdown(elem_id="annotate-progress")
+    start = gr.Button("Start / next prompt", elem_id="annotate-start")
+    guideline = gr.HTML(elem_id="annotate-guideline")
+    prompt_md = gr.HTML(elem_id="annotate-prompt")
+    gr.Markdown(instructions(ctx))
     widget = ranker(elem_id="ranker")
     submit_btn, all_bad_btn, reason, skip_btn, undo_btn = _buttons()
     status_md = gr.Markdown(elem_id="annotate-status")

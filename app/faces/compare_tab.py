@@ -257,12 +257,7 @@ def _handlers(ctx) -> SimpleNamespace:
         return st, *score_lines(st), blind_line(st), *_voting(bool(st and st.get("replies")))
 
     def on_vote(choice):
-        def handler(st, actor_v, request: gr.Request):
-            (actor_v,) = _models(ctx, request, actor_v)  # the win table below reads the actor's folder
-            st, line = vote(ctx.db, st, choice, getattr(request, "username", None) or "anonymous")
-            return st, _shown(ctx, request, line), *score_lines(st), *_voting(False), _wins(ctx, request, actor_v)
-
-        return handler
+        return _vote_handler(ctx, choice)
 
     def on_start(prompt_id, actor_v, ref_v, blind_v, n_best, request: gr.Request):
         """A stored conversation chosen: both chats show its earlier turns, the message box its last turn."""
@@ -274,23 +269,31 @@ def _handlers(ctx) -> SimpleNamespace:
         # a new conversation: the last one's scores, reveal line and vote buttons go with it
         return st, chat_html(st["history"][0]), chat_html(st["history"][1]), message, "", "", "", *_voting(False)
 
-    def on_regenerate(st, last):
-        if st and st.get("replies"):  # drop the last exchange, ask again with the next seed
-            st = {**st, "history": [h[:-2] for h in st["history"]], "replies": None}
-        return st, last
-
-    def on_clear():
-        return None, [], [], "", "", "", *_voting(False)
-
     return SimpleNamespace(
-        on_actor=on_actor,
-        on_send=on_send,
-        after_send=after_send,
-        on_vote=on_vote,
-        on_start=on_start,
-        on_regenerate=on_regenerate,
-        on_clear=on_clear,
+        on_actor=on_actor, on_send=on_send, after_send=after_send, on_vote=on_vote, on_start=on_start
     )
+
+
+def _vote_handler(ctx, choice):
+    """The handler of one vote button: the vote stored as a preference, the scores and the run's win table shown."""
+    import gradio as gr
+
+    def handler(st, actor_v, request: gr.Request):
+        (actor_v,) = _models(ctx, request, actor_v)  # the win table below reads the actor's folder
+        st, line = vote(ctx.db, st, choice, getattr(request, "username", None) or "anonymous")
+        return st, _shown(ctx, request, line), *score_lines(st), *_voting(False), _wins(ctx, request, actor_v)
+
+    return handler
+
+
+def on_regenerate(st, last):
+    if st and st.get("replies"):  # drop the last exchange, ask again with the next seed
+        st = {**st, "history": [h[:-2] for h in st["history"]], "replies": None}
+    return st, last
+
+
+def on_clear():
+    return None, [], [], "", "", "", *_voting(False)
 
 
 def _wire(ctx, demo, tab, ui, h) -> None:
@@ -310,13 +313,13 @@ def _wire(ctx, demo, tab, ui, h) -> None:
     submit = ui.message.submit(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_enter", **chat)
     submit.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
     regen = ui.regenerate.click(
-        h.on_regenerate, [ui.state, ui.last_message], [ui.state, ui.message], api_name="compare_regenerate"
+        on_regenerate, [ui.state, ui.last_message], [ui.state, ui.message], api_name="compare_regenerate"
     ).then(lambda s: int(s) + 1, [ui.seed], [ui.seed], api_name="compare_next_seed")
     regen_event = regen.then(safe(h.on_send), send_inputs, send_outputs, api_name="compare_send_again", **chat)
     regen_event.then(safe(h.after_send), [ui.state, ui.reward], scores_out, api_name="compare_scores")
     ui.stop.click(None, cancels=[event, submit, regen_event])
     cleared = [ui.state, ui.left, ui.right, ui.left_score, ui.right_score, ui.reveal, *ui.vote_buttons]
-    ui.clear.click(h.on_clear, None, cleared, api_name="compare_clear")
+    ui.clear.click(on_clear, None, cleared, api_name="compare_clear")
     for btn, choice in zip(ui.vote_buttons, ("left", "right", "tie", "both_bad"), strict=True):
         btn.click(
             safe(h.on_vote(choice)),

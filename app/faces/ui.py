@@ -206,17 +206,11 @@ def launch(
     ssl_keyfile: str | None = None,
     ssl_certfile: str | None = None,
 ):
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    # After every event Gradio's queue rebuilds a pandas summary of up to 10,000 past events for its monitoring page
-    # (unused here): 1-5 ms of CPU per submit, growing with uptime. Once every 1,000 events is plenty.
-    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
+    quiet_gradio()
     users = read_users(auth) if auth else None
     check_serving(host, users, bool(ssl_keyfile), bool(ssl_certfile), session_hours)
     admin_set = admin_logins(admins, users)
-    if overlap < 1:
-        raise UserError(f"--overlap must be at least 1, got {overlap}")
-    if not 0 <= gold_rate <= 0.5:
-        raise UserError(f"--gold-rate must be from 0 to 0.5 (a share of the tasks), got {gold_rate}")
+    check_shares(overlap, gold_rate)
     limits = limits or ServeLimits()
     limits.cache_schedule()  # a bad --cache-hours is one line before anything starts
     boundary = serving_boundary(host, port, allowed_hosts, not users, allowed_origins, bool(ssl_certfile))
@@ -242,6 +236,35 @@ def launch(
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)
     share_the_queue(demo, limits.max_queue, ctx.chat.activity)
     announce(boundary, "https" if ssl_certfile else "http", host, port, users, auth)
+    serve(
+        demo,
+        host,
+        port,
+        gate,
+        (ssl_keyfile, ssl_certfile),
+        guard_middleware(boundary, uploads, limits.max_request_kb * 1024, gate),
+        sessions_expire(session_hours, uploads),
+    )
+
+
+def quiet_gradio() -> None:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    # After every event Gradio's queue rebuilds a pandas summary of up to 10,000 past events for its monitoring page
+    # (unused here): 1-5 ms of CPU per submit, growing with uptime. Once every 1,000 events is plenty.
+    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
+
+
+def check_shares(overlap: int, gold_rate: float) -> None:
+    if overlap < 1:
+        raise UserError(f"--overlap must be at least 1, got {overlap}")
+    if not 0 <= gold_rate <= 0.5:
+        raise UserError(f"--gold-rate must be from 0 to 0.5 (a share of the tasks), got {gold_rate}")
+
+
+def serve(demo, host: str, port: int, gate, ssl: tuple[str | None, str | None], middleware, lifespan) -> None:
+    """Gradio's server for the built app, behind the guard middleware (app/faces/guard.py) and with the sessions'
+    expiry as its lifespan."""
+    ssl_keyfile, ssl_certfile = ssl
     demo.launch(
         server_name=host,
         server_port=port,
@@ -254,10 +277,7 @@ def launch(
         ssl_keyfile=ssl_keyfile,
         ssl_certfile=ssl_certfile,
         ssl_verify=False,  # only Gradio's check of its own loopback address, which a self-signed certificate fails
-        app_kwargs={
-            "middleware": [guard_middleware(boundary, uploads, limits.max_request_kb * 1024, gate)],
-            "lifespan": sessions_expire(session_hours, uploads),
-        },
+        app_kwargs={"middleware": [middleware], "lifespan": lifespan},
     )
 
 

@@ -184,19 +184,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         )
         return result
 
-    dpo = {}
-    if "dpo" in methods_of(cfg):
-        dpo = with_kept_matchup(method("dpo", run_dpo), texts, cfg.seed, judging(cfg, heldout))
-    on_prompts = {}
-    for name in (m for m in ON_PROMPTS if m in methods_of(cfg)):
-        on_prompts |= method(name, functools.partial(run_on_prompts, name))
-    campaign = {}
-    if cfg.campaign:
-        from app.studies.demo_campaign import run_campaign
-
-        campaign = {
-            "campaign": stage("campaign", lambda: run_campaign(cfg, db, folder, reward_base, heldout, reference, log))
-        }
+    after = after_ppo(cfg, stage, method, texts, heldout, (db, folder, reward_base, reference, log))
     results = {
         **run_facts(cfg, folder, quick, rm_run, ppo_run, train, heldout, ranked),
         **scored,
@@ -204,12 +192,29 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
         "rm_eval_split_pairs": rm_final["eval/pairs"],
         **ppo_curve(ppo_run),
         **watch,
-        **dpo,
-        **on_prompts,
-        **campaign,
+        **after,
         **stage_times(stages),
     }
     return finish(folder, results, heldout, texts, rm_run, ppo_run)
+
+
+def after_ppo(
+    cfg: DemoConfig, stage: Callable, method: Callable, texts: dict, heldout: list[str], campaign_args: tuple
+) -> dict:
+    """The stages after PPO's: DPO (with the kept checkpoint's matchup against it), the methods on prompts, and the
+    labeling-campaign study, each as --methods and --campaign ask (the campaign's (db, folder, reward_base,
+    reference, log) in `campaign_args`)."""
+    out = {}
+    if "dpo" in methods_of(cfg):
+        out |= with_kept_matchup(method("dpo", run_dpo), texts, cfg.seed, judging(cfg, heldout))
+    for name in (m for m in ON_PROMPTS if m in methods_of(cfg)):
+        out |= method(name, functools.partial(run_on_prompts, name))
+    if cfg.campaign:
+        from app.studies.demo_campaign import run_campaign
+
+        db, folder, reward_base, reference, log = campaign_args
+        out["campaign"] = stage("campaign", lambda: run_campaign(cfg, db, folder, reward_base, heldout, reference, log))
+    return out
 
 
 def run_facts(cfg: DemoConfig, folder: Path, quick: bool, rm_run: Path, ppo_run: Path, train, heldout, ranked) -> dict:

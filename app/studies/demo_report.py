@@ -163,30 +163,33 @@ def _forked(r: dict) -> str:
 
 
 def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
-
+    """DEMO/report.md and its plots, from results.json's numbers and the runs' metrics for the curves."""
     samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
     ppo_rows = step_rows("ppo", read_metrics(ppo_run))
     _plots(folder, read_metrics(rm_run), ppo_rows, samples)
-    watch = ""
+    sections = {"watch": "", "campaign": "", "one_sample": ""}
     if r.get("checkpoints") is not None:
         from app.studies.demo_watch import plot_watch, watch_section
 
         plot_watch(folder, r, ppo_rows)
-        watch = watch_section(r)
-    campaign = ""
+        sections["watch"] = watch_section(r)
     if r.get("campaign"):
         from app.studies.demo_campaign import campaign_section
 
-        campaign = campaign_section(r["campaign"])
-    one_sample = ""
+        sections["campaign"] = campaign_section(r["campaign"])
     if r.get("best_of_n"):
         from app.studies.demo_samples import samples_section
 
-        one_sample = samples_section(folder, r)
-    c = r["config"]
-    kl_rows, examples = curve_table(r), _examples(samples[:4])
+        sections["one_sample"] = samples_section(folder, r)
+    out = folder / "report.md"
+    out.write_text(report_text(r, sections, _examples(samples[:4])))
+    return out
+
+
+def report_text(r: dict, sections: dict[str, str], examples: str) -> str:
+    """The report's Markdown: the sections written beside their plots, in their places."""
     timings = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings_s"].items())
-    text = f"""# rlhf-studio demo{" (quick)" if r["quick"] else ""}
+    return f"""# rlhf-studio demo{" (quick)" if r["quick"] else ""}
 
 {_what_ran(r)}
 
@@ -195,7 +198,7 @@ def write_report(folder: Path, r: dict, rm_run: Path, ppo_run: Path) -> Path:
 {chr(10).join("- " + line for line in headline(r)[:-1])}
 
 {method_table(r)}
-{one_sample}
+{sections["one_sample"]}
 The win rate is the judge's verdict (1 win, 0.5 tie, 0 loss) averaged over every actor sample x reference
 sample couple of a prompt, then over prompts; the interval is a bootstrap over prompts. The reward model's
 held-out accuracy counts the truth's pairs among the reference samples (ties make no pair; an equal score is
@@ -209,10 +212,10 @@ wrong).
 
 ![ppo](ppo.png)
 
-{kl_rows}
+{curve_table(r)}
 
-{watch}
-{campaign}
+{sections["watch"]}
+{sections["campaign"]}
 ## Held-out lengths
 
 ![held-out lengths](heldout_lengths.png)
@@ -221,12 +224,9 @@ wrong).
 
 ## Run
 
-{_made(r)}Settings: `{json.dumps(c)}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). Samples of both models:
-`samples.jsonl`; all numbers: `results.json`; the training runs' own metrics: `runs/*/metrics.jsonl`.
+{_made(r)}Settings: `{json.dumps(r["config"])}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). Samples of both
+models: `samples.jsonl`; all numbers: `results.json`; the training runs' own metrics: `runs/*/metrics.jsonl`.
 {_forked(r)}"""
-    out = folder / "report.md"
-    out.write_text(text)
-    return out
 
 
 def headline(r: dict) -> list[str]:
