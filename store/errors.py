@@ -6,8 +6,5 @@ class UserError(Exception):
     file, a setting), a missing or busy store. str(e) is the whole message, shown as one line."""
 
 
-StoreError = UserError  # its name until this release (it was raised for far more than the store); kept one release
-
-
 class StoreBusy(UserError):
     """Another process holds the database file."""

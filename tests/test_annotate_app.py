@@ -7,7 +7,7 @@ from app.faces.annotate_tab import SHOWN_ORDER_WARNING, annotator_name, empty_st
 from app.faces.cli import main
 from app.faces.ui import AppContext, first_tab
 from bench.app_server import AppServer
-from store.errors import StoreError
+from store.errors import UserError
 from tests.builders import seed_store
 from tests.conftest import query, store_rows
 
@@ -147,11 +147,11 @@ def test_handlers_without_a_browser(db):
         3,
         4,
     ]
-    with pytest.raises(StoreError, match="does not match the task"):  # the widget of the task as shown before
+    with pytest.raises(UserError, match="does not match the task"):  # the widget of the task as shown before
         on_submit(ctx, "ann", back.task, shown, True)
-    with pytest.raises(StoreError, match="does not match the task"):
+    with pytest.raises(UserError, match="does not match the task"):
         on_submit(ctx, "ann", view.task, {"items": shown["items"][:2]}, True)
-    with pytest.raises(StoreError, match="enter your name"):
+    with pytest.raises(UserError, match="enter your name"):
         annotator_name("  ")
 
 

@@ -15,7 +15,7 @@ from annotation import scripted
 from app.studies.demo_common import Judging, pair_accuracy, pair_counts, split_prompts, win_rates
 from app.studies.demo_taste import Taste
 from app.studies.prompt_split import template_of, topic_of
-from store.errors import StoreError
+from store.errors import UserError
 from tests.conftest import query
 
 
@@ -59,7 +59,7 @@ def test_pair_accuracy_interval_resamples_prompts():
 
 
 def test_too_few_prompts_to_hold_some_out_is_one_error():
-    with pytest.raises(StoreError, match="cannot give 10 held-out"):
+    with pytest.raises(UserError, match="cannot give 10 held-out"):
         split_prompts([f"p{i}" for i in range(20)], 10)
     train, held = split_prompts([f"p{i}" for i in range(30)], 10)
     assert held == [f"p{i}" for i in range(20, 30)] and len(train) == 20

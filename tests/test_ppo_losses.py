@@ -41,14 +41,14 @@ T = torch.tensor
     ],
 )
 def test_compute_rewards_by_hand(score, mask, expected):
-    out = compute_rewards(T([[0.5, 0.2, 0.3, 0.1]]), T([[0.4, 0.5, 0.1, 0.1]]), T([score]), T([mask]), start=1)
+    out = compute_rewards(T([[0.5, 0.2, 0.3, 0.1]]), T([[0.4, 0.5, 0.1, 0.1]]), T([score]), T([mask]), 1, 0.1)
     assert out[0].tolist() == pytest.approx(expected, abs=1e-6)
 
 
 def test_k3_estimator_by_hand():
     # d = 0.1: exp(-0.1) - 1 + 0.1 = 0.0048374; d = -0.3: exp(0.3) - 1 - 0.3 = 0.0498588 (never negative)
     assert kl_estimate(T([0.1, -0.3]), T([0.0, 0.0]), "k3").tolist() == pytest.approx([0.0048374, 0.0498588], 1e-4)
-    out = compute_rewards(T([[0.1, 0.0]]), T([[0.0, 0.0]]), T([1.0]), T([[1, 0]]), start=0, kl_estimator="k3")
+    out = compute_rewards(T([[0.1, 0.0]]), T([[0.0, 0.0]]), T([1.0]), T([[1, 0]]), 0, 0.1, kl_estimator="k3")
     assert out[0].tolist() == pytest.approx([-0.1 * 0.0048374, 1.0], abs=1e-6)  # ends = 0 + 1 + 1 = 2 -> index 1
 
 

@@ -10,7 +10,7 @@ import pytest
 from annotation.session import next_task, submit
 from store.backup import MANIFEST, _counts, restore
 from store.db import connect, latest_version, migrate
-from store.errors import StoreError
+from store.errors import UserError
 from store.rounds import list_rounds
 from tests.builders import numbered_prompts_file
 from tests.conftest import query, store_rows
@@ -284,7 +284,7 @@ def test_a_snapshot_of_some_rounds_holds_only_their_pairs(db, tmp_path):
     with write(db) as con:
         both = write_snapshot(con, tmp_path / "snaps", eval_fraction=0.0)
         second = write_snapshot(con, tmp_path / "snaps2", eval_fraction=0.0, rounds=[2])
-        with pytest.raises(StoreError, match=r"no pairs in round\(s\) 5"):
+        with pytest.raises(UserError, match=r"no pairs in round\(s\) 5"):
             write_snapshot(con, tmp_path / "snaps3", eval_fraction=0.0, rounds=[5])
     manifest = json.loads((second / "manifest.json").read_text())
     assert manifest["rounds"] == [2] and manifest["splits"]["train"]["pairs"] == 3

@@ -6,7 +6,7 @@ import pytest
 
 from annotation.sampling import sample_pending
 from store.db import write
-from store.errors import StoreError
+from store.errors import UserError
 from store.prompts import add_prompts
 from tests.conftest import query, store_rows
 from training.generation import Sampler, SamplingConfig
@@ -70,7 +70,7 @@ def test_identical_samples_are_flagged(db, tiny_model_dir):
 
 
 def test_k_below_two_and_greedy_are_refused(db, tiny_model_dir, sampler):
-    with pytest.raises(StoreError, match="--k must be at least 2"):
+    with pytest.raises(UserError, match="--k must be at least 2"):
         sample_pending(db, sampler, k=1, model_id="m", params={})
     with pytest.raises(ModelError, match="never decodes greedily"):
         Sampler(SamplingConfig(model=str(tiny_model_dir), temperature=0))

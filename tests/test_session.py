@@ -7,7 +7,7 @@ import pytest
 
 from annotation.session import check_ranks, next_task, progress, skip, submit, submit_and_next, undo_last
 from store.db import Store, write
-from store.errors import StoreError
+from store.errors import UserError
 from store.prompts import prompt_ids
 from store.responses import Sample, add_samples
 from tests.builders import seed_store
@@ -73,7 +73,7 @@ def test_bad_rankings_are_refused_and_change_nothing(db, ranks, message):
     seed_store(db, 1)
     task = next_task(db, "ann")
     before = store_rows(db)
-    with pytest.raises(StoreError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         submit(db, "ann", task.assignment_id, ranks)
     assert store_rows(db) == before
 
@@ -81,18 +81,18 @@ def test_bad_rankings_are_refused_and_change_nothing(db, ranks, message):
 def test_someone_elses_task_or_an_unknown_one(db):
     seed_store(db, 2)
     task = next_task(db, "ann")
-    with pytest.raises(StoreError, match=f"task {task.assignment_id} is not assigned to bob"):
+    with pytest.raises(UserError, match=f"task {task.assignment_id} is not assigned to bob"):
         submit(db, "bob", task.assignment_id, [1, 2, 3, 4])
-    with pytest.raises(StoreError, match="task 999 is not assigned to ann"):
+    with pytest.raises(UserError, match="task 999 is not assigned to ann"):
         submit(db, "ann", 999, [1, 2, 3, 4])
-    with pytest.raises(StoreError, match="enter your name"):
+    with pytest.raises(UserError, match="enter your name"):
         next_task(db, " ")
 
 
 def test_skip_needs_a_reason_and_gives_no_pairs(db):
     seed_store(db, 2)
     task = next_task(db, "ann")
-    with pytest.raises(StoreError, match="say why you skip"):
+    with pytest.raises(UserError, match="say why you skip"):
         skip(db, "ann", task.assignment_id, "")
     skip(db, "ann", task.assignment_id, "all responses are bad")
     assert query(db, "SELECT skipped, skip_reason FROM rankings") == [(True, "all responses are bad")]
@@ -115,7 +115,7 @@ def test_undo_hands_back_the_last_task_with_its_ranks(db):
     assert next_task(db, "ann").assignment_id == first.assignment_id
     submit(db, "ann", first.assignment_id, [1, 2, 3, 4])
     assert query(db, "SELECT count(*) FROM rankings WHERE annotator = 'ann'") == [(1,)]
-    with pytest.raises(StoreError, match="nothing to undo"):
+    with pytest.raises(UserError, match="nothing to undo"):
         undo_last(db, "carol")
 
 
@@ -149,7 +149,7 @@ def test_progress_counts(db):
 
 def test_check_ranks_allows_ties_and_any_order():
     check_ranks([2, 1, 2, 3], 4)
-    with pytest.raises(StoreError):
+    with pytest.raises(UserError):
         check_ranks([True, 1], 2)
 
 

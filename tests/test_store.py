@@ -12,7 +12,7 @@ import pytest
 
 from annotation.imports import import_native
 from store.db import connect, latest_version, migrate, schema_version, write
-from store.errors import StoreError
+from store.errors import UserError
 from store.pairs import stats
 from store.snapshot import split_of, verify_snapshot, write_snapshot
 from tests.conftest import query, store_rows, write_jsonl
@@ -113,7 +113,7 @@ def test_a_store_held_by_another_process_is_one_clear_error(db, tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, db], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
-        with pytest.raises(StoreError, match=rf"store .* is in use by another process \(process {holder.pid}\)"):
+        with pytest.raises(UserError, match=rf"store .* is in use by another process \(process {holder.pid}\)"):
             with connect(db, timeout=0.5):
                 pass
         env = {**os.environ, "RLHF_LOCK_TIMEOUT": "0.5"}
@@ -201,12 +201,12 @@ def test_a_changed_snapshot_file_is_detected(db, tmp_path):
     target = folder / manifest["splits"]["train"]["file"]
     target.chmod(0o644)
     target.write_bytes(target.read_bytes() + b"x")
-    with pytest.raises(StoreError, match="train file does not match its manifest hash"):
+    with pytest.raises(UserError, match="train file does not match its manifest hash"):
         verify_snapshot(folder)
 
 
 def test_snapshot_of_an_empty_store(db, tmp_path):
-    with connect(db) as con, pytest.raises(StoreError, match="no pairs in the store yet"):
+    with connect(db) as con, pytest.raises(UserError, match="no pairs in the store yet"):
         write_snapshot(con, tmp_path / "snaps")
     assert not list((tmp_path / "snaps").iterdir())
 
@@ -328,6 +328,6 @@ def test_a_bad_pairs_file_is_one_error_and_no_snapshot(db, tmp_path, models, row
 
     pairs = write_jsonl(tmp_path / "pairs.jsonl", [row])
     before = store_rows(db)
-    with pytest.raises(StoreError, match=message):
+    with pytest.raises(UserError, match=message):
         prepare_pairs_run(db, RewardConfig(model=models["reward"]), tmp_path / "runs", str(pairs))
     assert store_rows(db) == before and not (tmp_path / "snapshots").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from store.errors import StoreError
+from store.errors import UserError
 from tests.builders import build_liked_token_rm, separable_pairs
 from tests.conftest import write_jsonl
 
@@ -72,7 +72,7 @@ def test_a_run_killed_with_kill_9_shows_as_failed_and_resumes(db, tmp_path, tiny
     wait_for(lambda: any(r.get("step", 0) >= 3 and "loss/rm" in r for r in read_metrics(run)), what="step 3")
     # one training at a time: a second start (this app's, or another app's on the same store) is refused
     for starter in (runs, Runs(db, tmp_path / "runs")):
-        with pytest.raises(StoreError, match=f"run {run.name} is running: one training at a time here"):
+        with pytest.raises(UserError, match=f"run {run.name} is running: one training at a time here"):
             starter.start(RewardConfig(model=str(tiny_model_dir), max_steps=1), str(pairs))
     assert len(list((tmp_path / "runs").iterdir())) == 1  # no run folder made for the refused start
     os.killpg(runs.procs[run].pid, signal.SIGKILL)
@@ -120,7 +120,7 @@ def test_the_chain_refuses_a_bad_prompts_file_before_the_reward_model_trains(db,
     import pytest
 
     from app.jobs.train_view import Runs
-    from store.errors import StoreError
+    from store.errors import UserError
     from training.ppo.config import PPOConfig
     from training.reward.config import RewardConfig
 
@@ -129,7 +129,7 @@ def test_the_chain_refuses_a_bad_prompts_file_before_the_reward_model_trains(db,
     bad.write_text("prompt\nhi\n")
     runs = Runs(db, tmp_path / "runs")
     rm, ppo = RewardConfig(model=str(tiny_model_dir), max_steps=1), PPOConfig(actor=str(tiny_model_dir))
-    with pytest.raises(StoreError, match="xlsx"):
+    with pytest.raises(UserError, match="xlsx"):
         runs.start_chain(rm, ppo, str(pairs), str(bad))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no reward run started
 
@@ -159,5 +159,16 @@ def test_reward_model_then_online_dpo_from_one_call(db, tmp_path, tiny_model_dir
     wait_for(lambda: len(runs_rows(db)) == 2 and all(r[3] == "finished" for r in runs_rows(db)), what="both runs")
     kinds = sorted(r[1] for r in runs_rows(db))
     assert kinds == ["online_dpo", "reward"] and rm_run.name.startswith("rm-")
-    with pytest.raises(StoreError, match="a trainer on prompts, not 'dpo'"):  # StoreError: UserError's old name
+    with pytest.raises(UserError, match="a trainer on prompts, not 'dpo'"):
         start_run(runs, {kind: [] for kind in TRAINERS}, "chain", str(pairs), str(prompts), "dpo", False)
+
+
+@pytest.mark.parametrize("kind, output", [("dpo", "policy"), ("ppo", "actor"), ("rloo", "actor"), ("reward", "model")])
+def test_a_finished_runs_status_line_names_the_folder_its_trainer_saves(tmp_path, kind, output):
+    from app.jobs.train_view import status_line
+
+    run = tmp_path / f"{kind}-run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"kind": kind}))
+    (run / "status.json").write_text(json.dumps({"state": "finished", "step": 4, "total_steps": 4}))
+    assert status_line(run).endswith(f"output: {run / output}")

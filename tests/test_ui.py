@@ -16,7 +16,7 @@ from app.faces.data_tab import ANNOTATOR_WIDTHS
 from app.faces.logins import read_users
 from app.faces.ui import AppContext, build_app, is_loopback
 from bench.app_server import free_port
-from store.errors import StoreError
+from store.errors import UserError
 from tests.conftest import DATA, dead_pid, query, store_rows
 from training.generation import SamplingConfig
 
@@ -91,7 +91,7 @@ def test_auth_file_and_bind_rules(tmp_path):
     f.chmod(0o600)
     assert read_users(f).secrets == {"ann": "pw1", "bob": "p:w2"}
     f.write_text("ann\n")
-    with pytest.raises(StoreError, match="line 1: expected user:password"):
+    with pytest.raises(UserError, match="line 1: expected user:password"):
         read_users(f)
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.7")
@@ -205,7 +205,7 @@ def test_who_is_an_admin():
     assert solo.is_admin(Req(None))
     team = AppContext(":memory:", auth=True, admins={"ann"})
     assert team.is_admin(Req("ann")) and not team.is_admin(Req("bob")) and not team.is_admin(Req(None))
-    with pytest.raises(StoreError, match="bob is an annotator: the Data and Train tabs are for admins"):
+    with pytest.raises(UserError, match="bob is an annotator: the Data and Train tabs are for admins"):
         team.check_admin(Req("bob"))
 
 

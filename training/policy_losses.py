@@ -51,7 +51,7 @@ def compute_rewards(
     reward_score: torch.Tensor,
     action_mask: torch.Tensor,
     start: int,
-    kl_ctl: float = 0.1,
+    kl_ctl: float,
     clip_reward_value: float = 5.0,
     kl_estimator: str = "k1",
 ) -> torch.Tensor:

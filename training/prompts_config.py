@@ -51,7 +51,7 @@ class PromptsConfig(ConfigFile):
     warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps"})
     lr_schedule: str = field(default="constant", metadata={"help": "constant, cosine or linear after warm-up"})
     # the reward the actor maximises: the reward model's score less a KL penalty to the reference
-    kl_ctl: float = field(default=0.1, metadata={"help": "KL penalty coefficient"})
+    kl_ctl: float = field(default=0.05, metadata={"help": "KL penalty coefficient"})
     clip_reward_value: float = field(default=5.0, metadata={"help": "reward-model score clipped to +-this"})
     cliprange: float = field(default=0.2, metadata={"help": "policy ratio clip"})
     kl_estimator: str = field(default="k1", metadata={"help": "per-token KL in the reward: k1 or k3"})

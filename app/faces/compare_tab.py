@@ -20,7 +20,6 @@ from app.jobs.compare import (
     blind_line,
     chat_html,
     new_conversation,
-    ppo_runs,
     respond,
     run_defaults,
     score_lines,
@@ -29,6 +28,7 @@ from app.jobs.compare import (
     start_from,
     stored_conversation,
     stored_conversations,
+    tuned_runs,
     vote,
     win_rows,
 )
@@ -164,7 +164,7 @@ def _shown(ctx, request, text: str) -> str:
 def run_choices(ctx, request) -> list[tuple[str, str]]:
     """The runs to compare, as (label, value): the value a folder for an admin, the label itself for an
     annotator."""
-    runs = ppo_runs(ctx.db)
+    runs = tuned_runs(ctx.db)
     return runs if ctx.is_admin(request) else [(label, label) for label, _ in runs]
 
 

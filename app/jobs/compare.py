@@ -86,8 +86,6 @@ def owning_run(ref: str) -> str:
     return ref
 
 
-ppo_runs = tuned_runs  # its name before DPO runs were listed too
-
 REFERENCE, REWARD = " · reference", " · reward model"
 
 

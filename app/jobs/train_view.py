@@ -217,9 +217,19 @@ def status_line(run: Path) -> str:
     if s.get("alarm"):  # the over-optimisation watch fired (training/watch.py)
         parts.append(f"⚠ over-optimisation alarm: {s['alarm']}")
     if s.get("state") == "finished":
-        out = "model" if (run / "model").exists() else "actor"
-        parts.append(f"output: {run / out}")
+        parts.append(f"output: {run / saved_output(run)}")
     return " · ".join(parts)
+
+
+def saved_output(run: Path) -> str:
+    """The folder inside a run that holds its saved weights, as its trainer names it (training/registry.py: a reward
+    model's model/, PPO's and RLOO's actor/, DPO's policy/)."""
+    from training.registry import kind_of, trainer
+
+    try:
+        return trainer(kind_of(run)).output
+    except ValueError:  # no readable config.json: name what is there
+        return next((name for name in ("model", "policy", "actor") if (run / name).exists()), "model")
 
 
 def snapshot_choices(db: str) -> list[tuple[str, str]]:

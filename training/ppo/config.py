@@ -39,7 +39,6 @@ class PPOConfig(PromptsConfig):
         metadata={"help": "prompts per rank per rollout batch (fewer where the prompts do not fill one for each rank)"},
     )
     actor_lr: float = field(default=2e-5, metadata={"help": "actor learning rate"})
-    kl_ctl: float = field(default=0.05, metadata={"help": "KL penalty coefficient"})
     # rollouts and updates
     whiten_advantages: bool = field(default=True, metadata={"help": "normalise advantages per batch"})
     generation_batches: int = field(default=1, metadata={"help": "rollout batches buffered before each update"})
