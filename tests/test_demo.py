@@ -5,6 +5,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -598,3 +599,41 @@ def test_ppo_settings_on_top_of_a_preset_are_checked_and_keep_the_order():
         merged_ppo_settings(base, "colour=red")
     with pytest.raises(UserError, match="kl_ctl is the demo's own flag"):
         merged_ppo_settings(base, "kl_ctl=0.2")
+
+
+def test_rloo_settings_are_checked_and_reach_rloo_over_ppos():
+    from app.studies.demo_common import rloo_settings
+    from app.studies.demo_config import DemoConfig
+
+    assert rloo_settings("kl_ctl=0.2, actor_lr=1e-5,k=8") == {"kl_ctl": 0.2, "actor_lr": 1e-5, "k": 8}
+    for text, message in (
+        ("colour=red", "'colour=red' is not key=value with an RLOO setting"),
+        ("reward_shape=quantile", "reward_shape is the demo's own flag (--methods)"),
+        ("max_steps=9", "max_steps is the demo's own flag (--method-steps)"),
+        ("actor=/tmp/x", "actor is the demo's own to set"),
+        ("k=many", "k must be int, got 'many'"),
+    ):
+        with pytest.raises(UserError, match=re.escape(message)):
+            rloo_settings(text)
+    assert rloo_settings("") == {}
+    from app.studies.demo import check
+
+    with pytest.raises(UserError, match="--rloo-settings: "):
+        check(DemoConfig(methods="ppo,rloo", rloo_settings="k=1"))  # RLOO's own check: k >= 2
+
+
+def test_on_prompts_config_puts_rloo_settings_over_ppos(tmp_path):
+    from app.studies.demo_config import DemoConfig
+    from app.studies.demo_methods import on_prompts_config
+
+    ppo_run = tmp_path / "ppo"
+    ppo_run.mkdir()
+    ppo = {"generation_batch_size": 32, "max_new_tokens": 64, "min_new_tokens": 8, "actor_lr": 2e-5, "kl_ctl": 0.05}
+    ppo |= {"dtype": "bf16", "seed": 0, "rollout_engine": "hf", "save_every": 4, "eval_prompts": "", "eval_limit": 0}
+    ppo |= {"keep_best": True, "kind": "ppo"}
+    (ppo_run / "config.json").write_text(json.dumps(ppo))
+    (ppo_run / "status.json").write_text(json.dumps({"state": "finished", "total_steps": 14}))
+    cfg = DemoConfig(methods="ppo,rloo,rloo_pairwise", rloo_settings="kl_ctl=0.2")
+    for method, shape in (("rloo", "score"), ("rloo_pairwise", "win_fraction")):
+        c = on_prompts_config(method, cfg, "m", tmp_path / "rm", ppo_run)
+        assert (c.kl_ctl, c.actor_lr, c.reward_shape, c.max_steps, c.generation_batch_size) == (0.2, 2e-5, shape, 14, 8)

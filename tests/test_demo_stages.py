@@ -287,3 +287,6 @@ def test_a_fork_keeps_a_method_on_prompts_only_where_its_own_settings_are_unchan
     assert not {"rloo", "online_dpo"} & set(stages) and "ppo" in stages  # longer runs of both, PPO kept
     stages, _ = kept_stages(done, dataclasses.replace(parent, kl_ctl=0.2), parent)  # a PPO setting: none kept
     assert not {"ppo", "rloo", "online_dpo"} & set(stages)
+    # RLOO's own settings retrain RLOO only
+    stages, runs = kept_stages(done, dataclasses.replace(parent, rloo_settings="kl_ctl=0.2"), parent)
+    assert "rloo" not in stages and "rloo-run" not in runs and {"ppo", "online_dpo"} <= set(stages)

@@ -44,6 +44,7 @@ from app.studies.demo_common import (
     ppo_config,
     ppo_settings,
     rank_samples,
+    rloo_settings,
     sample_texts,
     sampling_config,
     set_up,
@@ -113,6 +114,13 @@ def check(cfg: DemoConfig) -> None:
         dataclasses.replace(PPOConfig(reward="r"), **ppo_settings(cfg.ppo_settings)).check()
     except ValueError as e:
         raise UserError(f"--ppo-settings: {e}") from None
+    if cfg.rloo_settings:
+        from training.rloo.config import RLOOConfig
+
+        try:
+            RLOOConfig(reward="r", **rloo_settings(cfg.rloo_settings)).check()
+        except ValueError as e:
+            raise UserError(f"--rloo-settings: {e}") from None
     if cfg.rounds < 1:
         raise UserError(f"--rounds must be at least 1, got {cfg.rounds}")
     if cfg.rounds > 1:

@@ -242,21 +242,49 @@ OWN_FLAGS = {"epochs": "ppo_epochs", "max_steps": "ppo_steps", "rollout_engine":
 def ppo_settings(text: str) -> dict:
     """--ppo-settings "key=value,key=value" as PPOConfig fields of their types; one error line for a key PPO does
     not have, one the demo sets itself, or a value of the wrong type."""
+    own = set(_ppo_kwargs(DemoConfig(), "", Path(), 0, 0, 0)) | {"output_dir", "prompts"}  # the launcher's two
+    return settings_of(text, PPOConfig, "--ppo-settings", {k: OWN_FLAGS.get(k, k) for k in own}, "a PPO setting")
+
+
+# what the demo sets for RLOO itself: the models, the data, the run's folder, the reward shape (the method's name
+# says it), and the steps (--method-steps)
+RLOO_OWN = {
+    "actor": "",
+    "reward": "",
+    "prompts": "",
+    "output_dir": "",
+    "reward_shape": "methods",
+    "max_steps": "method_steps",
+    "epochs": "method_steps",
+}
+
+
+def rloo_settings(text: str) -> dict:
+    """--rloo-settings "key=value,..." as RLOOConfig fields of their types, for RLOO and RLOO on win fractions (on
+    top of the PPO settings they share: kl_ctl=0.1,actor_lr=1e-5); one error line as --ppo-settings gives."""
+    from training.rloo.config import RLOOConfig
+
+    return settings_of(text, RLOOConfig, "--rloo-settings", RLOO_OWN, "an RLOO setting")
+
+
+def settings_of(text: str, cls: type, flag: str, own: dict[str, str], what: str) -> dict:
+    """ "key=value,key=value" as fields of the dataclass `cls`, of their types; one error line for a key `cls` does
+    not have, one the demo sets itself (`own`: key -> the demo's flag for it, "" where it has none), or a value of
+    the wrong type."""
     import dataclasses as dc
     import typing
 
-    hints = typing.get_type_hints(PPOConfig)
-    own = set(_ppo_kwargs(DemoConfig(), "", Path(), 0, 0, 0)) | {"output_dir", "prompts"}  # the launcher's two
-    known = {f.name for f in dc.fields(PPOConfig)}
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dc.fields(cls)}
     out = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in known:
-            raise UserError(f"--ppo-settings: {item!r} is not key=value with a PPO setting as the key")
+            raise UserError(f"{flag}: {item!r} is not key=value with {what} as the key")
         if key in own:
-            flag = OWN_FLAGS.get(key, key).replace("_", "-")
-            raise UserError(f"--ppo-settings: {key} is the demo's own flag (--{flag})")
+            named = f" flag (--{own[key].replace('_', '-')})" if own[key] else " to set"
+            raise UserError(f"{flag}: {key} is the demo's own{named}")
         kind = hints[key]
         try:
             if kind is bool:
@@ -266,7 +294,7 @@ def ppo_settings(text: str) -> dict:
             else:
                 out[key] = kind(value)
         except ValueError:
-            raise UserError(f"--ppo-settings: {key} must be {kind.__name__}, got {value!r}") from None
+            raise UserError(f"{flag}: {key} must be {kind.__name__}, got {value!r}") from None
     return out
 
 

@@ -91,6 +91,13 @@ class DemoConfig:
         default=0,
         metadata={"help": "steps of rloo, rloo_pairwise and online_dpo (0: as many as PPO took, as many sequences)"},
     )
+    rloo_settings: str = field(
+        default="",
+        metadata={
+            "help": "RLOO's own settings for rloo and rloo_pairwise, over the PPO settings they take, as "
+            "`rlhf train-rloo` names them: kl_ctl=0.1,actor_lr=1e-5,k=8"
+        },
+    )
     online_dpo_lr: float = field(default=5e-6, metadata={"help": "online DPO's learning rate"})
     online_dpo_beta: float = field(default=0.1, metadata={"help": "online DPO's beta"})
     recommend: str = field(

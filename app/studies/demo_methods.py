@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.jobs.training import prepare_pairs_run, prepare_run
-from app.studies.demo_common import ON_PROMPTS
+from app.studies.demo_common import ON_PROMPTS, rloo_settings
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_stages import Stages, prepared_run
 from app.studies.demo_taste import off_topic_share
@@ -136,7 +136,8 @@ def on_prompts_config(method: str, cfg: DemoConfig, model: str, rm_run: Path, pp
     )
     if method == "online_dpo":
         return OnlineDPOConfig(**{**common, "actor_lr": cfg.online_dpo_lr}, beta=cfg.online_dpo_beta)
-    return RLOOConfig(**common, reward_shape="win_fraction" if method == "rloo_pairwise" else "score")
+    shape = "win_fraction" if method == "rloo_pairwise" else "score"
+    return RLOOConfig(**{**common, **rloo_settings(cfg.rloo_settings)}, reward_shape=shape)
 
 
 def run_on_prompts(

@@ -184,8 +184,8 @@ PPO_SETTINGS = (
 )
 DPO_SETTINGS = ("dpo_lr", "dpo_beta", "dpo_epochs")
 OWN_SETTINGS = {  # a method on prompts' own, beside PPO's
-    "rloo": ("method_steps",),
-    "rloo_pairwise": ("method_steps",),
+    "rloo": ("method_steps", "rloo_settings"),
+    "rloo_pairwise": ("method_steps", "rloo_settings"),
     "online_dpo": ("method_steps", "online_dpo_lr", "online_dpo_beta"),
 }
 BIG_FILE = 1 << 20  # weights are linked, not copied; every smaller file is copied (and may be rewritten)
