@@ -23,8 +23,14 @@ IGNORED = ("recommend", "methods")
 
 
 def changed(base: dict, config: dict) -> dict:
-    """The settings in which a trial's config differs from the base demo's."""
-    return {k: v for k, v in config.items() if k not in IGNORED and base.get(k) != v}
+    """The settings in which a trial's config differs from the base demo's (a setting the base predates reads as
+    its default)."""
+    import dataclasses
+
+    from app.studies.demo_config import DemoConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(DemoConfig)}
+    return {k: v for k, v in config.items() if k not in IGNORED and base.get(k, defaults.get(k)) != v}
 
 
 def trial_rows(results: list[dict]) -> list[dict]:
