@@ -98,13 +98,14 @@ def workload(tmp: Path, model: str = "default") -> dict:
     }
 
 
-def summarize(step_s: list[float], gen_s: list[float], peak_mb: float, decoded: list[float] | None = None) -> dict:
+def summarize(step_s: list[float], gen_s: list[float], peak_mb: float, decoded: list[float], fixed: bool) -> dict:
+    """Medians over steps 3..8; the decode steps each step took, as the run counted them (the default shape's vary,
+    so its ratio carries that noise), and the fixed shape's tokens a second."""
     window = slice(2, STEPS)  # steps 3..8
     median = statistics.median(step_s[window])
-    if decoded:  # the default shape: its tokens vary, so it reports the decode steps it took
-        extra = {"decoded": statistics.median(decoded[window])}
-    else:  # the fixed shape decodes exactly NEW_TOKENS a step
-        extra = {"tokens_per_s": BATCH * (PROMPT_TOKENS + NEW_TOKENS) / median, "decoded": NEW_TOKENS}
+    extra = {"decoded": statistics.median(decoded[window])}
+    if fixed:
+        extra["tokens_per_s"] = BATCH * (PROMPT_TOKENS + NEW_TOKENS) / median
     return extra | {
         "s_per_step": median,
         "gen_share": statistics.median(gen_s[window]) / median,
@@ -163,11 +164,11 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "
     run, rows = train_ours(cfg, prompts, tmp, f"bench-{dtype}-{shape}-{engine}")
     metrics = read_metrics(run)
     final = next(r for r in metrics if r.get("event") == "final")
-    decoded = [r["response/decoded"] for r in rows] if shape == "default" else None
     start = next(r for r in metrics if r.get("event") == "start")["time"]
     # by the wall clock between step ends, as TRL's callback times its steps (bench/fair.py)
     step_s = wall_step_s(start, [r["time"] for r in rows])
-    out = summarize(step_s, [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"], decoded)
+    decoded = [r["response/decoded"] for r in rows]
+    out = summarize(step_s, [r["perf/gen_s"] for r in rows], final["perf/peak_rss_mb"], decoded, shape != "default")
     out["precision"] = PRECISION[dtype]["rlhf_studio"]
     if "perf/peak_gpu_mb" in final:
         out["peak_gpu_mb"] = final["perf/peak_gpu_mb"]
@@ -211,7 +212,7 @@ def run_trl(w: dict, tmp: Path, dtype: str, shape: str = "fixed") -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"TRL PPO failed: {proc.stderr.strip().splitlines()[-1:]}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    out = summarize(r["step_s"], r["gen_s"], r["peak_rss_mb"], r["decoded"] if shape == "default" else None)
+    out = summarize(r["step_s"], r["gen_s"], r["peak_rss_mb"], r["decoded"], shape != "default")
     return out | {"precision": PRECISION[dtype]["trl"]}
 
 

@@ -13,7 +13,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 def _pages() -> list[tuple[Path, Path]]:
     pages = [(DOCS / "benchmarks.md", DOCS / "benchmarks.json")]
     for page in sorted((DOCS / "results").rglob("*.md")):
-        name = {"report.md": "results.json", "seeds.md": "seeds.json"}.get(page.name)
+        name = {"report.md": "results.json", "seeds.md": "seeds.json", "trials.md": "trials.json"}.get(page.name)
         if name and page.with_name(name).exists():
             pages.append((page, page.with_name(name)))
     return pages

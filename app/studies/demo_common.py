@@ -260,8 +260,8 @@ RLOO_OWN = {
 
 
 def rloo_settings(text: str) -> dict:
-    """--rloo-settings "key=value,..." as RLOOConfig fields of their types, for RLOO and RLOO on win fractions (on
-    top of the PPO settings they share: kl_ctl=0.1,actor_lr=1e-5); one error line as --ppo-settings gives."""
+    """--rloo-settings "key=value,..." (say kl_ctl=0.1,actor_lr=1e-5) as RLOOConfig fields of their types, for RLOO
+    and RLOO on win fractions, over the PPO settings they otherwise take; one error line as --ppo-settings gives."""
     from training.rloo.config import RLOOConfig
 
     return settings_of(text, RLOOConfig, "--rloo-settings", RLOO_OWN, "an RLOO setting")

@@ -8,9 +8,11 @@ reward model, prompts and judge. Pure functions over the demos' results.json."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+from app.studies.demo_config import DemoConfig
 from app.studies.demo_samples import best_of_rows, policy_rows
 from store.errors import UserError
 
@@ -25,10 +27,6 @@ IGNORED = ("recommend", "methods")
 def changed(base: dict, config: dict) -> dict:
     """The settings in which a trial's config differs from the base demo's (a setting the base predates reads as
     its default)."""
-    import dataclasses
-
-    from app.studies.demo_config import DemoConfig
-
     defaults = {f.name: f.default for f in dataclasses.fields(DemoConfig)}
     return {k: v for k, v in config.items() if k not in IGNORED and base.get(k, defaults.get(k)) != v}
 
