@@ -35,9 +35,9 @@ $(STAMP): pyproject.toml Makefile
 		timeout 900 $(BIN)/python -c "from training.engine import build_cpu_ops; build_cpu_ops()"; fi
 	touch $(STAMP)
 
-$(LS_STAMP):
+$(LS_STAMP): tests/label-studio-constraints.txt
 	test -x $(LS_VENV)/bin/python || $(PY) -m venv $(LS_VENV)
-	$(LS_VENV)/bin/pip install label-studio==1.23.2
+	$(LS_VENV)/bin/pip install -c tests/label-studio-constraints.txt label-studio==1.23.2
 	touch $(LS_STAMP)
 
 $(CHROMIUM):

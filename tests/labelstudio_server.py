@@ -48,7 +48,9 @@ class LabelStudioServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"Label Studio exited with {self.proc.returncode}; see {self.log.name}")
+                raise RuntimeError(
+                    f"Label Studio exited with {self.proc.returncode}: {self.last_log_line()} (see {self.log.name})"
+                )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -57,6 +59,12 @@ class LabelStudioServer:
                 pass
             time.sleep(1)
         raise RuntimeError(f"Label Studio did not answer within {timeout} s")
+
+    def last_log_line(self) -> str:
+        """The server log's last non-empty line: the cause a CI log shows without the file."""
+        self.log.flush()
+        lines = [line.strip() for line in Path(self.log.name).read_text(errors="replace").splitlines()]
+        return next((line for line in reversed(lines) if line), "(empty log)")
 
     def personal_access_token(self) -> str:
         """Label Studio 1.2x disables legacy tokens: log in and create a personal access token, as a user would."""
