@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
+from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits
+from training.sequences import sequence_logprobs
 
 T = torch.tensor
 

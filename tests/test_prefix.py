@@ -110,8 +110,8 @@ def ranked_batch():
 
 
 def test_dpo_log_probs_with_the_prompt_run_once_equal_the_whole_sequences():
-    from training.dpo.data import collate, shared_rows
-    from training.dpo.train import response_logprobs, shared_logprobs
+    from training.reference import response_logprobs, shared_logprobs
+    from training.sequences import collate, shared_rows
 
     model = tiny("lm", "eager")
     batch = ranked_batch()

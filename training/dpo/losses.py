@@ -9,15 +9,6 @@ import torch
 import torch.nn.functional as F
 
 
-def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum over the masked positions of log softmax(logits)[label]: logits (B, T, V) predict labels (B, T) (already
-    shifted: logits[:, t] predicts labels[:, t]); mask (B, T) is 1 on response tokens, 0 on prompt and padding.
-    Returns (B,). The log-softmax is taken in float32 whatever the logits' dtype (bf16 sums lose the small
-    differences DPO learns from)."""
-    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    return (logp * mask).sum(-1)
-
-
 def preference_logits(pi_c: torch.Tensor, pi_r: torch.Tensor, ref_c: torch.Tensor, ref_r: torch.Tensor) -> torch.Tensor:
     """h = (pi_c - ref_c) - (pi_r - ref_r), (B,)."""
     return (pi_c - ref_c) - (pi_r - ref_r)

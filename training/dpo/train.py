@@ -16,93 +16,13 @@ import torch
 
 from training import prefix
 from training.dpo.config import DPOConfig
-from training.dpo.data import Key, chunk_response, collate, key_groups, shared_rows, shared_split
-from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits, sequence_logprobs
+from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
-from training.linear import onednn_linears
-from training.models import (
-    SAFE_LOAD,
-    SAFE_WEIGHTS,
-    add_lora,
-    dropout_off,
-    last_positions,
-    resolve_model,
-    training_attention,
-)
-from training.pairs import PairEncoder, batches, load_pairs, pack, rank_batches, step_plan
+from training.models import SAFE_LOAD, add_lora, resolve_model
+from training.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
+from training.reference import head_position, load_causal, reference_logprobs, response_logprobs, shared_logprobs
 from training.runs import RunFiles
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def load_causal(ref: str, dtype: torch.dtype = torch.float32):
-    from transformers import AutoModelForCausalLM
-
-    # the reference and the policy both: the same kernel gives the same log-probs before the first update
-    kernel = training_attention()
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(ref), dtype=dtype, **SAFE_WEIGHTS, **kernel)
-    dropout_off(model)
-    return onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
-
-
-def response_logprobs(model, ids, attention, response, head: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum (U,), token count (U,)) of the response tokens' log-probabilities under `model`. The LM head runs only
-    from position `head` on (`logits_to_keep`; about a quarter of a step on 64 + 64 tokens): the prompt's positions
-    need no vocabulary logits. `head` is one rule for the whole run (the shortest prompt's last position, see
-    `head_position`), not per batch, so a sequence gets the same numbers in whichever batch it is scored."""
-    head = min(head, ids.shape[1] - 1)
-    keep = last_positions(ids.shape[1] - head, ids.shape[1], ids.device)
-    logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits[:, :-1]
-    return sequence_logprobs(logits, ids[:, head + 1 :], response[:, head:]), response.sum(-1)
-
-
-def shared_logprobs(model, shared, keys: list, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """`response_logprobs` with the prompts run once (training/prefix.py): the prefix pass keeps one position's
-    logits, the chunks (the prompt's last token and the response) keep all of theirs."""
-    out = prefix.forward(model, shared, device, prefix_kwargs={"logits_to_keep": 1})
-    response = chunk_response(keys, shared.offset.tolist(), shared.chunk_ids.shape[1]).to(device)
-    labels = shared.chunk_ids[:, 1:].to(device)
-    return sequence_logprobs(out.logits[:, :-1], labels, response), response.sum(-1)
-
-
-def head_position(keys: list[Key]) -> int:
-    """The first logits position that predicts a response token in any of the run's sequences."""
-    return max(min(start for start, _ in keys) - 1, 0)
-
-
-def reference_logprobs(cfg: DPOConfig, groups: dict, pad: int, rank: int, world: int, head: int) -> dict:
-    """{sequence: (sum, count)} under the frozen reference, each sequence once: every rank scores its share of the
-    rankings (`groups`: sequence -> ranking), all ranks get all of them. A ranking's sequences go through together,
-    as in training, so with prefix sharing each is split where the policy's batches split it. The reference is freed
-    afterwards (DPO never needs it again)."""
-    model = load_causal(cfg.reference or cfg.model, DTYPES[cfg.dtype]).eval()
-    device = next(model.parameters()).device
-    units: dict = {}
-    for key, g in groups.items():
-        units.setdefault(g, []).append(key)
-    out = {}
-    with torch.no_grad():
-        for chunk in pack(list(units.values())[rank::world], 2 * cfg.batch_pairs):
-            sums, counts = reference_batch(model, chunk, groups, pad, cfg, head, device)
-            out.update(zip(chunk, zip(sums, counts, strict=True), strict=True))
-    del model
-    gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, out)
-    return {k: v for part in gathered for k, v in part.items()}
-
-
-def reference_batch(model, chunk: list[Key], groups: dict, pad: int, cfg: DPOConfig, head: int, device):
-    """(sums, counts) as lists for the sequences of `chunk` under the reference."""
-    from training.pairs import Tokenised
-
-    shared = shared_split(chunk, [groups[k] for k in chunk], pad) if prefix.enabled(cfg) else None
-    if shared is not None:
-        logp, count = shared_logprobs(model, shared, chunk, device)
-    else:
-        pairs = [Tokenised(list(s), list(s), 0.0, 0, False, start, start) for start, s in chunk]  # each with itself
-        ids, attention, response, *_ = collate(pairs, pad)
-        logp, count = response_logprobs(model, ids, attention, response, head)
-    return logp.tolist(), count.tolist()
+from training.sequences import collate, key_groups, shared_rows
 
 
 def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device, head: int) -> tuple[torch.Tensor, dict]:

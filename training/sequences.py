@@ -1,5 +1,6 @@
-"""DPO batches: each distinct sequence of a batch goes through the policy once (the C(K,2) pairs of a K-way
-ranking need K rows), with a mask over the response tokens whose log-probabilities DPO compares."""
+"""Sequences as the trainers on pairs and unpaired data score them (DPO, KTO, and the frozen reference of
+training/reference.py): each distinct sequence of a batch goes through the model once (the C(K,2) pairs of a K-way
+ranking need K rows), with a mask over the response tokens whose log-probabilities the losses compare."""
 
 from __future__ import annotations
 
@@ -70,3 +71,12 @@ def chunk_response(keys: list[Key], offset: list[int], width: int) -> torch.Tens
     for i, ((start, seq), o) in enumerate(zip(keys, offset, strict=True)):
         response[i, max(start, 1) - 1 - o : len(seq) - 1 - o] = 1.0
     return response
+
+
+def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum over the masked positions of log softmax(logits)[label]: logits (B, T, V) predict labels (B, T) (already
+    shifted: logits[:, t] predicts labels[:, t]); mask (B, T) is 1 on response tokens, 0 on prompt and padding.
+    Returns (B,). The log-softmax is taken in float32 whatever the logits' dtype (bf16 sums lose the small
+    differences DPO learns from)."""
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return (logp * mask).sum(-1)
