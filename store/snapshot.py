@@ -131,6 +131,20 @@ pairs = load_dataset("parquet", data_files={{"train": "train.parquet", "eval": "
 """
 
 
+UNPAIRED_README = """# Unpaired preference snapshot {name}
+
+Written by rlhf-studio (store/snapshot.py) and read-only: `train.parquet` and `eval.parquet` hold unpaired rows
+(TRL's unpaired preference type) split by prompt; `manifest.json` holds the options, the counts and each file's sha256.
+
+| column | type | meaning |
+|---|---|---|
+| prompt | VARCHAR | the prompt |
+| completion | VARCHAR | one response |
+| label | BOOLEAN | true: desirable (thumbs up); false: undesirable |
+| ranking_id | BIGINT | the ranking it came from, where given |
+"""
+
+
 def write_snapshot(con: duckdb.DuckDBPyConnection, root: str | os.PathLike, **options) -> Path:
     """`freeze_snapshot` then `record_snapshot` on one connection (a command that holds the store anyway)."""
     folder, manifest = freeze_snapshot(con, root, **options)
@@ -218,18 +232,68 @@ def freeze_pairs_file(
         con.close()
 
 
-def _freeze(
-    con: duckdb.DuckDBPyConnection, root: str | os.PathLike, eval_fraction: float, seed: int, source: str, options
+UNPAIRED_COLUMNS = ("prompt", "completion", "label", "ranking_id")
+
+
+def freeze_unpaired_file(
+    root: str | os.PathLike, rows: list[dict], origin: dict, eval_fraction: float = 0.1, seed: int = 0
 ) -> tuple[Path, dict]:
-    """The pairs of `source` into a snapshot folder under root (see freeze_snapshot); options go into the manifest
-    (drop_flagged, rounds, with_votes, from)."""
+    """An unpaired file's rows (prompt, completion, label: a thumbs up or down; optional ranking_id; checked by the
+    caller) frozen as a snapshot whose manifest says `"data": "unpaired"`: the pairs' split rule (by prompt), files
+    and hashes."""
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute(
+            """CREATE TEMP TABLE file_unpaired (prompt VARCHAR, completion VARCHAR, label BOOLEAN, ranking_id BIGINT,
+               prompt_id BIGINT, row_number BIGINT)"""
+        )
+        con.execute(
+            """INSERT INTO file_unpaired (prompt, completion, label, ranking_id, row_number)
+               SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::BOOLEAN[]), unnest(?::BIGINT[]),
+                      unnest(range(?::BIGINT))""",
+            [[r.get(k) for r in rows] for k in UNPAIRED_COLUMNS] + [len(rows)],
+        )
+        return _freeze(con, root, eval_fraction, seed, "file_unpaired", {"from": origin}, data="unpaired")
+    finally:
+        con.close()
+
+
+def _write_unpaired_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, source: str) -> dict:
+    """One split's unpaired rows as folder/<split>.parquet, in the file's order; its manifest entry."""
+    path = folder / f"{split}.parquet"
+    query = f"""SELECT {", ".join("u." + c for c in UNPAIRED_COLUMNS)} FROM {source} u JOIN snapshot_split s
+                USING (prompt) WHERE s.split = '{split}' ORDER BY u.row_number"""
+    con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
+    rows, prompts, desirable = con.execute(
+        f"SELECT count(*), count(DISTINCT prompt), count(*) FILTER (label) FROM ({query})"
+    ).fetchone()
+    return {"file": path.name, "rows": rows, "prompts": prompts, "desirable": desirable, "sha256": _sha256(path)}
+
+
+def _freeze(
+    con: duckdb.DuckDBPyConnection,
+    root: str | os.PathLike,
+    eval_fraction: float,
+    seed: int,
+    source: str,
+    options: dict,
+    data: str = "pairs",
+) -> tuple[Path, dict]:
+    """The rows of `source` into a snapshot folder under root (see freeze_snapshot); options go into the manifest
+    (drop_flagged, rounds, with_votes, from). `data`: the data type (training/data_types.py) the manifest names:
+    pairs, or unpaired rows."""
     if not 0 <= eval_fraction < 1:
         raise UserError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", dir=root))
     try:
-        splits = _frozen_splits(con, tmp, eval_fraction, seed, options, source)
+        if data == "pairs":
+            splits, columns = _frozen_splits(con, tmp, eval_fraction, seed, options, source), PAIR_COLUMNS.split(",")
+        else:
+            _assign_splits(con, eval_fraction, seed, source)
+            splits = {split: _write_unpaired_split(con, tmp, split, source) for split in SPLITS}
+            columns = list(UNPAIRED_COLUMNS)
         content = hashlib.sha256("".join(splits[s]["sha256"] for s in SPLITS).encode()).hexdigest()
         created = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         manifest = {
@@ -238,13 +302,15 @@ def _freeze(
             "created_at": created,
             "eval_fraction": eval_fraction,
             "seed": seed,
+            "data": data,
             **options,
-            "columns": [c.strip() for c in PAIR_COLUMNS.split(",")],
+            "columns": [c.strip() for c in columns],
             "splits": splits,
             "content_sha256": content,
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        (tmp / "README.md").write_text(SNAPSHOT_README.format(name=manifest["name"]))
+        readme = SNAPSHOT_README if data == "pairs" else UNPAIRED_README
+        (tmp / "README.md").write_text(readme.format(name=manifest["name"]))
         for f in tmp.iterdir():
             f.chmod(0o444)
         final = root / manifest["name"]

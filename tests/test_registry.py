@@ -48,8 +48,8 @@ def test_runs_made_before_kinds_were_recorded_are_still_told_apart(tmp_path):
     with pytest.raises(ValueError, match="not a run folder"):
         kind_of(tmp_path / "missing")
     (tmp_path / "odd").mkdir()
-    (tmp_path / "odd" / "config.json").write_text(json.dumps({"kind": "kto"}))
-    with pytest.raises(ValueError, match="unknown trainer 'kto'"):
+    (tmp_path / "odd" / "config.json").write_text(json.dumps({"kind": "no-such-trainer"}))
+    with pytest.raises(ValueError, match="unknown trainer 'no-such-trainer'"):
         kind_of(tmp_path / "odd")
 
 

@@ -19,7 +19,7 @@ from training.models import DataError, chat_prompt
 REQUIRED = ("prompt", "chosen", "rejected")
 
 
-def _read_table(path: Path) -> list[dict]:
+def read_table(path: Path) -> list[dict]:
     try:
         if path.suffix == ".parquet":
             rows = pq.read_table(path).to_pylist()
@@ -34,7 +34,7 @@ def _read_table(path: Path) -> list[dict]:
     return rows
 
 
-def _check(rows: list[dict], where: str) -> list[dict]:
+def check_pairs(rows: list[dict], where: str) -> list[dict]:
     if not rows:
         raise DataError(f"{where}: no pairs")
     missing = [c for c in REQUIRED if c not in rows[0]]
@@ -43,25 +43,16 @@ def _check(rows: list[dict], where: str) -> list[dict]:
     for n, r in enumerate(rows, 1):
         if not all(isinstance(r.get(c), str) for c in REQUIRED):
             raise DataError(f"{where} row {n}: prompt, chosen and rejected must be text")
-        if not _number_or_none(r.get("margin"), float) or not _number_or_none(r.get("ranking_id"), int):
+        if not number_or_none(r.get("margin"), float) or not number_or_none(r.get("ranking_id"), int):
             raise DataError(f"{where} row {n}: margin must be a number and ranking_id an integer, where given")
         strength = r.get("strength")
-        if strength is not None and (not _number_or_none(strength, int) or not 0 <= strength <= 3):
+        if strength is not None and (not number_or_none(strength, int) or not 0 <= strength <= 3):
             raise DataError(f"{where} row {n}: strength must be a level 0..3 (store/strengths.py), where given")
     return rows
 
 
-def _number_or_none(x: object, kind: type) -> bool:
+def number_or_none(x: object, kind: type) -> bool:
     return x is None or (isinstance(x, int | float) and not isinstance(x, bool) and (kind is float or x == int(x)))
-
-
-def read_pairs_file(path: str | Path) -> list[dict]:
-    """A pairs file's rows (.jsonl or .parquet: prompt, chosen and rejected text; margin, ranking_id and strength
-    where given), checked; `rlhf train-*` freezes them into a snapshot (store/snapshot.py::freeze_pairs_file)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such snapshot or pairs file")
-    return _check(_read_table(path), path.name)
 
 
 def snapshot_file(folder: Path, split: str) -> Path:
@@ -80,9 +71,9 @@ def load_pairs(data: str) -> tuple[list[dict], list[dict]]:
     """(train rows, eval rows) of a snapshot folder: the store's pairs, or a pairs file's, frozen and split by
     prompt by store/snapshot.py (the one split rule)."""
     path = Path(data)
-    train = _check(_read_table(snapshot_file(path, "train")), f"{path.name} train")
-    evals = _read_table(snapshot_file(path, "eval"))
-    return train, (_check(evals, f"{path.name} eval") if evals else [])
+    train = check_pairs(read_table(snapshot_file(path, "train")), f"{path.name} train")
+    evals = read_table(snapshot_file(path, "eval"))
+    return train, (check_pairs(evals, f"{path.name} eval") if evals else [])
 
 
 @dataclass

@@ -31,7 +31,7 @@ class Trainer:
     plots: tuple[str, ...]  # metric keys the Train tab plots against the step
     headline: Callable[[dict], str]  # a finished run's final metrics -> one line
     progress: Callable[[dict], str | None]  # a metrics row -> the CLI's progress line (None: nothing to say)
-    data: str  # what it trains on: "pairs" (a snapshot of the store, or --pairs) or "prompts" (PPO's rollouts)
+    data: str  # what it trains on, one of training/data_types.py's DATA_TYPES: pairs, unpaired, prompts
     command: str  # its `rlhf` command
     summary: str  # what it is, in a few words (the app's and the CLI's help say it)
 
@@ -40,7 +40,7 @@ class Trainer:
         """Fields the form leaves out: the data the buttons choose, the folder the launcher sets, and the fields
         a trainer sets for itself (metadata internal=True)."""
         internal = tuple(f.name for f in fields(self.config) if f.metadata.get("internal"))
-        return ("data" if self.data == "pairs" else "prompts", "output_dir", *internal)
+        return ("prompts" if self.data == "prompts" else "data", "output_dir", *internal)
 
     @property
     def form_prefix(self) -> str:

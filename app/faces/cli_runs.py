@@ -12,6 +12,7 @@ from app.faces.config_args import add_dataclass_args, dataclass_from_args, given
 from app.jobs.round_config import RoundConfig
 from app.studies.demo_config import QUICK, ROUNDS, DemoConfig
 from store.errors import UserError
+from training.data_types import takes_snapshot
 from training.precision import with_resolved_dtype
 from training.registry import TRAINERS
 
@@ -43,7 +44,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         status = resume_run(run, args.num_accelerators, args.hostfile, on_metrics=show)
     else:
         cfg, dtype_line = with_resolved_dtype(dataclass_from_args(spec.config, args))
-        data = args.pairs if spec.data == "pairs" else args.prompts
+        data = args.pairs if takes_snapshot(spec.data) else args.prompts
         run = prepare_run(args.db, cfg, Path(args.runs_dir), data)
         print(f"run {run.name}: {run}, {dtype_line}", flush=True)
         if getattr(cfg, "min_gold_accuracy", 0):
@@ -298,12 +299,14 @@ def add_launch_args(s: argparse.ArgumentParser) -> None:
 def add_training_commands(sub) -> None:
     """One command per trainer in the registry: `rlhf train-rm`, `rlhf train-dpo`, `rlhf train-ppo`, ..."""
     for spec in TRAINERS.values():
-        if spec.data == "pairs":
+        if takes_snapshot(spec.data):
+            rows = "preference pairs" if spec.data == "pairs" else "unpaired thumbs (or pairs split by net wins)"
             s = sub.add_parser(
                 spec.command,
-                help=f"{spec.title} ({spec.summary}) on DeepSpeed, from preference pairs (a snapshot or --pairs)",
+                help=f"{spec.title} ({spec.summary}) on DeepSpeed, from {rows} (a snapshot or --pairs)",
             )
-            s.add_argument("--pairs", help="a pairs .jsonl/.parquet or a snapshot folder instead of the store")
+            files = "a pairs" if spec.data == "pairs" else "a pairs or unpaired (prompt, completion, label)"
+            s.add_argument("--pairs", help=f"{files} .jsonl/.parquet or a snapshot folder instead of the store")
         else:
             s = sub.add_parser(
                 spec.command,

@@ -16,6 +16,7 @@ from app.faces.rounds_ui import build_next_round
 from app.jobs.train_view import log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
 from app.jobs.train_view import status_line as run_status_line
 from store.errors import UserError
+from training.data_types import takes_snapshot
 from training.registry import TRAINERS
 
 RM_SKIP, PPO_SKIP = TRAINERS["reward"].form_skip, TRAINERS["ppo"].form_skip
@@ -44,7 +45,7 @@ def button_of(spec) -> tuple[str, str, str]:
     """A trainer's start button, from its registry entry: (label, elem_id, api name). A trainer on pairs trains
     ("Train reward model", train-rm), one on prompts runs ("Run PPO", run-ppo); the id follows its command."""
     name = spec.title if spec.title.isupper() else spec.title.lower()
-    verb, stem = ("Train", "train") if spec.data == "pairs" else ("Run", "run")
+    verb, stem = ("Train", "train") if takes_snapshot(spec.data) else ("Run", "run")
     elem_id = f"{stem}-{spec.command.removeprefix('train-')}"
     return f"{verb} {name}", elem_id, elem_id.replace("-", "_")
 
@@ -137,7 +138,7 @@ def start_run(runs, forms: dict, which: str, data_value, prompts_value, method, 
         dpo = cfg["dpo"] if with_dpo else None
         run = runs.start_chain(cfg["reward"], cfg[method], data_value, prompts_value, dpo)
     else:
-        run = runs.start(cfg[which], data_value if TRAINERS[which].data == "pairs" else prompts_value)
+        run = runs.start(cfg[which], data_value if takes_snapshot(TRAINERS[which].data) else prompts_value)
     return f"started {run.name}", run.name
 
 

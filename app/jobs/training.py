@@ -23,11 +23,12 @@ from store.durable import rename_durably
 from store.errors import UserError
 from store.prompts import all_prompts
 from store.runs import record_run, run_by_id
-from store.snapshot import freeze_pairs_file, freeze_snapshot, record_snapshot, split_of
+from store.snapshot import freeze_pairs_file, freeze_snapshot, freeze_unpaired_file, record_snapshot, split_of
 from training.config_file import ConfigFile
+from training.data_types import load_unpaired, read_data_file, snapshot_type, takes_snapshot
 from training.launcher import launch
 from training.models import DataError, resolve_model
-from training.pairs import load_pairs, read_pairs_file
+from training.pairs import load_pairs
 from training.pairs_config import round_numbers
 from training.prompt_data import read_prompts
 from training.prompts_config import PromptsConfig
@@ -42,23 +43,31 @@ def new_run_dir(runs_dir: Path, kind: str) -> Path:
     return folder
 
 
-def _check_pairs(data: str) -> None:
+def _check_snapshot(data: str, kind: str) -> None:
+    """The snapshot holds data the trainer takes (pairs; or unpaired rows for a trainer on unpaired data, which
+    reads pairs through the conversion) and at least one training row."""
+    wants = trainer(kind).data
     try:
-        train, _ = load_pairs(data)
+        has = snapshot_type(data)
+        if has == "unpaired" and wants == "pairs":
+            raise UserError(f"{trainer(kind).title} trains on pairs; {Path(data).name} holds unpaired rows")
+        train, _ = load_pairs(data) if wants == "pairs" else load_unpaired(data)
     except DataError as e:
         raise UserError(str(e)) from None
     if not train:
-        raise UserError("no training pairs: every prompt landed in the eval split; add more prompts")
+        raise UserError("no training rows: every prompt landed in the eval split; add more prompts")
 
 
-def _frozen_pairs_file(path: Path, cfg: ConfigFile, snapshots: Path) -> tuple[Path, dict]:
-    """A pairs file (--pairs) read, checked and frozen as a snapshot under `snapshots`, as prompts files are."""
+def _frozen_data_file(path: Path, cfg: ConfigFile, snapshots: Path) -> tuple[Path, dict]:
+    """A data file (--pairs: pairs, or unpaired rows for a trainer on unpaired data) read, checked and frozen as a
+    snapshot under `snapshots`, as prompts files are."""
     try:
-        rows = read_pairs_file(path)
+        kind, rows = read_data_file(path, trainer(cfg.KIND).data)
     except DataError as e:
         raise UserError(str(e)) from None
     origin = {"file": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    return freeze_pairs_file(snapshots, rows, origin, eval_fraction=cfg.eval_fraction, seed=cfg.seed)
+    freeze = freeze_pairs_file if kind == "pairs" else freeze_unpaired_file
+    return freeze(snapshots, rows, origin, eval_fraction=cfg.eval_fraction, seed=cfg.seed)
 
 
 def _local(ref: str) -> str:
@@ -90,8 +99,9 @@ def left_out_line(data: str) -> str:
 
 
 def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | None = None) -> Path:
-    """A run that trains on preference pairs (the reward model, DPO): check the inputs, freeze the data (a snapshot
-    of the store, or the pairs file given), write RUN/config.json and record the run; returns the run folder."""
+    """A run that trains on a snapshot (pairs: the reward model, DPO; unpaired rows: KTO): check the inputs, freeze
+    the data (a snapshot of the store, or the data file given), write RUN/config.json and record the run; returns
+    the run folder."""
     try:
         cfg.check()
     except ValueError as e:
@@ -109,7 +119,7 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
     if pairs and Path(pairs).is_dir():  # a snapshot folder is taken as it is
         data = str(Path(pairs).resolve())
     elif pairs:  # a pairs file is frozen before the store is opened: the store is held only for the record
-        frozen = _frozen_pairs_file(Path(pairs), cfg, runs_dir.parent / "snapshots")
+        frozen = _frozen_data_file(Path(pairs), cfg, runs_dir.parent / "snapshots")
     else:  # frozen on a read connection: annotators keep submitting while the files are written
         left_out = _under_gold(db, cfg.min_gold_accuracy)
         with connect(db) as con, transaction(con):
@@ -124,7 +134,7 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
             )
     if frozen:
         data = str(frozen[0].resolve())  # the ranks run in the run folder
-    _check_pairs(data)
+    _check_snapshot(data, cfg.KIND)
     with write(db) as con:
         if frozen:
             snapshot_id = record_snapshot(con, *frozen)
@@ -345,7 +355,7 @@ def prepare_run(db: str, cfg: ConfigFile, runs_dir: Path, data: str | None = Non
     """Any trainer's run, by the data its registry entry trains on: `data` is a snapshot or pairs file for a trainer
     on pairs (None: a new snapshot of the store), a prompts file or snapshot folder for one on prompts (None: the
     store's prompts)."""
-    prepare = prepare_pairs_run if trainer(cfg.KIND).data == "pairs" else prepare_prompts_run
+    prepare = prepare_pairs_run if takes_snapshot(trainer(cfg.KIND).data) else prepare_prompts_run
     return prepare(db, cfg, runs_dir, data)
 
 
