@@ -12,6 +12,7 @@ from pathlib import Path
 
 from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
+from training.kto.config import KTOConfig
 from training.online_dpo.config import OnlineDPOConfig
 from training.ppo.config import PPOConfig
 from training.reward.config import RewardConfig
@@ -113,6 +114,23 @@ def _dpo_progress(row: dict) -> str | None:
     return None
 
 
+def _kto_headline(final: dict) -> str:
+    if "eval/kto_accuracy" not in final:
+        return ""
+    return f"eval accuracy {final['eval/kto_accuracy']:.3f}, margin {final['eval/margin']:.3f}"
+
+
+def _kto_progress(row: dict) -> str | None:
+    if "loss/kto" in row:
+        return (
+            f"step {row['step']}: loss {row['loss/kto']:.4f}, accuracy {row['kto/accuracy']:.3f}, "
+            f"margin {row['kto/margin']:.3f}, KL {row['kto/kl']:.3f}, {row['perf/rows_per_s']:.1f} rows/s"
+        )
+    if "eval/kto_accuracy" in row and "step" in row:
+        return f"step {row['step']}: eval accuracy {row['eval/kto_accuracy']:.3f} on {row['eval/rows']} rows"
+    return None
+
+
 TRAINERS: dict[str, Trainer] = {
     t.kind: t
     for t in (
@@ -177,6 +195,22 @@ TRAINERS: dict[str, Trainer] = {
             data="pairs",
             command="train-dpo",
             summary="the policy learns from the same pairs; no reward model",
+        ),
+        Trainer(
+            kind="kto",
+            title="KTO",
+            config=KTOConfig,
+            module="training.kto.train",
+            prefix="kto",
+            output="policy",
+            policy=True,
+            step_key="loss/kto",
+            plots=("loss/kto", "kto/accuracy", "kto/margin", "kto/kl", "eval/kto_accuracy"),
+            headline=_kto_headline,
+            progress=_kto_progress,
+            data="unpaired",
+            command="train-kto",
+            summary="the policy learns from thumbs up and down (or pairs split); no reward model",
         ),
         Trainer(
             kind="rloo",
