@@ -10,7 +10,7 @@ from pathlib import Path
 from annotation.agreement import pairwise_agreement
 from annotation.labelstudio_export import export_ls
 from annotation.prompt_files import read_prompts
-from store.db import connect, transaction, write
+from store.db import read, write
 from store.pairs import export_pairs, rankings_for_agreement, stats
 from store.prompts import add_prompts
 from store.responses import rankable_sets
@@ -36,7 +36,7 @@ def add_example_prompts(db: str | os.PathLike) -> str:
 def write_pairs_file(
     db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
 ) -> str:
-    with connect(db, create=False) as con, transaction(con):  # the file and its count see the same pairs
+    with read(db, create=False) as con:  # the file and its count see the same pairs
         n = export_pairs(con, out, drop_flagged=drop_flagged, with_votes=with_votes)
     return f"wrote {n} pairs to {out}" + (" (the Compare tab's decided votes included)" if with_votes else "")
 
@@ -54,7 +54,7 @@ def write_trl_pairs(
     from annotation.preference_files import trl_rows, write_trl
     from store.pairs import pair_texts
 
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         rows = pair_texts(con, drop_flagged, with_votes)
     write_trl(trl_rows(rows, conversational), out)
     form = "OpenRLHF's chat form" if conversational else "TRL's format"
@@ -63,19 +63,19 @@ def write_trl_pairs(
 
 def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
     """Label Studio Ranker tasks + labeling config in folder OUT: (tasks file, config file, number of tasks)."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         sets = rankable_sets(con)
     return export_ls(sets, out, seed=seed)
 
 
 def agreement(db: str | os.PathLike) -> list[dict]:
     """Mean Kendall tau-b per pair of annotators over the prompts both ranked (rlhf ui --overlap 2+)."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         return pairwise_agreement(rankings_for_agreement(con))
 
 
 def store_stats(db: str | os.PathLike) -> dict:
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         return stats(con)
 
 
@@ -117,7 +117,7 @@ def guideline_lines(db: str | os.PathLike) -> list[str]:
     """The current guideline and every version's author and rankings, for `rlhf guideline`."""
     from store.guidelines import current_guideline, guideline_versions
 
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         current = current_guideline(con)
         versions = guideline_versions(con)
     if current is None:

@@ -24,7 +24,7 @@ from annotation.agreement import agreement_by_annotator
 from annotation.gold import gold_accuracy
 from annotation.labelstudio import FAST_LEAD_TIME_S
 from store.annotators import annotator_work, answer_span_s, answers_over_time
-from store.db import connect
+from store.db import read
 from store.gold import gold_answers
 from store.guidelines import TAGS, tag_counts
 from store.pairs import rankings_for_agreement
@@ -102,7 +102,7 @@ def watch_reasons(row: AnnotatorRow, others_tau: float | None) -> list[str]:
 
 def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
     """One row per annotator who answered anything, by name."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         work = annotator_work(con, FAST_S)
         agreement = agreement_by_annotator(rankings_for_agreement(con))
         gold = gold_accuracy(gold_answers(con))
@@ -189,6 +189,6 @@ def text_table(rows: list[AnnotatorRow]) -> str:
 def over_time(db: str | os.PathLike) -> tuple[str, list[tuple[str, object, int]]]:
     """(bucket, [(annotator, start of the bucket, answers in it)]): per hour for a campaign under three days so
     far, else per day."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         bucket = "hour" if answer_span_s(con) < 3 * 86400 else "day"
         return bucket, answers_over_time(con, bucket)

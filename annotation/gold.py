@@ -64,8 +64,8 @@ def mark(db, ranking_ids: list[int], annotator: str = "", by: str = "admin") -> 
 
 def scores(db) -> dict[str, tuple[float, int]]:
     """Every annotator's gold accuracy (see gold_accuracy) on the store's gold prompts."""
-    from store.db import connect
+    from store.db import read
     from store.gold import gold_answers
 
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         return gold_accuracy(gold_answers(con))

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from store.db import connect, write
+from store.db import read, write
 from store.errors import UserError
 from store.prompts import pending_prompts
 from store.responses import add_samples, sampled_prompts, samples_from
@@ -50,7 +50,7 @@ def sample_pending(
     """generate(prompts, k, seed) -> list of K results (with .text, .n_tokens, .finish_reason) per prompt."""
     if k < 2:
         raise UserError(f"--k must be at least 2 to rank responses, got {k}")
-    with connect(db) as con:
+    with read(db) as con:
         todo = pending_prompts(con, limit)
     report = SampleReport()
     if progress:

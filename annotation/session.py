@@ -26,7 +26,7 @@ from store.assignments import (
     reopen,
     undos_in_last_hour,
 )
-from store.db import connect, write
+from store.db import read, write
 from store.edits import add_edit, edit_in, edit_problem
 from store.errors import UserError
 from store.guidelines import current_guideline, tags_of, tags_problem
@@ -315,5 +315,5 @@ def undo_last(db: str | os.PathLike, annotator: str, max_per_hour: int | None = 
 
 
 def progress(db: str | os.PathLike, annotator: str, overlap: int = 1) -> Progress:
-    with connect(db) as con:
+    with read(db) as con:
         return Progress(*annotation_counts(con, annotator, SOURCE, overlap))

@@ -43,7 +43,7 @@ import httpx
 
 from bench.app_server import AppServer
 from bench.report import annotation_table
-from store.db import connect, write
+from store.db import read, write
 from store.prompts import prompt_ids
 from store.rankings import RankedItem, RankingIn, insert_rankings, source_totals
 from store.responses import Sample, add_samples
@@ -54,7 +54,7 @@ CASES = [(20, 5.0, 0, 0.0), (100, 5.0, 0, 0.0), (20, 0.5, 0, 0.0), (100, 5.0, 8,
 
 
 def _seed(db: str, n_prompts: int, k: int) -> None:
-    with connect(db):
+    with read(db):
         pass
     with write(db) as con:
         ids = prompt_ids(con, [f"prompt {i}" for i in range(n_prompts)], "bench")
@@ -269,7 +269,7 @@ async def _team(
 def _stored(db: str, submits: int, k: int) -> dict:
     """What the app stored in the run. `stored_once`: every acknowledged submit is there exactly once (one ranking
     per task, and per prompt at overlap 1, each with its K items), and nothing else is."""
-    with connect(db) as con:
+    with read(db) as con:
         ui = source_totals(con, "ui")
     once = ui.rankings == submits == ui.prompts == ui.keys and ui.items == k * ui.rankings
     return {"stored_rankings": ui.rankings, "distinct_prompts": ui.prompts, "stored_once": once}
@@ -341,7 +341,7 @@ def dashboard_s(db: str) -> dict:
     from store.rounds import list_rounds
 
     def rounds(db: str) -> list:
-        with connect(db) as con:
+        with read(db) as con:
             return list_rounds(con)
 
     times = {}

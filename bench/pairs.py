@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from store.db import connect
+from store.db import read
 from store.pairs import count_kept_pair_ids, drop_kept_pair_ids, keep_pair_ids
 from store.rankings import items_by_ranking
 from store.synthetic import fill_cyclic_rankings
@@ -21,13 +21,13 @@ from store.synthetic import fill_cyclic_rankings
 
 def build_store(path: str, n: int, k: int) -> None:
     """n rankings of k responses; the ranks of ranking r are a cyclic shift of 1..k (a permutation, no ties)."""
-    with connect(path) as con:
+    with read(path) as con:
         fill_cyclic_rankings(con, n, k)
 
 
 def duckdb_pairs(path: str, repeats: int = 5) -> tuple[int, float]:
     """Median of `repeats` runs after one warm-up (the first run also pays for reading the file)."""
-    with connect(path) as con:
+    with read(path) as con:
         times = []
         for _ in range(repeats + 1):
             drop_kept_pair_ids(con)
@@ -38,7 +38,7 @@ def duckdb_pairs(path: str, repeats: int = 5) -> tuple[int, float]:
 
 
 def loop_pairs(path: str) -> tuple[int, float]:
-    with connect(path) as con:
+    with read(path) as con:
         rows = items_by_ranking(con)
     times = []
     for _ in range(3):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import duckdb
+from store.protocol import Connection
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class AnnotatorWork:
     all_bad: int = 0  # answers saying none of the shown responses was good (annotation/questions/all_bad.py)
 
 
-def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[AnnotatorWork]:
+def annotator_work(con: Connection, fast_s: float) -> list[AnnotatorWork]:
     """Every annotator's answers, by name."""
     rows = con.execute(
         """SELECT annotator,
@@ -48,7 +48,7 @@ def annotator_work(con: duckdb.DuckDBPyConnection, fast_s: float) -> list[Annota
     ]
 
 
-def answers_over_time(con: duckdb.DuckDBPyConnection, bucket: str) -> list[tuple[str, datetime, int]]:
+def answers_over_time(con: Connection, bucket: str) -> list[tuple[str, datetime, int]]:
     """(annotator, start of the hour or day, answers in it), in time order. bucket: 'hour' or 'day'."""
     if bucket not in ("hour", "day"):
         raise ValueError(f"bucket must be hour or day, got {bucket}")
@@ -58,7 +58,7 @@ def answers_over_time(con: duckdb.DuckDBPyConnection, bucket: str) -> list[tuple
     ).fetchall()
 
 
-def answer_span_s(con: duckdb.DuckDBPyConnection) -> float:
+def answer_span_s(con: Connection) -> float:
     """Seconds from the first answer stored to the last (0 with fewer than two)."""
     span = con.execute("SELECT epoch(max(created_at)) - epoch(min(created_at)) FROM rankings").fetchone()[0]
     return float(span or 0.0)

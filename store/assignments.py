@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import duckdb
-
+from store.protocol import Connection
 from store.tasks import count_assignment, refresh_tasks, uncount_ranking
 
 # Responses an annotator can rank: not an identical repeat of another sample, not empty, not an annotator's edit
@@ -19,7 +18,7 @@ RANKABLE = (
 )
 
 
-def open_assignment(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
+def open_assignment(con: Connection, annotator: str) -> tuple | None:
     """(assignment_id, prompt_id, shown_order, seconds since assigned) of the annotator's open assignment."""
     return con.execute(
         """SELECT assignment_id, prompt_id, shown_order,
@@ -41,7 +40,7 @@ class Claimed:
 
 
 def claim_next(
-    con: duckdb.DuckDBPyConnection, annotator: str, overlap: int, rng: random.Random, gold_rate: float = 0.0
+    con: Connection, annotator: str, overlap: int, rng: random.Random, gold_rate: float = 0.0
 ) -> Claimed | None:
     """Assign the next prompt this annotator has not had and fewer than `overlap` annotators have had; with
     probability `gold_rate`, a gold prompt (store/gold.py) they have not had instead, whatever its overlap, shown as
@@ -86,7 +85,7 @@ def claim_next(
     return _assign(con, annotator, *row, rng)
 
 
-def _gold_task(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
+def _gold_task(con: Connection, annotator: str) -> tuple | None:
     """(prompt id, round, prompt, response ids, texts) of a gold prompt the annotator has neither been handed nor
     ranked (the gold ranking's author included): the responses its gold ranking ranked. Each annotator meets the
     gold prompts in an order of their own."""
@@ -105,7 +104,7 @@ def _gold_task(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
 
 
 def _assign(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     annotator: str,
     prompt_id: int,
     round_: int,
@@ -127,14 +126,14 @@ def _assign(
     return Claimed(assignment_id, prompt_id, ids, prompt, [t for _, t in shown])
 
 
-def assignment_round(con: duckdb.DuckDBPyConnection, assignment_id: int) -> int:
+def assignment_round(con: Connection, assignment_id: int) -> int:
     """The round of the task an assignment was for (1 for assignments made before rounds were recorded)."""
     return con.execute(
         "SELECT coalesce(round, 1) FROM assignments WHERE assignment_id = ?", [assignment_id]
     ).fetchone()[0]
 
 
-def get_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> tuple | None:
+def get_assignment(con: Connection, assignment_id: int) -> tuple | None:
     """(annotator, prompt_id, shown_order, status, ranking_id, seconds since assigned)."""
     return con.execute(
         """SELECT annotator, prompt_id, shown_order, status, ranking_id,
@@ -144,7 +143,7 @@ def get_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> tuple 
     ).fetchone()
 
 
-def close_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int, ranking_id: int) -> None:
+def close_assignment(con: Connection, assignment_id: int, ranking_id: int) -> None:
     row = con.execute(
         """UPDATE assignments SET status = 'done', ranking_id = ?, closed_at = current_timestamp
            WHERE assignment_id = ? AND status = 'open' RETURNING prompt_id, round""",
@@ -154,7 +153,7 @@ def close_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int, ranking
         count_assignment(con, *row, assigned=0, done=1)
 
 
-def last_closed(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
+def last_closed(con: Connection, annotator: str) -> tuple | None:
     """(assignment_id, ranking_id) of the annotator's most recently closed assignment."""
     return con.execute(
         """SELECT assignment_id, ranking_id FROM assignments
@@ -163,7 +162,7 @@ def last_closed(con: duckdb.DuckDBPyConnection, annotator: str) -> tuple | None:
     ).fetchone()
 
 
-def reopen(con: duckdb.DuckDBPyConnection, assignment_id: int) -> None:
+def reopen(con: Connection, assignment_id: int) -> None:
     """Back to 'open' (for undo/edit): the clock for the lead time starts again."""
     row = con.execute(
         """UPDATE assignments SET status = 'open', ranking_id = NULL, closed_at = NULL,
@@ -175,7 +174,7 @@ def reopen(con: duckdb.DuckDBPyConnection, assignment_id: int) -> None:
         count_assignment(con, *row, assigned=0, done=-1)
 
 
-def drop_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> None:
+def drop_assignment(con: Connection, assignment_id: int) -> None:
     """Give an open task back to the pool (the one an annotator holds when they undo their last answer)."""
     row = con.execute(
         "DELETE FROM assignments WHERE assignment_id = ? RETURNING prompt_id, round, ranking_id", [assignment_id]
@@ -184,14 +183,14 @@ def drop_assignment(con: duckdb.DuckDBPyConnection, assignment_id: int) -> None:
         count_assignment(con, row[0], row[1], assigned=-1, done=-(row[2] is not None))
 
 
-def is_undone(con: duckdb.DuckDBPyConnection, assignment_id: int) -> bool:
+def is_undone(con: Connection, assignment_id: int) -> bool:
     """Whether this open task is one an undo handed back (a second undo would reach the answer before it)."""
     return (
         con.execute("SELECT count(*) FROM undone_rankings WHERE assignment_id = ?", [assignment_id]).fetchone()[0] > 0
     )
 
 
-def undos_in_last_hour(con: duckdb.DuckDBPyConnection, annotator: str) -> int:
+def undos_in_last_hour(con: Connection, annotator: str) -> int:
     """How many answers `annotator` took back in the last hour (each undo keeps a copy: the count bounds the store's
     growth through Undo)."""
     return con.execute(
@@ -200,7 +199,7 @@ def undos_in_last_hour(con: duckdb.DuckDBPyConnection, annotator: str) -> int:
     ).fetchone()[0]
 
 
-def keep_undone(con: duckdb.DuckDBPyConnection, ranking_id: int, assignment_id: int) -> None:
+def keep_undone(con: Connection, ranking_id: int, assignment_id: int) -> None:
     """Copy a ranking (or skip) about to be undone into undone_rankings, in the caller's transaction."""
     con.execute(
         """INSERT INTO undone_rankings (ranking_id, assignment_id, prompt_id, annotator, skipped, skip_reason,
@@ -232,7 +231,7 @@ class Undone:
     all_bad: bool = False  # the answer said none of the shown responses was good (annotation/questions/all_bad.py)
 
 
-def undone(con: duckdb.DuckDBPyConnection, annotator: str | None = None) -> list[Undone]:
+def undone(con: Connection, annotator: str | None = None) -> list[Undone]:
     """Every undone answer (one annotator's with `annotator`), oldest first."""
     rows = con.execute(
         """SELECT undo_id, annotator, prompt_id, ranking_id, skipped, skip_reason, response_ids, ranks,
@@ -243,7 +242,7 @@ def undone(con: duckdb.DuckDBPyConnection, annotator: str | None = None) -> list
     return [Undone(*row) for row in rows]
 
 
-def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
+def delete_ranking(con: Connection, ranking_id: int) -> None:
     from store.gold import unmark_ranking
 
     uncount_ranking(con, ranking_id)
@@ -254,7 +253,7 @@ def delete_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
     con.execute("DELETE FROM rankings WHERE ranking_id = ?", [ranking_id])
 
 
-def annotation_counts(con: duckdb.DuckDBPyConnection, annotator: str, source: str, overlap: int) -> tuple:
+def annotation_counts(con: Connection, annotator: str, source: str, overlap: int) -> tuple:
     """(rankings by this annotator, rankings by everyone, prompts still needing rankings, pairs in the store);
     one query over the kept counters (store/tasks.py), since it runs after every submission. A prompt waits while
     its latest round (store/rounds.py) has fewer than `overlap` answers (rankings or skips) from assignments."""

@@ -27,11 +27,12 @@ import duckdb
 from store.db import connect, latest_version, migrate, schema_scripts, sql_string, transaction
 from store.durable import rename_durably
 from store.errors import UserError
+from store.protocol import Connection
 
 MANIFEST = "manifest.json"
 
 
-def _counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+def _counts(con: Connection) -> dict[str, int]:
     tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_name").fetchall()]
     return {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}  # names from the catalog
 
@@ -150,7 +151,7 @@ def _id_sequences() -> dict[str, tuple[str, str]]:
     return found
 
 
-def _check_sequences(con: duckdb.DuckDBPyConnection) -> None:
+def _check_sequences(con: Connection) -> None:
     """Each id sequence would hand out an id above every id already used: its table's, and those in other tables'
     columns of the same name (undone_rankings keeps the ids of rankings it took back). A schema.sql whose START is
     behind the data (edited, or from a DuckDB that wrote it differently) would make a store whose next insert fails
@@ -172,7 +173,7 @@ def _check_sequences(con: duckdb.DuckDBPyConnection) -> None:
                 )
 
 
-def _tables_with(con: duckdb.DuckDBPyConnection, column: str) -> list[str]:
+def _tables_with(con: Connection, column: str) -> list[str]:
     """The tables (not views) that have a column of this name."""
     sql = (
         "SELECT c.table_name FROM duckdb_columns() c JOIN duckdb_tables() t USING (schema_name, table_name) "
@@ -184,7 +185,7 @@ def _tables_with(con: duckdb.DuckDBPyConnection, column: str) -> list[str]:
 _SEQUENCE = re.compile(r"CREATE SEQUENCE (\w+) INCREMENT BY 1 MINVALUE 1 MAXVALUE \d+ START (\d+) NO CYCLE")
 
 
-def _rebuild(con: duckdb.DuckDBPyConnection, folder: Path, version: int) -> None:
+def _rebuild(con: Connection, folder: Path, version: int) -> None:
     """Our own schema at the backup's version, its rows read from `<table>.parquet` in `folder` (only our tables,
     only files directly in the folder), our migrations after it. Nothing the backup folder says is run as SQL: of
     schema.sql only each sequence's position is read, as a number."""

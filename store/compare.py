@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import duckdb
+from store.protocol import Connection
 
 CHOICES = ("left", "right", "tie", "both_bad")
 
@@ -28,7 +28,7 @@ class Vote:
     flags: list[str] | None = None
 
 
-def record_vote(con: duckdb.DuckDBPyConnection, vote: Vote) -> int:
+def record_vote(con: Connection, vote: Vote) -> int:
     """Store one vote; returns its id. Identical replies are stored as a tie (they give no pair)."""
     if vote.choice not in CHOICES:
         raise ValueError(f"unknown vote {vote.choice!r}: one of {', '.join(CHOICES)}")
@@ -54,7 +54,7 @@ def record_vote(con: duckdb.DuckDBPyConnection, vote: Vote) -> int:
     ).fetchone()[0]
 
 
-def compare_votes(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
+def compare_votes(con: Connection) -> list[tuple[str, str, str]]:
     """(model of the left reply, model of the right reply, outcome) for every vote, oldest first; outcome is
     'left', 'right', 'tie' or 'both_bad'."""
     return con.execute("SELECT left_model, right_model, choice FROM votes ORDER BY vote_id").fetchall()

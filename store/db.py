@@ -11,15 +11,18 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
 from store.errors import StoreBusy, UserError
+from store.protocol import Connection
 
+T = TypeVar("T")
 DEFAULT_DB = "rlhf.duckdb"
 LOCK_TIMEOUT_S = float(os.environ.get("RLHF_LOCK_TIMEOUT", "10"))
 
@@ -48,7 +51,7 @@ def latest_version(folder: Path | None = None) -> int:
     return max([1] + [v for v, _ in migrations(folder)])
 
 
-def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+def schema_version(con: Connection) -> int:
     """0 for an empty database."""
     has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'").fetchone()[
         0
@@ -58,7 +61,7 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
 
 
-def checked_schema_version(con: duckdb.DuckDBPyConnection, folder: Path | None = None) -> int:
+def checked_schema_version(con: Connection, folder: Path | None = None) -> int:
     """schema_version, or a UserError for a store a newer rlhf-studio has migrated past this code's latest version,
     raised before anything writes to it: its tables may hold columns, rows and rules this code does not know, and
     an older writer would break them (rows a newer NOT NULL column lacks, a newer migration's data half kept up).
@@ -78,7 +81,7 @@ def schema_scripts(folder: Path | None = None) -> list[tuple[int, str]]:
     return [(1, _schema_sql()), *migrations(folder)]
 
 
-def migrate(con: duckdb.DuckDBPyConnection, folder: Path | None = None, upto: int | None = None) -> tuple[int, int]:
+def migrate(con: Connection, folder: Path | None = None, upto: int | None = None) -> tuple[int, int]:
     """Bring the schema to the latest version (or `upto`), one transaction per version (a store is always at some
     whole version; DuckDB also cannot delete, in one transaction, rows that rows deleted there referred to, which
     a data migration may need two steps for); returns (version before, after). A store newer than the latest
@@ -353,15 +356,34 @@ class Store(os.PathLike):
         finally:
             _close(self.path, con, asked)
 
-    @contextmanager
-    def write(self, *, timeout: float | None = None) -> Iterator:
-        """Open, run one transaction, close: the usual shape of every write.
+    def read(self, fn: Callable[[Connection], T] | None = None, *, create: bool = True, timeout: float | None = None):
+        """`fn(con)` in one read transaction (every query in it sees the store at one moment while writers go on),
+        returning its result; without `fn`, that transaction as a context manager (`with store.read() as con:`).
+        The store's one door for reads that must agree with each other (datasette's execute_fn)."""
+        cm = self._in_transaction(create, timeout, writer=False)
+        if fn is None:
+            return cm
+        with cm as con:
+            return fn(con)
+
+    def write(self, fn: Callable[[Connection], T] | None = None, *, timeout: float | None = None):
+        """`fn(con)` in one write transaction, returning its result; without `fn`, that transaction as a context
+        manager (`with store.write() as con:`). The store's one door for writes (datasette's execute_write_fn).
 
         Writers sharing this Store (the app's sessions) take turns: DuckDB would otherwise abort one of two
         concurrent transactions that touch the same rows (say, two imports adding the same prompt). The turn is
         taken after the connection, so a writer never waits for its turn while the handoff waits for it."""
-        with self.connect(timeout=timeout) as con, self._writers, transaction(con):
-            yield con
+        cm = self._in_transaction(True, timeout, writer=True)
+        if fn is None:
+            return cm
+        with cm as con:
+            return fn(con)
+
+    @contextmanager
+    def _in_transaction(self, create: bool, timeout: float | None, writer: bool) -> Iterator[Connection]:
+        with self.connect(create=create, timeout=timeout) as con:
+            with self._writers if writer else nullcontext(), transaction(con):
+                yield con
 
     def init(self) -> tuple[int, int]:
         """Create or migrate the store; returns (schema version before, after)."""
@@ -376,7 +398,41 @@ class Store(os.PathLike):
             _close(self.path, con, asked)
 
 
-def _close(path: str, con: duckdb.DuckDBPyConnection, asked: bool) -> None:
+class MemoryStore(Store):
+    """A store in memory, the second backend behind the connection protocol: every connection is a cursor of one
+    in-memory DuckDB database of its own, migrated when made; no file, no lock, no handoff. For tests that prove
+    the store's functions need no more than `store.protocol.Connection` and the two doors, and for scratch work;
+    it is gone when the object is."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+        self._db = duckdb.connect(":memory:")
+        migrate(self._db)
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(at {id(self):#x})"
+
+    def hold(self) -> Store:
+        return self
+
+    def release(self) -> None:
+        pass
+
+    @contextmanager
+    def connect(self, *, create: bool = True, timeout: float | None = None) -> Iterator:
+        con = self._db.cursor()  # a connection of its own to the one database: transactions are per cursor
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def init(self) -> tuple[int, int]:
+        with self.connect() as con:
+            version = schema_version(con)
+        return version, version
+
+
+def _close(path: str, con: Connection, asked: bool) -> None:
     """Close, and give the file back to a holding process that let go of it for us."""
     con.close()
     if asked:
@@ -393,9 +449,14 @@ def connect(db: Store | str | os.PathLike, *, create: bool = True, timeout: floa
     return store_of(db).connect(create=create, timeout=timeout)
 
 
-def write(db: Store | str | os.PathLike, *, timeout: float | None = None):
+def write(db: Store | str | os.PathLike, fn: Callable[[Connection], T] | None = None, *, timeout: float | None = None):
     """`Store.write` on db (a Store, or a path for a one-off Store)."""
-    return store_of(db).write(timeout=timeout)
+    return store_of(db).write(fn, timeout=timeout)
+
+
+def read(db: Store | str | os.PathLike, fn: Callable[[Connection], T] | None = None, *, create: bool = True):
+    """`Store.read` on db (a Store, or a path for a one-off Store)."""
+    return store_of(db).read(fn, create=create)
 
 
 def copy_store(src: str | os.PathLike, dst: str | os.PathLike) -> None:
@@ -413,7 +474,7 @@ def init_store(db: Store | str | os.PathLike) -> tuple[int, int]:
 
 
 @contextmanager
-def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+def transaction(con: Connection) -> Iterator[Connection]:
     """All of it lands or none of it does."""
     con.execute("BEGIN TRANSACTION")
     try:

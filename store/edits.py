@@ -5,7 +5,7 @@ caller's transaction."""
 
 from __future__ import annotations
 
-import duckdb
+from store.protocol import Connection
 
 EDIT_MODEL = "edit"  # an edit's model_id: what the pairs view's policy columns show for it
 MAX_EDIT_CHARS = 20_000  # the longest edit a server takes (as long as a prompt may be: annotation/prompt_files.py)
@@ -24,9 +24,7 @@ def edit_problem(edit: str, ranks: list[int], texts: list[str], ties_ok: bool = 
     return None
 
 
-def add_edit(
-    con: duckdb.DuckDBPyConnection, prompt_id: int, edit_of: int, annotator: str, text: str, round_: int
-) -> int:
+def add_edit(con: Connection, prompt_id: int, edit_of: int, annotator: str, text: str, round_: int) -> int:
     """Store the edit as a response of the prompt (in the round of the task it was made in); returns its id."""
     position = con.execute(
         "SELECT coalesce(max(position), -1) + 1 FROM responses WHERE prompt_id = ?", [prompt_id]
@@ -46,14 +44,14 @@ def ranks_with_edit(ranks: list[int]) -> list[int]:
     return [r + 1 for r in ranks] + [1]
 
 
-def add_edit_row(con: duckdb.DuckDBPyConnection, response_id: int, edit_of: int, annotator: str) -> None:
+def add_edit_row(con: Connection, response_id: int, edit_of: int, annotator: str) -> None:
     """Mark the stored response `response_id` as `annotator`'s edit of response `edit_of`."""
     con.execute(
         "INSERT INTO edits (response_id, edit_of, annotator) VALUES (?, ?, ?)", [response_id, edit_of, annotator]
     )
 
 
-def edit_in(con: duckdb.DuckDBPyConnection, response_ids: list[int]) -> tuple[int, str] | None:
+def edit_in(con: Connection, response_ids: list[int]) -> tuple[int, str] | None:
     """(response id, text) of the edit among these responses (a ranking's items), if one is."""
     return con.execute(
         """SELECT r.response_id, r.text FROM edits e JOIN responses r USING (response_id)

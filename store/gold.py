@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import duckdb
-
 from store.errors import UserError
+from store.protocol import Connection
 
 
 @dataclass(frozen=True)
@@ -20,7 +19,7 @@ class Gold:
     marked_at: str
 
 
-def mark_gold(con: duckdb.DuckDBPyConnection, ranking_ids: list[int], by: str) -> int:
+def mark_gold(con: Connection, ranking_ids: list[int], by: str) -> int:
     """Mark these rankings as their prompts' gold answers (a prompt's earlier gold is replaced); returns how many.
     An unknown id, a skip, or two rankings of one prompt is a UserError and marks nothing."""
     ids = sorted({int(r) for r in ranking_ids})
@@ -48,7 +47,7 @@ def mark_gold(con: duckdb.DuckDBPyConnection, ranking_ids: list[int], by: str) -
     return len(ids)
 
 
-def latest_rankings_of(con: duckdb.DuckDBPyConnection, annotator: str) -> list[int]:
+def latest_rankings_of(con: Connection, annotator: str) -> list[int]:
     """The ids of an annotator's rankings (not skips), the latest one per prompt: what `rlhf gold add --annotator`
     marks (a lead's own answers)."""
     rows = con.execute(
@@ -59,7 +58,7 @@ def latest_rankings_of(con: duckdb.DuckDBPyConnection, annotator: str) -> list[i
     return [r for (r,) in rows]
 
 
-def unmark_gold(con: duckdb.DuckDBPyConnection, prompt_ids: list[int]) -> int:
+def unmark_gold(con: Connection, prompt_ids: list[int]) -> int:
     """These prompts are gold no more; returns how many were."""
     n = con.execute(
         "SELECT count(*) FROM gold WHERE prompt_id IN (SELECT unnest(?::BIGINT[]))", [list(prompt_ids)]
@@ -68,12 +67,12 @@ def unmark_gold(con: duckdb.DuckDBPyConnection, prompt_ids: list[int]) -> int:
     return n
 
 
-def unmark_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
+def unmark_ranking(con: Connection, ranking_id: int) -> None:
     """A ranking that is deleted (undone) is no longer its prompt's gold."""
     con.execute("DELETE FROM gold WHERE ranking_id = ?", [ranking_id])
 
 
-def gold_list(con: duckdb.DuckDBPyConnection) -> list[Gold]:
+def gold_list(con: Connection) -> list[Gold]:
     rows = con.execute(
         """SELECT g.prompt_id, g.ranking_id, r.annotator, g.marked_by, g.marked_at::VARCHAR
            FROM gold g JOIN rankings r USING (ranking_id) ORDER BY g.prompt_id"""
@@ -81,7 +80,7 @@ def gold_list(con: duckdb.DuckDBPyConnection) -> list[Gold]:
     return [Gold(*row) for row in rows]
 
 
-def gold_answers(con: duckdb.DuckDBPyConnection) -> list[tuple[str, dict[int, int], dict[int, int] | None]]:
+def gold_answers(con: Connection) -> list[tuple[str, dict[int, int], dict[int, int] | None]]:
     """(annotator, the gold ranking's {response id: rank}, theirs) for every answer of a gold prompt other than the
     gold ranking itself, in ranking order. A skip's ranks are None; an all-bad answer without an edit ties every
     response the gold ranking has (it said none is better than another)."""

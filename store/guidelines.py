@@ -5,7 +5,7 @@ All functions but the pure checks run inside the caller's transaction."""
 
 from __future__ import annotations
 
-import duckdb
+from store.protocol import Connection
 
 TAGS = ("unsafe", "factually wrong", "off topic", "other")  # the CHECK of migration 0013 lists the same
 MAX_GUIDELINE_CHARS = 50_000  # the longest guideline the server takes (a long style guide is about 20,000)
@@ -35,7 +35,7 @@ def tags_problem(tags: list[list[str]], k: int) -> str | None:
     return None
 
 
-def set_guideline(con: duckdb.DuckDBPyConnection, text: str, author: str) -> int:
+def set_guideline(con: Connection, text: str, author: str) -> int:
     """Store `text` as the next version (the same text as the current one adds none); returns the current
     version. The caller checks guideline_problem first."""
     current = current_guideline(con)
@@ -46,12 +46,12 @@ def set_guideline(con: duckdb.DuckDBPyConnection, text: str, author: str) -> int
     return version
 
 
-def current_guideline(con: duckdb.DuckDBPyConnection) -> tuple[int, str] | None:
+def current_guideline(con: Connection) -> tuple[int, str] | None:
     """(version, text) of the latest guideline, or None before one is set."""
     return con.execute("SELECT version, text FROM guidelines ORDER BY version DESC LIMIT 1").fetchone()
 
 
-def guideline_versions(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, object, int]]:
+def guideline_versions(con: Connection) -> list[tuple[int, str, object, int]]:
     """(version, author, set at, answers (rankings and skips) made under it) of every version, oldest first."""
     return con.execute(
         """SELECT g.version, g.author, g.created_at, count(r.ranking_id)
@@ -60,7 +60,7 @@ def guideline_versions(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, o
     ).fetchall()
 
 
-def add_tags(con: duckdb.DuckDBPyConnection, ranking_id: int, response_ids: list[int], tags: list[list[str]]) -> int:
+def add_tags(con: Connection, ranking_id: int, response_ids: list[int], tags: list[list[str]]) -> int:
     """One row per (response, tag) of this ranking, response_ids and tags in shown order; returns the rows written."""
     rows = [(rid, tag) for rid, given in zip(response_ids, tags, strict=True) for tag in given]
     if rows:
@@ -71,7 +71,7 @@ def add_tags(con: duckdb.DuckDBPyConnection, ranking_id: int, response_ids: list
     return len(rows)
 
 
-def tags_of(con: duckdb.DuckDBPyConnection, ranking_id: int) -> dict[int, list[str]]:
+def tags_of(con: Connection, ranking_id: int) -> dict[int, list[str]]:
     """response id -> its tags in this ranking (in TAGS' order); responses without tags are left out."""
     rows = con.execute("SELECT response_id, tag FROM response_tags WHERE ranking_id = ?", [ranking_id]).fetchall()
     out: dict[int, list[str]] = {}
@@ -80,7 +80,7 @@ def tags_of(con: duckdb.DuckDBPyConnection, ranking_id: int) -> dict[int, list[s
     return {rid: sorted(given, key=TAGS.index) for rid, given in out.items()}
 
 
-def tag_counts(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
+def tag_counts(con: Connection) -> dict[str, dict[str, int]]:
     """annotator -> tag -> how many responses they gave it (one aggregate over the tags, none over responses)."""
     out: dict[str, dict[str, int]] = {}
     rows = con.execute(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-import duckdb
+from store.protocol import Connection
 
 
-def open_import(con: duckdb.DuckDBPyConnection, source: str, origin: str, content_sha256: str | None) -> int:
+def open_import(con: Connection, source: str, origin: str, content_sha256: str | None) -> int:
     """A new import record with an empty summary; returns its id, for the rankings it adds to name."""
     return con.execute(
         "INSERT INTO imports (source, origin, content_sha256, summary) VALUES (?, ?, ?, '{}') RETURNING import_id",
@@ -16,10 +16,10 @@ def open_import(con: duckdb.DuckDBPyConnection, source: str, origin: str, conten
     ).fetchone()[0]
 
 
-def set_import_summary(con: duckdb.DuckDBPyConnection, import_id: int, summary: dict) -> None:
+def set_import_summary(con: Connection, import_id: int, summary: dict) -> None:
     con.execute("UPDATE imports SET summary = ? WHERE import_id = ?", [json.dumps(summary), import_id])
 
 
-def drop_import(con: duckdb.DuckDBPyConnection, import_id: int) -> None:
+def drop_import(con: Connection, import_id: int) -> None:
     """Delete an import record that added nothing (no ranking refers to it)."""
     con.execute("DELETE FROM imports WHERE import_id = ?", [import_id])

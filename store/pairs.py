@@ -14,6 +14,7 @@ import duckdb
 from store.db import sql_string
 from store.durable import rename_durably
 from store.errors import UserError
+from store.protocol import Connection
 
 PAIR_COLUMNS = (
     "prompt, chosen, rejected, margin, annotator, source, prompt_id, ranking_id, chosen_id, rejected_id, flagged, "
@@ -49,7 +50,7 @@ def csv_cell(value: object) -> object:
     return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
 
 
-def _write_csv(con: duckdb.DuckDBPyConnection, query: str, path: Path) -> None:
+def _write_csv(con: Connection, query: str, path: Path) -> None:
     cur = con.execute(query)
     with path.open("w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
@@ -58,9 +59,7 @@ def _write_csv(con: duckdb.DuckDBPyConnection, query: str, path: Path) -> None:
             out.writerows([csv_cell(v) for v in row] for row in rows)
 
 
-def export_pairs(
-    con: duckdb.DuckDBPyConnection, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
-) -> int:
+def export_pairs(con: Connection, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False) -> int:
     """Write all pairs to OUT (.jsonl, .parquet or .csv); the file appears whole or not at all. Returns the count."""
     out = Path(out)
     fmt = _copy_format(out)
@@ -82,18 +81,16 @@ def export_pairs(
     return count_pairs(con, drop_flagged, with_votes)
 
 
-def pair_texts(
-    con: duckdb.DuckDBPyConnection, drop_flagged: bool = False, with_votes: bool = False
-) -> list[tuple[str, str, str]]:
+def pair_texts(con: Connection, drop_flagged: bool = False, with_votes: bool = False) -> list[tuple[str, str, str]]:
     """(prompt, chosen, rejected) of every pair, in the export's order."""
     return con.execute(f"SELECT prompt, chosen, rejected FROM ({pairs_query(drop_flagged, with_votes)})").fetchall()
 
 
-def count_pairs(con: duckdb.DuckDBPyConnection, drop_flagged: bool = False, with_votes: bool = False) -> int:
+def count_pairs(con: Connection, drop_flagged: bool = False, with_votes: bool = False) -> int:
     return con.execute(f"SELECT count(*) FROM ({pairs_query(drop_flagged, with_votes)})").fetchone()[0]
 
 
-def stats(con: duckdb.DuckDBPyConnection) -> dict:
+def stats(con: Connection) -> dict:
     """Headline counts of the store, plus per-annotator and per-source breakdowns. The rankings, skips and pairs
     come from the counters kept at write time (ranking_counts, store/tasks.py): counting the pairs view took 3 s of
     the Data tab's page load on a store of a million rankings."""
@@ -128,7 +125,7 @@ def stats(con: duckdb.DuckDBPyConnection) -> dict:
     }
 
 
-def rankings_for_agreement(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, dict[int, int]]]:
+def rankings_for_agreement(con: Connection) -> list[tuple[int, str, dict[int, int]]]:
     """(prompt id, annotator, {response id: rank}) for every ranked prompt that two or more annotators ranked."""
     rows = con.execute(
         """WITH shared AS (SELECT prompt_id FROM rankings WHERE NOT skipped
@@ -150,7 +147,7 @@ class TextPair:
     rejected: str
 
 
-def round_pairs(con: duckdb.DuckDBPyConnection, round_: int) -> list[TextPair]:
+def round_pairs(con: Connection, round_: int) -> list[TextPair]:
     """The pairs of one round (store/rounds.py), ranking by ranking."""
     rows = con.execute(
         "SELECT prompt, chosen, rejected FROM pairs WHERE round = ? ORDER BY ranking_id, chosen_id, rejected_id",
@@ -163,14 +160,14 @@ def round_pairs(con: duckdb.DuckDBPyConnection, round_: int) -> list[TextPair]:
 # temporary table kept_pair_ids (gone when the connection closes).
 
 
-def keep_pair_ids(con: duckdb.DuckDBPyConnection) -> None:
+def keep_pair_ids(con: Connection) -> None:
     """Materialise the `pair_ids` view into kept_pair_ids (drop it first: `drop_kept_pair_ids`)."""
     con.execute("CREATE TEMP TABLE kept_pair_ids AS SELECT ranking_id, chosen_id, rejected_id FROM pair_ids")
 
 
-def drop_kept_pair_ids(con: duckdb.DuckDBPyConnection) -> None:
+def drop_kept_pair_ids(con: Connection) -> None:
     con.execute("DROP TABLE IF EXISTS kept_pair_ids")
 
 
-def count_kept_pair_ids(con: duckdb.DuckDBPyConnection) -> int:
+def count_kept_pair_ids(con: Connection) -> int:
     return con.execute("SELECT count(*) FROM kept_pair_ids").fetchone()[0]

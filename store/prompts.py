@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import duckdb
+from store.protocol import Connection
 
 
-def next_ids(con: duckdb.DuckDBPyConnection, sequence: str, n: int) -> list[int]:
+def next_ids(con: Connection, sequence: str, n: int) -> list[int]:
     """n fresh ids from one of our sequences (a name from store/schema.sql), in order: batch inserts give their
     rows explicit ids, so ids follow the input order and nothing is inserted row by row."""
     if n == 0:
@@ -13,7 +13,7 @@ def next_ids(con: duckdb.DuckDBPyConnection, sequence: str, n: int) -> list[int]
     return sorted(i for (i,) in con.execute(f"SELECT nextval('{sequence}') FROM range(?)", [n]).fetchall())
 
 
-def add_prompts(con: duckdb.DuckDBPyConnection, texts: list[str], source: str) -> tuple[int, int]:
+def add_prompts(con: Connection, texts: list[str], source: str) -> tuple[int, int]:
     """Insert the texts not yet stored, ids in file order; returns (added, already there). Runs inside the caller's
     transaction: two statements, whatever the number of texts."""
     unique = list(dict.fromkeys(texts))
@@ -32,7 +32,7 @@ def add_prompts(con: duckdb.DuckDBPyConnection, texts: list[str], source: str) -
     return len(new), len(texts) - len(new)
 
 
-def prompt_ids(con: duckdb.DuckDBPyConnection, texts: list[str], source: str) -> dict[str, int]:
+def prompt_ids(con: Connection, texts: list[str], source: str) -> dict[str, int]:
     """prompt text -> id, creating the missing ones."""
     add_prompts(con, texts, source)
     rows = con.execute(
@@ -41,7 +41,7 @@ def prompt_ids(con: duckdb.DuckDBPyConnection, texts: list[str], source: str) ->
     return dict(rows)
 
 
-def pending_prompts(con: duckdb.DuckDBPyConnection, limit: int | None = None) -> list[tuple[int, str]]:
+def pending_prompts(con: Connection, limit: int | None = None) -> list[tuple[int, str]]:
     """Prompts that have no response yet, oldest first: what `rlhf sample` works through."""
     sql = """
         SELECT p.prompt_id, p.text FROM prompts p
@@ -54,29 +54,29 @@ def pending_prompts(con: duckdb.DuckDBPyConnection, limit: int | None = None) ->
     return con.execute(sql).fetchall()
 
 
-def prompt_text(con: duckdb.DuckDBPyConnection, prompt_id: int) -> str:
+def prompt_text(con: Connection, prompt_id: int) -> str:
     return con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()[0]
 
 
-def find_prompt(con: duckdb.DuckDBPyConnection, prompt_id: int) -> str | None:
+def find_prompt(con: Connection, prompt_id: int) -> str | None:
     """The prompt's text, or None when no prompt has this id."""
     row = con.execute("SELECT text FROM prompts WHERE prompt_id = ?", [prompt_id]).fetchone()
     return row[0] if row else None
 
 
-def all_prompts(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
+def all_prompts(con: Connection) -> list[tuple[int, str]]:
     """(prompt id, text) of every prompt, in the order they were added."""
     return con.execute("SELECT prompt_id, text FROM prompts ORDER BY prompt_id").fetchall()
 
 
-def prompts_by_text(con: duckdb.DuckDBPyConnection, texts: list[str]) -> list[tuple[int, str]]:
+def prompts_by_text(con: Connection, texts: list[str]) -> list[tuple[int, str]]:
     """(prompt id, text) of the stored prompts among these texts, in the order they were added."""
     return con.execute(
         "SELECT prompt_id, text FROM prompts WHERE text IN (SELECT unnest(?::VARCHAR[])) ORDER BY prompt_id", [texts]
     ).fetchall()
 
 
-def conversation_prompts(con: duckdb.DuckDBPyConnection, limit: int = 200) -> list[tuple[int, str]]:
+def conversation_prompts(con: Connection, limit: int = 200) -> list[tuple[int, str]]:
     """(prompt id, text) of the newest `limit` conversation prompts (store/conversations.py), newest first: what the
     Compare tab offers to chat from."""
     from store.conversations import conversation_of

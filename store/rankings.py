@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import duckdb
-
 from store.edits import EDIT_MODEL, add_edit_row, edit_problem, ranks_with_edit
 from store.guidelines import add_tags, tags_problem
 from store.prompts import next_ids, prompt_ids
+from store.protocol import Connection
 from store.strengths import steps_problem, strength_pairs
 from store.tasks import count_rankings, pairs_of_ranks, refresh_tasks
 
@@ -109,7 +108,7 @@ class InsertResult:
     flagged: int = 0
 
 
-def _stored_responses(con: duckdb.DuckDBPyConnection, pids: list[int]) -> tuple[dict, dict, dict]:
+def _stored_responses(con: Connection, pids: list[int]) -> tuple[dict, dict, dict]:
     """For these prompts: (prompt, text) -> first response id, response id -> (prompt, text), and
     prompt -> its next free position."""
     rows = con.execute(
@@ -125,9 +124,7 @@ def _stored_responses(con: duckdb.DuckDBPyConnection, pids: list[int]) -> tuple[
     return by_text, by_id, next_pos
 
 
-def insert_rankings(
-    con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], import_id: int | None = None
-) -> InsertResult:
+def insert_rankings(con: Connection, rankings: list[RankingIn], import_id: int | None = None) -> InsertResult:
     """Write rankings whose external key is new; re-imported ones are counted in `already` and left alone, and a
     key already stored with other content (prompt, response texts or ranks) is a conflict: listed in
     `conflicts`, never overwritten.
@@ -172,7 +169,7 @@ def insert_rankings(
     return result
 
 
-def _add_answers(con: duckdb.DuckDBPyConnection, todo: list, ranking_ids: list[int], by_ranking: dict) -> None:
+def _add_answers(con: Connection, todo: list, ranking_ids: list[int], by_ranking: dict) -> None:
     """The answers imported with the rankings (annotation/questions/): strengths between the items, the edit's row
     (whose response and item are written with the others), each item's tags."""
     answered = [(n, r) for n, r in enumerate(todo) if not r.skipped]
@@ -193,7 +190,7 @@ def _add_answers(con: duckdb.DuckDBPyConnection, todo: list, ranking_ids: list[i
             add_tags(con, ranking_ids[n], shown, r.tags)
 
 
-def add_strengths(con: duckdb.DuckDBPyConnection, rankings: list[tuple[int, list[int], list[int], list[int]]]) -> int:
+def add_strengths(con: Connection, rankings: list[tuple[int, list[int], list[int], list[int]]]) -> int:
     """(ranking id, response ids, ranks, steps) -> each ordered pair's strength (store/strengths.py), one INSERT;
     returns the rows written."""
     rows = [
@@ -210,7 +207,7 @@ def add_strengths(con: duckdb.DuckDBPyConnection, rankings: list[tuple[int, list
     return len(rows)
 
 
-def _not_yet_stored(con: duckdb.DuckDBPyConnection, rankings: list[RankingIn], result: InsertResult) -> list:
+def _not_yet_stored(con: Connection, rankings: list[RankingIn], result: InsertResult) -> list:
     """The rankings to write: those whose key (if any) is neither stored nor earlier in the batch, and that no
     `same_as` key holds with equal content. A known key with equal content counts in result.already, with other
     content in result.conflicts."""
@@ -255,7 +252,7 @@ def _contents(rows: list[tuple]) -> dict[tuple, tuple]:
     return {k: (*heads[k], tuple(sorted(items[k]))) for k in heads}
 
 
-def _rows_by_key(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[tuple]:
+def _rows_by_key(con: Connection, keys: list[str]) -> list[tuple]:
     """The stored rankings under these keys, as `_contents` reads them (tagged with their key)."""
     if not keys:
         return []
@@ -269,9 +266,7 @@ def _rows_by_key(con: duckdb.DuckDBPyConnection, keys: list[str]) -> list[tuple]
     ).fetchall()
 
 
-def _rows_by_alias(
-    con: duckdb.DuckDBPyConnection, wanted: list[tuple[int, RankingIn]], whatever: bool = False
-) -> list[tuple]:
+def _rows_by_alias(con: Connection, wanted: list[tuple[int, RankingIn]], whatever: bool = False) -> list[tuple]:
     """Stored rankings of the same prompt under a key that one of the ranking's `same_as` patterns matches, as
     `_contents` reads them (tagged with the ranking's index). Joined through the prompt text, so the pattern is
     only tried on the few rankings of that prompt. whatever: (index, stored key) of those a `same_whatever`
@@ -298,7 +293,7 @@ def _rows_by_alias(
     ).fetchall()
 
 
-def _plan_items(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, result: InsertResult) -> tuple[list, list]:
+def _plan_items(con: Connection, todo: list, ids: dict, result: InsertResult) -> tuple[list, list]:
     """(new responses (prompt_id, text, model_id, position), items (ranking index, response id, rank, shown
     position)): each item's stored response, or a new one whose id is a placeholder -1, -2, ... until allocated."""
     by_text, by_id, next_pos = _stored_responses(con, sorted({ids[r.prompt] for r in todo}))
@@ -328,7 +323,7 @@ def _plan_items(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, result: I
     return new_responses, items
 
 
-def _write_rankings(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, import_id: int | None) -> list[int]:
+def _write_rankings(con: Connection, todo: list, ids: dict, import_id: int | None) -> list[int]:
     """One INSERT of the rankings' rows; returns their new ids, in order."""
     ranking_ids = next_ids(con, "ranking_ids", len(todo))
     con.execute(
@@ -355,7 +350,7 @@ def _write_rankings(con: duckdb.DuckDBPyConnection, todo: list, ids: dict, impor
 
 
 def add_ranking(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     prompt_id: int,
     annotator: str,
     source: str,
@@ -400,7 +395,7 @@ def add_ranking(
 
 
 def add_skip(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     prompt_id: int,
     annotator: str,
     source: str,
@@ -422,20 +417,20 @@ def add_skip(
     return ranking_id
 
 
-def said_all_bad(con: duckdb.DuckDBPyConnection, ranking_id: int) -> bool:
+def said_all_bad(con: Connection, ranking_id: int) -> bool:
     """Whether the answer said none of the shown responses was good (annotation/questions/all_bad.py)."""
     row = con.execute("SELECT all_bad FROM rankings WHERE ranking_id = ?", [ranking_id]).fetchone()
     return bool(row and row[0])
 
 
-def ranks_of(con: duckdb.DuckDBPyConnection, ranking_id: int) -> dict[int, int]:
+def ranks_of(con: Connection, ranking_id: int) -> dict[int, int]:
     """response id -> rank in this ranking (empty for a skip)."""
     return dict(
         con.execute("SELECT response_id, rank FROM ranking_items WHERE ranking_id = ?", [ranking_id]).fetchall()
     )
 
 
-def items_by_ranking(con: duckdb.DuckDBPyConnection) -> list[tuple[int, list[int], list[int]]]:
+def items_by_ranking(con: Connection) -> list[tuple[int, list[int], list[int]]]:
     """(ranking id, its response ids, their ranks) of every ranking, items by response id: what a Python loop
     expanding pairs starts from (bench/pairs.py times one against the `pair_ids` view; tuples, as the loop unpacks
     them)."""
@@ -455,7 +450,7 @@ class SourceTotals:
     items: int  # ranking items of those rankings
 
 
-def source_totals(con: duckdb.DuckDBPyConnection, source: str) -> SourceTotals:
+def source_totals(con: Connection, source: str) -> SourceTotals:
     row = con.execute(
         """WITH these AS (SELECT * FROM rankings WHERE source = ?)
            SELECT count(*), count(DISTINCT prompt_id), count(DISTINCT external_key),

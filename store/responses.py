@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-import duckdb
-
 from store.assignments import RANKABLE
+from store.protocol import Connection
 from store.tasks import refresh_tasks
 
 
@@ -42,7 +41,7 @@ def samples_from(prompt_ids: list[int], generated: list[list], seed: int, params
     ]
 
 
-def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id: str, round_: int | None = None) -> int:
+def add_samples(con: Connection, samples: list[Sample], model_id: str, round_: int | None = None) -> int:
     """Store samples, marking each exact repeat of an earlier sample of the same prompt as a duplicate. With a
     round, the samples belong to it (store/rounds.py) and only a repeat within that round is a duplicate: a round
     ranks its own responses, whatever earlier rounds drew.
@@ -78,7 +77,7 @@ def add_samples(con: duckdb.DuckDBPyConnection, samples: list[Sample], model_id:
     return duplicates
 
 
-def sampled_prompts(con: duckdb.DuckDBPyConnection, prompt_ids: list[int]) -> set[int]:
+def sampled_prompts(con: Connection, prompt_ids: list[int]) -> set[int]:
     """Those of these prompts that have a response already."""
     rows = con.execute(
         "SELECT DISTINCT prompt_id FROM responses WHERE prompt_id IN (SELECT unnest(?::BIGINT[]))", [prompt_ids]
@@ -86,7 +85,7 @@ def sampled_prompts(con: duckdb.DuckDBPyConnection, prompt_ids: list[int]) -> se
     return {p for (p,) in rows}
 
 
-def response_texts(con: duckdb.DuckDBPyConnection, response_ids: list[int]) -> dict[int, str]:
+def response_texts(con: Connection, response_ids: list[int]) -> dict[int, str]:
     """response id -> text, for these responses."""
     rows = con.execute(
         "SELECT response_id, text FROM responses WHERE response_id IN (SELECT unnest(?::BIGINT[]))", [response_ids]
@@ -103,7 +102,7 @@ class PromptResponse:
     text: str
 
 
-def responses_by_prompt(con: duckdb.DuckDBPyConnection, round_: int | None = None) -> list[PromptResponse]:
+def responses_by_prompt(con: Connection, round_: int | None = None) -> list[PromptResponse]:
     """Every response (with a round, that round's only), prompt by prompt, each prompt's in sampling order."""
     rows = con.execute(
         "SELECT p.text, r.response_id, r.text FROM responses r JOIN prompts p USING (prompt_id) "
@@ -124,7 +123,7 @@ class RankableSet:
     texts: list[str]
 
 
-def rankable_sets(con: duckdb.DuckDBPyConnection) -> list[RankableSet]:
+def rankable_sets(con: Connection) -> list[RankableSet]:
     """Every prompt with at least two distinct, non-empty responses, by prompt id."""
     rows = con.execute(
         f"""SELECT p.prompt_id, p.text, list(r.response_id ORDER BY r.position, r.response_id),

@@ -4,10 +4,10 @@ tie does in the dashboard's other measures). All functions run inside the caller
 
 from __future__ import annotations
 
-import duckdb
+from store.protocol import Connection
 
 
-def unscored(con: duckdb.DuckDBPyConnection, run_id: str, limit: int) -> list[tuple[int, str, str]]:
+def unscored(con: Connection, run_id: str, limit: int) -> list[tuple[int, str, str]]:
     """(response id, prompt text, response text) of up to `limit` responses of answered rankings that `run_id` has
     not scored yet, by response id."""
     return con.execute(
@@ -19,7 +19,7 @@ def unscored(con: duckdb.DuckDBPyConnection, run_id: str, limit: int) -> list[tu
     ).fetchall()
 
 
-def add_scores(con: duckdb.DuckDBPyConnection, run_id: str, response_ids: list[int], scores: list[float]) -> None:
+def add_scores(con: Connection, run_id: str, response_ids: list[int], scores: list[float]) -> None:
     con.execute(
         # OR IGNORE: a second scoring of the same run at once scores some responses twice; the first score stays
         "INSERT OR IGNORE INTO response_scores SELECT ?, unnest(?::BIGINT[]), unnest(?::DOUBLE[])",
@@ -27,7 +27,7 @@ def add_scores(con: duckdb.DuckDBPyConnection, run_id: str, response_ids: list[i
     )
 
 
-def scored_runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
+def scored_runs(con: Connection) -> list[tuple[str, int]]:
     """(run id, responses scored) of every run with scores, the newest run first (by when the store recorded it)."""
     return con.execute(
         """SELECT s.run_id, count(*) FROM response_scores s LEFT JOIN runs r USING (run_id)
@@ -35,7 +35,7 @@ def scored_runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
     ).fetchall()
 
 
-def rm_agreement(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[float, int]]:
+def rm_agreement(con: Connection, run_id: str) -> dict[str, tuple[float, int]]:
     """annotator -> (share of their pairs the model orders as they did, pairs it rests on): the pairs whose two
     responses both have a score from `run_id`."""
     rows = con.execute(

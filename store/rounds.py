@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 
-import duckdb
-
+from store.protocol import Connection
 from store.tasks import refresh_tasks
 
 
-def latest_round(con: duckdb.DuckDBPyConnection) -> int:
+def latest_round(con: Connection) -> int:
     """The newest round: the highest recorded one, 1 where only untagged responses exist, 0 in an empty store."""
     recorded = con.execute("SELECT coalesce(max(round), 0) FROM rounds").fetchone()[0]
     untagged = con.execute(
@@ -21,7 +20,7 @@ def latest_round(con: duckdb.DuckDBPyConnection) -> int:
     return max(recorded, 1 if untagged else 0)
 
 
-def round_policies(con: duckdb.DuckDBPyConnection, round_: int) -> tuple[str | None, str | None]:
+def round_policies(con: Connection, round_: int) -> tuple[str | None, str | None]:
     """(policy, previous policy) of a recorded round; for an unrecorded round 1, the model id most of its responses
     came from (and no previous policy)."""
     row = con.execute("SELECT policy, previous_policy FROM rounds WHERE round = ?", [round_]).fetchone()
@@ -36,7 +35,7 @@ def round_policies(con: duckdb.DuckDBPyConnection, round_: int) -> tuple[str | N
 
 
 def record_round(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     round_: int,
     policy: str,
     previous_policy: str | None,
@@ -58,7 +57,7 @@ def record_round(
         refresh_tasks(con, [p for p, _ in prompts])
 
 
-def asked_prompts(con: duckdb.DuckDBPyConnection) -> set[int]:
+def asked_prompts(con: Connection) -> set[int]:
     """Prompts some round already asked: ranked in any round, or chosen for a recorded round."""
     rows = con.execute(
         "SELECT prompt_id FROM rankings UNION SELECT prompt_id FROM round_prompts",
@@ -66,7 +65,7 @@ def asked_prompts(con: duckdb.DuckDBPyConnection) -> set[int]:
     return {p for (p,) in rows}
 
 
-def list_rounds(con: duckdb.DuckDBPyConnection) -> list[dict]:
+def list_rounds(con: Connection) -> list[dict]:
     """One dict per round, oldest first: its policies and selection, prompts, responses, rankings and pairs, the
     rankings spent up to and including it, how often each policy's response was ranked first in a mixed round, and
     the training runs recorded between it and the next round."""
@@ -111,7 +110,7 @@ def list_rounds(con: duckdb.DuckDBPyConnection) -> list[dict]:
     return out
 
 
-def first_places(con: duckdb.DuckDBPyConnection, round_: int) -> dict[str, float]:
+def first_places(con: Connection, round_: int) -> dict[str, float]:
     """Per policy (model id), the rankings of the round whose first place it took (a tie for first splits it)."""
     rows = con.execute(
         # a ranking shows one round's responses, so its first places' own round is the ranking's (no per-ranking
@@ -128,7 +127,7 @@ def first_places(con: duckdb.DuckDBPyConnection, round_: int) -> dict[str, float
     return {m: float(w) for m, w in rows}
 
 
-def runs_between(con: duckdb.DuckDBPyConnection, since, until) -> list[tuple[str, str]]:
+def runs_between(con: Connection, since, until) -> list[tuple[str, str]]:
     """(run id, kind) of the runs recorded from `since` (None: the beginning) up to `until` (None: now)."""
     return con.execute(
         """SELECT run_id, kind FROM runs WHERE (? IS NULL OR created_at >= ?) AND (? IS NULL OR created_at < ?)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import duckdb
+from store.protocol import Connection
 
 
 @dataclass
@@ -16,16 +16,14 @@ class RecordedRun:
     created_at: str
 
 
-def record_run(
-    con: duckdb.DuckDBPyConnection, run_id: str, kind: str, path: str, config: dict, snapshot_id: int | None
-) -> None:
+def record_run(con: Connection, run_id: str, kind: str, path: str, config: dict, snapshot_id: int | None) -> None:
     con.execute(
         "INSERT INTO runs (run_id, kind, path, snapshot_id, config) VALUES (?, ?, ?, ?, ?)",
         [run_id, kind, path, snapshot_id, json.dumps(config)],
     )
 
 
-def list_runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str, str]]:
+def list_runs(con: Connection) -> list[tuple[str, str, str, str]]:
     """(run id, kind, path, created at) newest first."""
     return [
         (r, k, p, str(c))
@@ -35,19 +33,19 @@ def list_runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str, str]]
     ]
 
 
-def run_by_id(con: duckdb.DuckDBPyConnection, run_id: str) -> RecordedRun | None:
+def run_by_id(con: Connection, run_id: str) -> RecordedRun | None:
     row = con.execute("SELECT run_id, kind, path, created_at FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return None if row is None else RecordedRun(row[0], row[1], row[2], str(row[3]))
 
 
-def runs_of_kinds(con: duckdb.DuckDBPyConnection, kinds: list[str]) -> list[tuple[str, str]]:
+def runs_of_kinds(con: Connection, kinds: list[str]) -> list[tuple[str, str]]:
     """(run id, path) of the runs of these kinds, newest first."""
     return con.execute(
         "SELECT run_id, path FROM runs WHERE kind IN (SELECT unnest(?::VARCHAR[])) ORDER BY created_at DESC", [kinds]
     ).fetchall()
 
 
-def reward_run_paths(con: duckdb.DuckDBPyConnection, before: str | None = None) -> list[str]:
+def reward_run_paths(con: Connection, before: str | None = None) -> list[str]:
     """The folders of the reward runs, newest first; with `before` (a run id), only those recorded before it."""
     if before is None:
         rows = con.execute("SELECT path FROM runs WHERE kind = 'reward' ORDER BY created_at DESC").fetchall()
@@ -60,7 +58,7 @@ def reward_run_paths(con: duckdb.DuckDBPyConnection, before: str | None = None) 
     return [p for (p,) in rows]
 
 
-def keep_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str], old: str, new: str) -> None:
+def keep_runs(con: Connection, run_ids: list[str], old: str, new: str) -> None:
     """A store copied into another folder (`rlhf demo --fork`): only these runs recorded, and the folder `old` named
     `new` in the runs' and the snapshots' paths (the other runs' folders were not copied)."""
     con.execute("DELETE FROM runs WHERE run_id NOT IN (SELECT unnest(?::VARCHAR[]))", [run_ids])

@@ -20,6 +20,7 @@ from store.db import sql_string
 from store.durable import rename_durably
 from store.errors import UserError
 from store.pairs import PAIR_COLUMNS
+from store.protocol import Connection
 
 SPLITS = ("train", "eval")
 
@@ -45,7 +46,7 @@ def pairs_source(with_votes: bool) -> str:
     return "(SELECT * FROM pairs UNION ALL BY NAME SELECT * FROM vote_pairs)" if with_votes else "pairs"
 
 
-def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: int, source: str) -> dict[str, str]:
+def _assign_splits(con: Connection, eval_fraction: float, seed: int, source: str) -> dict[str, str]:
     """The split of each prompt text (text, not id: a vote's prompt has no id, and lands where a stored prompt
     of the same text does)."""
     prompts = dict(
@@ -65,7 +66,7 @@ def _assign_splits(con: duckdb.DuckDBPyConnection, eval_fraction: float, seed: i
 
 
 def _pair_filter(
-    con: duckdb.DuckDBPyConnection, drop_flagged: bool, rounds: list[int] | None, left_out: list[str] | None = None
+    con: Connection, drop_flagged: bool, rounds: list[int] | None, left_out: list[str] | None = None
 ) -> str:
     """The WHERE clause's tail that picks the snapshot's pairs; a round the store lacks is a UserError. (A vote has
     no round: a snapshot of some rounds leaves the votes out.) left_out: annotators whose pairs stay out (the temp
@@ -84,7 +85,7 @@ def _pair_filter(
 
 
 def _write_split(
-    con: duckdb.DuckDBPyConnection, folder: Path, split: str, where: str, source: str = "pairs", votes: bool = False
+    con: Connection, folder: Path, split: str, where: str, source: str = "pairs", votes: bool = False
 ) -> dict:
     """One split's pairs as folder/<split>.parquet; returns its manifest entry (counts and sha256)."""
     path = folder / f"{split}.parquet"
@@ -145,14 +146,14 @@ Written by rlhf-studio (store/snapshot.py) and read-only: `train.parquet` and `e
 """
 
 
-def write_snapshot(con: duckdb.DuckDBPyConnection, root: str | os.PathLike, **options) -> Path:
+def write_snapshot(con: Connection, root: str | os.PathLike, **options) -> Path:
     """`freeze_snapshot` then `record_snapshot` on one connection (a command that holds the store anyway)."""
     folder, manifest = freeze_snapshot(con, root, **options)
     record_snapshot(con, folder, manifest)
     return folder
 
 
-def record_snapshot(con: duckdb.DuckDBPyConnection, folder: Path, manifest: dict) -> int:
+def record_snapshot(con: Connection, folder: Path, manifest: dict) -> int:
     """Record a frozen snapshot in the store (inside the caller's write); returns its snapshot id."""
     return con.execute(
         "INSERT INTO snapshots (path, content_sha256, manifest) VALUES (?, ?, ?) RETURNING snapshot_id",
@@ -167,14 +168,14 @@ class RecordedSnapshot:
     created_at: str
 
 
-def list_snapshots(con: duckdb.DuckDBPyConnection) -> list[RecordedSnapshot]:
+def list_snapshots(con: Connection) -> list[RecordedSnapshot]:
     """Every recorded snapshot, newest first."""
     rows = con.execute("SELECT snapshot_id, path, created_at FROM snapshots ORDER BY snapshot_id DESC").fetchall()
     return [RecordedSnapshot(sid, path, str(created)) for sid, path, created in rows]
 
 
 def freeze_snapshot(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     root: str | os.PathLike,
     eval_fraction: float = 0.1,
     seed: int = 0,
@@ -258,7 +259,7 @@ def freeze_unpaired_file(
         con.close()
 
 
-def _write_unpaired_split(con: duckdb.DuckDBPyConnection, folder: Path, split: str, source: str) -> dict:
+def _write_unpaired_split(con: Connection, folder: Path, split: str, source: str) -> dict:
     """One split's unpaired rows as folder/<split>.parquet, in the file's order; its manifest entry."""
     path = folder / f"{split}.parquet"
     query = f"""SELECT {", ".join("u." + c for c in UNPAIRED_COLUMNS)} FROM {source} u JOIN snapshot_split s
@@ -271,7 +272,7 @@ def _write_unpaired_split(con: duckdb.DuckDBPyConnection, folder: Path, split: s
 
 
 def _freeze(
-    con: duckdb.DuckDBPyConnection,
+    con: Connection,
     root: str | os.PathLike,
     eval_fraction: float,
     seed: int,

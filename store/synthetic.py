@@ -4,10 +4,10 @@ given explicitly, past the sequences: only for a store made for the benchmark an
 
 from __future__ import annotations
 
-import duckdb
+from store.protocol import Connection
 
 
-def fill_cyclic_rankings(con: duckdb.DuckDBPyConnection, n: int, k: int) -> None:
+def fill_cyclic_rankings(con: Connection, n: int, k: int) -> None:
     """n rankings of k responses of one prompt; the ranks of ranking r are a cyclic shift of 1..k (a permutation, no
     ties), so each gives C(k, 2) pairs."""
     con.execute("INSERT INTO prompts (prompt_id, text, source) VALUES (0, 'p', 'bench')")

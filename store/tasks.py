@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-import duckdb
+from store.protocol import Connection
 
 
-def refresh_tasks(con: duckdb.DuckDBPyConnection, prompt_ids: Iterable[int]) -> None:
+def refresh_tasks(con: Connection, prompt_ids: Iterable[int]) -> None:
     """Recompute these prompts' tasks from the base tables: after their responses, rounds or asking order
     changed (sampling, an import, a round)."""
     ids = sorted({int(p) for p in prompt_ids})
@@ -22,7 +22,7 @@ def refresh_tasks(con: duckdb.DuckDBPyConnection, prompt_ids: Iterable[int]) -> 
         con.execute("INSERT INTO tasks SELECT * FROM task_state WHERE prompt_id IN (SELECT unnest(?::BIGINT[]))", [ids])
 
 
-def count_assignment(con: duckdb.DuckDBPyConnection, prompt_id: int, round_: int, assigned: int, done: int) -> None:
+def count_assignment(con: Connection, prompt_id: int, round_: int, assigned: int, done: int) -> None:
     """An assignment handed out (+1, 0), answered (0, +1), reopened (0, -1) or dropped (-1, 0). One for a round
     that is no longer the prompt's latest counts for nothing (no row matches): the queue hands out the latest."""
     con.execute(
@@ -31,7 +31,7 @@ def count_assignment(con: duckdb.DuckDBPyConnection, prompt_id: int, round_: int
     )
 
 
-def count_rankings(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, bool, int]], sign: int = 1) -> None:
+def count_rankings(con: Connection, rows: Iterable[tuple[str, str, bool, int]], sign: int = 1) -> None:
     """Add (sign=1) or take away (sign=-1) rankings given as (annotator, source, skipped, pairs)."""
     totals: Counter = Counter()
     for annotator, source, skipped, pairs in rows:
@@ -55,7 +55,7 @@ def pairs_of_ranks(ranks: list[int]) -> int:
     return sum(1 for a in ranks for b in ranks if a < b)
 
 
-def uncount_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
+def uncount_ranking(con: Connection, ranking_id: int) -> None:
     """Take a ranking about to be deleted out of ranking_counts (call before deleting its items)."""
     row = con.execute(
         """SELECT r.annotator, r.source, r.skipped,
@@ -68,7 +68,7 @@ def uncount_ranking(con: duckdb.DuckDBPyConnection, ranking_id: int) -> None:
         count_rankings(con, [row], sign=-1)
 
 
-def drift(con: duckdb.DuckDBPyConnection) -> dict[str, list]:
+def drift(con: Connection) -> dict[str, list]:
     """Rows where the kept counters and the base tables disagree (empty lists: none)."""
     tasks = con.execute(
         """(SELECT 'kept' AS side, * FROM (SELECT * FROM tasks EXCEPT SELECT * FROM task_state))

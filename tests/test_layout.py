@@ -2,6 +2,7 @@
 imports app; training never opens the database; store and annotation do not import torch when they are imported."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,25 @@ def test_imports_point_one_way(package):
     for path in (ROOT / package).rglob("*.py"):
         ours = _imports(path) & set(ALLOWED)
         assert ours <= ALLOWED[package], f"{path.relative_to(ROOT)} imports {sorted(ours - ALLOWED[package])}"
+
+
+def test_only_the_store_opens_connections_and_transactions():
+    """Outside store/, nothing names DuckDB, imports store.db's connect or transaction, or runs BEGIN, COMMIT or
+    ROLLBACK: reads go through store.db.read and writes through store.db.write, the store's two doors (a
+    transaction each, opened and closed in store/db.py)."""
+    bad = []
+    for package in ("app", "annotation", "training", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            where = str(path.relative_to(ROOT))
+            bad += [f"{where} imports duckdb" for m in _full_imports(path) if m.split(".")[0] == "duckdb"]
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "store.db":
+                    bad += [f"{where} imports {a.name}" for a in node.names if a.name in ("connect", "transaction")]
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    if re.search(r"\b(BEGIN|COMMIT|ROLLBACK)\b", node.value):
+                        bad.append(f"{where}:{node.lineno} runs {node.value[:40]!r}")
+    assert not bad, bad
 
 
 def test_training_never_opens_the_database():

@@ -33,6 +33,7 @@ REVIEWED = {
     "table": "a table name parsed from our own schema files",
     "name": "a sequence name parsed from our own schema files",
     "int(start)": "an integer",
+    "int(version)": "an integer: the schema version store/schema_file.py renders",
     "sequence": "a sequence name, a constant at every call of store.prompts.next_ids",
     "sql_string(tmp)": "a path, quoted by store.db.sql_string: COPY ... TO takes no parameter",
     "sql_string(path)": "a path, quoted by store.db.sql_string: COPY ... TO takes no parameter",

@@ -15,9 +15,9 @@ def cmd_undone(args: argparse.Namespace) -> None:
     """`rlhf undone`: every answer the Annotate tab's Undo took back, with who, when and what it was."""
     from app.faces.terminal import shown
     from store.assignments import undone
-    from store.db import connect
+    from store.db import read
 
-    with connect(args.db, create=False) as con:
+    with read(args.db, create=False) as con:
         rows = undone(con, args.annotator)
     if args.json:
         for r in rows:
@@ -93,10 +93,10 @@ def cmd_gold_add(args: argparse.Namespace) -> None:
 
 def cmd_gold_list(args: argparse.Namespace) -> None:
     """`rlhf gold list`: the gold prompts, whose ranking each is and who marked it."""
-    from store.db import connect
+    from store.db import read
     from store.gold import gold_list
 
-    with connect(args.db, create=False) as con:
+    with read(args.db, create=False) as con:
         rows = gold_list(con)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))

@@ -32,13 +32,13 @@ def cmd_prompts_add(args: argparse.Namespace) -> None:
 
 def cmd_sample(args: argparse.Namespace) -> None:
     from app.jobs.sampling import run_sampling
-    from store.db import connect
+    from store.db import read
     from store.prompts import pending_prompts
     from training.generation import open_sampler
 
     config = dataclass_from_args(SamplingConfig, args)
     resolve_model(config.model)  # a bad --model is an error even when there is nothing to sample
-    with connect(args.db) as con:
+    with read(args.db) as con:
         if not pending_prompts(con, 1):
             print("no prompts without responses: nothing to sample (add prompts with `rlhf prompts add`)")
             return

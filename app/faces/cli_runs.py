@@ -223,12 +223,12 @@ def cmd_stop(args: argparse.Namespace) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> None:
-    from store.db import connect
+    from store.db import read
     from store.runs import list_runs
     from training.registry import TRAINERS
     from training.runs import effective_status
 
-    with connect(args.db, create=False) as con:
+    with read(args.db, create=False) as con:
         runs = list_runs(con)
     if not runs:
         print("no runs yet: start one with `rlhf train-rm` or `rlhf train-ppo`")
@@ -243,10 +243,10 @@ def cmd_runs(args: argparse.Namespace) -> None:
 
 
 def cmd_rounds(args: argparse.Namespace) -> None:
-    from store.db import connect
+    from store.db import read
     from store.rounds import list_rounds
 
-    with connect(args.db, create=False) as con:
+    with read(args.db, create=False) as con:
         rounds = list_rounds(con)
     if not rounds:
         print("no rounds yet: sample (rlhf sample) or start one (rlhf round start --policy MODEL)")

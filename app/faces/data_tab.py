@@ -26,7 +26,7 @@ from app.faces.handlers import admin_only
 from app.faces.private_files import checked_dir, private_root, remove_own_dirs
 from app.faces.rounds_ui import ROUND_HEADERS, rounds_rows
 from app.jobs.sampling import run_sampling
-from store.db import connect
+from store.db import read
 from store.errors import UserError
 from store.guidelines import MAX_GUIDELINE_CHARS, current_guideline
 
@@ -53,7 +53,7 @@ def annotators_view(db: str):
 
 def current_guideline_text(db: str) -> str:
     """The guideline's current text, to edit ('' before one is set)."""
-    with connect(db) as con:
+    with read(db) as con:
         current = current_guideline(con)
     return current[1] if current else ""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.faces.limits import ServeLimits
 from app.jobs.round_config import RoundConfig
-from store.db import connect
+from store.db import read
 from store.errors import UserError
 from store.rounds import list_rounds
 
@@ -14,7 +14,7 @@ ROUND_HEADERS = ["round", "policy", "mixed in", "selection", "prompts", "ranking
 
 def rounds_rows(db) -> list[list]:
     """One row per round for the Data tab, the same numbers as `rlhf rounds`."""
-    with connect(db) as con:
+    with read(db) as con:
         rounds = list_rounds(con)
     return [
         [

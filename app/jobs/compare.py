@@ -13,7 +13,7 @@ from annotation.response_html import response_html
 from annotation.winrate import win_table
 from store.compare import Vote, compare_votes, record_vote
 from store.conversations import conversation_of, conversation_text, last_turn, messages_of
-from store.db import connect, write
+from store.db import read, write
 from store.errors import UserError
 from store.prompts import conversation_prompts, find_prompt
 from store.runs import runs_of_kinds
@@ -48,7 +48,7 @@ def model_name(ref: str) -> str:
 def tuned_runs(db: str) -> list[tuple[str, str]]:
     """(label, run folder) of the runs that saved a policy (PPO, DPO: training/registry.py), newest first."""
     kinds = [t.kind for t in TRAINERS.values() if t.policy]
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         rows = runs_of_kinds(con, kinds)
     out = []
     for run_id, path in rows:
@@ -166,7 +166,7 @@ def start_from(actor: str, reference: str, blind: bool, prompt: str, seed: int |
 
 def stored_conversations(db: str, limit: int = 200) -> list[tuple[str, int]]:
     """(label, prompt id) of the store's newest conversation prompts: '#id: its last turn' (shortened)."""
-    with connect(db) as con:
+    with read(db) as con:
         rows = conversation_prompts(con, limit)
     short = lambda text: text if len(text) <= 80 else text[:79] + "…"  # noqa: E731
     return [(f"#{pid}: {short(last_turn(text))}", pid) for pid, text in rows]
@@ -178,7 +178,7 @@ def stored_conversation(db: str, prompt_id: object) -> str:
         pid = int(prompt_id)
     except (TypeError, ValueError, OverflowError):
         raise UserError(f"no stored conversation {prompt_id!r}") from None
-    with connect(db) as con:
+    with read(db) as con:
         text = find_prompt(con, pid)
     if text is None or conversation_of(text) is None:
         raise UserError(f"prompt {pid} is not a stored conversation")
@@ -351,7 +351,7 @@ def win_rows(db: str, actor: str) -> list[list]:
     """[opponent, votes, wins, losses, ties, both bad, win rate, 95% CI] of the actor from stored votes."""
     if not actor:
         return []
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         votes = compare_votes(con)
     rows = []
     for r in win_table(votes, model_name(actor)):

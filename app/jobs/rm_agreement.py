@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.jobs.training import recorded_run, run_kind
-from store.db import connect, write
+from store.db import read, write
 from store.errors import UserError
 from store.rm_scores import add_scores, rm_agreement, unscored
 from store.runs import runs_of_kinds
@@ -23,7 +23,7 @@ CHUNK = 256  # responses scored between two writes
 
 def newest_reward_run(db: str, runs_dir: str | Path) -> str:
     """The id of the newest reward run the store recorded under `runs_dir` that has a model (a finished one)."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         runs = runs_of_kinds(con, ["reward"])
     root = Path(runs_dir).resolve()
     for run_id, path in runs:
@@ -53,7 +53,7 @@ def score_store(
     max_length = int(run_config(run).get("max_length", 512))
     done, score = 0, None
     while True:
-        with connect(db, create=False) as con:
+        with read(db, create=False) as con:
             todo = unscored(con, run.name, chunk)
         if not todo:
             return run.name, done
@@ -68,7 +68,7 @@ def score_store(
 
 def agreement_lines(db: str, run_id: str) -> list[str]:
     """One line per annotator: their share of pairs the run's model orders as they did, on how many pairs."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         by = rm_agreement(con, run_id)
     if not by:
         return [f"no scored pairs for {run_id}"]

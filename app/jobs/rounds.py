@@ -19,7 +19,7 @@ from pathlib import Path
 
 from annotation import selection
 from app.jobs.round_config import RoundConfig
-from store.db import connect, write
+from store.db import read, write
 from store.errors import UserError
 from store.pairs import round_pairs
 from store.prompts import add_prompts, all_prompts, prompts_by_text
@@ -68,11 +68,11 @@ def candidates(db, cfg: RoundConfig) -> list[tuple[int, str]]:
             add_prompts(con, texts, source=Path(cfg.prompts).name)
             rows = prompts_by_text(con, texts)
     else:
-        with connect(db) as con:
+        with read(db) as con:
             rows = all_prompts(con)
     if cfg.reask:
         return rows
-    with connect(db) as con:
+    with read(db) as con:
         asked = asked_prompts(con)
     return [r for r in rows if r[0] not in asked]
 
@@ -85,7 +85,7 @@ def latest_reward(db, ref: str) -> Path:
         if not (path / "model").is_dir():
             raise UserError(f"--reward {ref}: not a finished reward-model run (no model/ folder)")
         return path
-    with connect(db) as con:
+    with read(db) as con:
         paths = reward_run_paths(con)
     found = first_finished(paths)
     if found:
@@ -160,7 +160,7 @@ def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print) -> dic
     """Sample, choose and store the next round; returns its summary."""
     check(cfg)
     policy = policy_ref(cfg.policy)
-    with connect(db) as con:
+    with read(db) as con:
         round_ = latest_round(con) + 1
         if cfg.mix_previous and round_ == 1:
             raise UserError("--mix-previous mixes in the previous round's policy: round 1 has none")
@@ -214,7 +214,7 @@ def round_accuracy(db, round_: int, model: Path, dtype: str = "fp32") -> tuple[f
     from training.reward.config import RewardConfig
     from training.scoring import score_texts
 
-    with connect(db) as con:
+    with read(db) as con:
         pairs = round_pairs(con, round_)
     if not pairs:
         return float("nan"), 0
@@ -230,7 +230,7 @@ def fresh_pairs(db, run: Path) -> dict | None:
     generalised to what the new policy wrote, and how well the new one fits it. Saved as RUN/fresh_pairs.json."""
     import json
 
-    with connect(db) as con:
+    with read(db) as con:
         round_ = latest_round(con)
         earlier = reward_run_paths(con, before=run.name)
     if round_ < 2:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from app.jobs.training import frozen_prompts, launch, pause, prepare_run, recorded_run, run_kind
-from store.db import connect
+from store.db import read
 from store.errors import UserError
 from store.runs import list_runs
 from store.snapshot import list_snapshots
@@ -56,7 +56,7 @@ class Runs:
         memory and both crawl, or one die out of memory."""
         alive = [r for r, proc in self.procs.items() if proc.poll() is None and r != run]
         if not alive:
-            with connect(self.db, create=False) as con:
+            with read(self.db, create=False) as con:
                 alive = [Path(path) for _, _, path, _ in list_runs(con) if Path(path) != run]
             alive = [r for r in alive if effective_status(r).get("state") in ("starting", "running")]
         if alive:
@@ -147,7 +147,7 @@ class Runs:
 
 def runs_rows(db: str) -> list[list]:
     """[run, kind, started, state, step, headline, folder] for every recorded run, newest first."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         runs = list_runs(con)
     rows = []
     for run_id, kind, path, created in runs:
@@ -234,7 +234,7 @@ def saved_output(run: Path) -> str:
 
 def snapshot_choices(db: str) -> list[tuple[str, str]]:
     """('current store', '') then the earlier snapshots, newest first: (label, folder)."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         snapshots = list_snapshots(con)
     return [("current store (a new snapshot)", "")] + [
         (f"snapshot {s.snapshot_id} ({s.created_at[:19]})", s.path) for s in snapshots if Path(s.path).is_dir()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from annotation.prompt_files import read_prompts as read_prompt_file
-from store.db import connect, transaction, write
+from store.db import read, write
 from store.durable import rename_durably
 from store.errors import UserError
 from store.prompts import all_prompts
@@ -122,7 +122,7 @@ def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | Non
         frozen = _frozen_data_file(Path(pairs), cfg, runs_dir.parent / "snapshots")
     else:  # frozen on a read connection: annotators keep submitting while the files are written
         left_out = _under_gold(db, cfg.min_gold_accuracy)
-        with connect(db) as con, transaction(con):
+        with read(db) as con:
             frozen = freeze_snapshot(
                 con,
                 runs_dir.parent / "snapshots",
@@ -188,7 +188,7 @@ def recorded_run(db: str, name: str, runs_dir: str | Path) -> Path:
     name = (name or "").strip()
     if not name:
         raise UserError("name a run: its id, as `rlhf runs` lists it (click a row in the Train tab)")
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         row = run_by_id(con, name)
         if row is None and os.sep in name:  # a folder: only the run recorded at exactly that folder
             row = run_by_id(con, Path(name).name)
@@ -211,7 +211,7 @@ def run_kind(run: Path) -> str:
 
 def split_prompts(db: str, side: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
     """The store's prompts on one side ("train" or "eval") of the snapshot split, in the order they were added."""
-    with connect(db, create=False) as con:
+    with read(db, create=False) as con:
         texts = [t for _, t in all_prompts(con)]
     return [t for t in texts if split_of(t, eval_fraction, seed) == side]
 

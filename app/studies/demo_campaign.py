@@ -89,11 +89,11 @@ def campaign_rankings(tasks: list[tuple[str, list[str]]], seed: int, taste: Tast
 
 def build_store(demo_db: str, path: Path, seed: int, taste: Taste) -> tuple[int, int]:
     """The campaign's store at `path` from the demo store's samples; returns (rankings, gold prompts)."""
-    from store.db import connect, init_store, write
+    from store.db import init_store, read, write
     from store.gold import latest_rankings_of, mark_gold
     from store.responses import responses_by_prompt
 
-    with connect(demo_db, create=False) as con:
+    with read(demo_db, create=False) as con:
         responses = responses_by_prompt(con)
     by_prompt: dict[str, list[str]] = {}
     for r in responses:

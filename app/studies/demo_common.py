@@ -17,7 +17,7 @@ from annotation.imports import ImportSummary, store_rankings
 from annotation.winrate import bootstrap_ci
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_taste import Taste, taste_of
-from store.db import connect, write
+from store.db import read, write
 from store.errors import UserError
 from store.prompts import add_prompts
 from store.rankings import RankedItem, RankingIn
@@ -94,7 +94,7 @@ def demo_taste(cfg: DemoConfig) -> Taste:
 def rank_samples(db: str | Path, taste: Taste, round_: int | None = None) -> ImportSummary:
     """The taste's labelers rank every prompt's responses (empty and repeated ones left out), one prompt each in
     turn, in one transaction; with a round, that round's responses only."""
-    with connect(db) as con:
+    with read(db) as con:
         responses = responses_by_prompt(con, round_)
     by_prompt: dict[str, list[tuple[int, str]]] = {}
     for r in responses:
