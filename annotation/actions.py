@@ -10,7 +10,7 @@ from pathlib import Path
 from annotation.agreement import pairwise_agreement
 from annotation.labelstudio_export import export_ls
 from annotation.prompt_files import read_prompts
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.pairs import export_pairs, rankings_for_agreement, stats
 from store.prompts import add_prompts
 from store.responses import rankable_sets
@@ -22,27 +22,25 @@ def example_prompts_path() -> Path:
     return Path(str(resources.files("annotation").joinpath("data", EXAMPLE_PROMPTS)))
 
 
-def add_prompt_file(db: str | os.PathLike, path: str | os.PathLike, source: str | None = None) -> str:
+def add_prompt_file(db: StoreRef, path: str | os.PathLike, source: str | None = None) -> str:
     texts = read_prompts(path)
     with write(db) as con:
         added, already = add_prompts(con, texts, source=source or os.path.basename(path))
     return f"prompts: {added} added, {already} already in the store"
 
 
-def add_example_prompts(db: str | os.PathLike) -> str:
+def add_example_prompts(db: StoreRef) -> str:
     return add_prompt_file(db, example_prompts_path(), source="example")
 
 
-def write_pairs_file(
-    db: str | os.PathLike, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False
-) -> str:
+def write_pairs_file(db: StoreRef, out: str | os.PathLike, drop_flagged: bool = False, with_votes: bool = False) -> str:
     with read(db, create=False) as con:  # the file and its count see the same pairs
         n = export_pairs(con, out, drop_flagged=drop_flagged, with_votes=with_votes)
     return f"wrote {n} pairs to {out}" + (" (the Compare tab's decided votes included)" if with_votes else "")
 
 
 def write_trl_pairs(
-    db: str | os.PathLike,
+    db: StoreRef,
     out: str | os.PathLike,
     drop_flagged: bool = False,
     with_votes: bool = False,
@@ -61,20 +59,20 @@ def write_trl_pairs(
     return f"wrote {len(rows)} pairs in {form} (prompt, chosen, rejected) to {out}"
 
 
-def write_ls_export(db: str | os.PathLike, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
+def write_ls_export(db: StoreRef, out: str | os.PathLike, seed: int = 0) -> tuple[Path, Path, int]:
     """Label Studio Ranker tasks + labeling config in folder OUT: (tasks file, config file, number of tasks)."""
     with read(db, create=False) as con:
         sets = rankable_sets(con)
     return export_ls(sets, out, seed=seed)
 
 
-def agreement(db: str | os.PathLike) -> list[dict]:
+def agreement(db: StoreRef) -> list[dict]:
     """Mean Kendall tau-b per pair of annotators over the prompts both ranked (rlhf ui --overlap 2+)."""
     with read(db, create=False) as con:
         return pairwise_agreement(rankings_for_agreement(con))
 
 
-def store_stats(db: str | os.PathLike) -> dict:
+def store_stats(db: StoreRef) -> dict:
     with read(db, create=False) as con:
         return stats(con)
 
@@ -97,7 +95,7 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def set_guideline_text(db: str | os.PathLike, text: str, author: str) -> str:
+def set_guideline_text(db: StoreRef, text: str, author: str) -> str:
     """Make `text` the campaign's guideline (store/guidelines.py): a new version, shown with every task handed out
     from now on; the same text as the current one keeps its version."""
     from store.errors import UserError
@@ -113,7 +111,7 @@ def set_guideline_text(db: str | os.PathLike, text: str, author: str) -> str:
     return f"guideline: version {version} set by {author}; tasks handed out from now on show it"
 
 
-def guideline_lines(db: str | os.PathLike) -> list[str]:
+def guideline_lines(db: StoreRef) -> list[str]:
     """The current guideline and every version's author and rankings, for `rlhf guideline`."""
     from store.guidelines import current_guideline, guideline_versions
 

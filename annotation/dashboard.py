@@ -16,7 +16,6 @@ The reasons (`watch`) are fixed rules, stated here so that a lead knows what the
 
 from __future__ import annotations
 
-import os
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -24,7 +23,7 @@ from annotation.agreement import agreement_by_annotator
 from annotation.gold import gold_accuracy
 from annotation.labelstudio import FAST_LEAD_TIME_S
 from store.annotators import annotator_work, answer_span_s, answers_over_time
-from store.db import read
+from store.db import StoreRef, read
 from store.gold import gold_answers
 from store.guidelines import TAGS, tag_counts
 from store.pairs import rankings_for_agreement
@@ -100,7 +99,7 @@ def watch_reasons(row: AnnotatorRow, others_tau: float | None) -> list[str]:
     return reasons
 
 
-def annotator_rows(db: str | os.PathLike) -> list[AnnotatorRow]:
+def annotator_rows(db: StoreRef) -> list[AnnotatorRow]:
     """One row per annotator who answered anything, by name."""
     with read(db, create=False) as con:
         work = annotator_work(con, FAST_S)
@@ -186,7 +185,7 @@ def text_table(rows: list[AnnotatorRow]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
 
 
-def over_time(db: str | os.PathLike) -> tuple[str, list[tuple[str, object, int]]]:
+def over_time(db: StoreRef) -> tuple[str, list[tuple[str, object, int]]]:
     """(bucket, [(annotator, start of the bucket, answers in it)]): per hour for a campaign under three days so
     far, else per day."""
     with read(db, create=False) as con:

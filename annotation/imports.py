@@ -12,7 +12,7 @@ from pathlib import Path
 from annotation.files import loads_json, read_text
 from annotation.labelstudio import parse_export, server_url
 from annotation.native import parse_native
-from store.db import write
+from store.db import StoreRef, write
 from store.errors import UserError
 from store.imports import drop_import, open_import, set_import_summary
 from store.rankings import RankingIn, insert_rankings
@@ -58,7 +58,7 @@ class ImportSummary:
 
 
 def store_rankings(
-    db: str | os.PathLike,
+    db: StoreRef,
     rankings: list[RankingIn],
     summary: ImportSummary,
     source: str,
@@ -82,16 +82,14 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def import_native(db: str | os.PathLike, path: str | os.PathLike) -> ImportSummary:
+def import_native(db: StoreRef, path: str | os.PathLike) -> ImportSummary:
     text = read_text(path)
     rankings = parse_native(text, Path(path).name)
     summary = ImportSummary(tasks=len(rankings), annotations=len(rankings))
     return store_rankings(db, rankings, summary, "native", str(path), _sha(text))
 
 
-def import_preferences(
-    db: str | os.PathLike, path: str | os.PathLike, fmt: str = "auto", annotator: str = ""
-) -> ImportSummary:
+def import_preferences(db: StoreRef, path: str | os.PathLike, fmt: str = "auto", annotator: str = "") -> ImportSummary:
     """`rlhf import`: a preference file in any shape annotation/preference_files.py reads (a native JSONL file goes
     the native way, its errors naming lines). Every row or nothing; a re-import adds nothing."""
     from annotation.preference_files import FORMATS, SOURCE, detect, parse_rows, read_rows
@@ -116,7 +114,7 @@ def import_preferences(
 
 
 def import_labelstudio_text(
-    db: str | os.PathLike,
+    db: StoreRef,
     text: str,
     name: str,
     origin: str,
@@ -130,7 +128,7 @@ def import_labelstudio_text(
 
 
 def import_labelstudio_file(
-    db: str | os.PathLike,
+    db: StoreRef,
     path: str | os.PathLike,
     config: str | os.PathLike | None = None,
     bucket_order: list[str] | None = None,
@@ -140,7 +138,7 @@ def import_labelstudio_file(
 
 
 def import_labelstudio_url(
-    db: str | os.PathLike,
+    db: StoreRef,
     url: str,
     project: int,
     api_key: str,
@@ -157,7 +155,7 @@ def import_labelstudio_url(
 
 
 def import_labelstudio_tasks(
-    db: str | os.PathLike,
+    db: StoreRef,
     tasks: list,
     url: str,
     project: int,

@@ -7,11 +7,10 @@ training.generation), so this module never imports torch."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.errors import UserError
 from store.prompts import pending_prompts
 from store.responses import add_samples, sampled_prompts, samples_from
@@ -37,7 +36,7 @@ class SampleReport:
 
 
 def sample_pending(
-    db: str | os.PathLike,
+    db: StoreRef,
     generate: Callable,
     k: int,
     model_id: str,

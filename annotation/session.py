@@ -5,7 +5,6 @@ transaction, so any number of annotators can work at once and a killed app loses
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from store.assignments import (
     reopen,
     undos_in_last_hour,
 )
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.edits import add_edit, edit_in, edit_problem
 from store.errors import UserError
 from store.guidelines import current_guideline, tags_of, tags_problem
@@ -86,7 +85,7 @@ def _task(con, assignment_id: int, prompt_id: int, order: list[int], previous=No
 
 
 def next_task(
-    db: str | os.PathLike, annotator: str, overlap: int = 1, seed: int | None = None, gold_rate: float = 0.0
+    db: StoreRef, annotator: str, overlap: int = 1, seed: int | None = None, gold_rate: float = 0.0
 ) -> Task | None:
     """The annotator's open task (the same one again after a reload), or a newly assigned one; None when done.
     gold_rate: the share of new tasks that are gold prompts (store/gold.py), when any is left for them."""
@@ -139,7 +138,7 @@ def check_ranks(ranks: list[int], k: int) -> None:
         raise UserError("all responses tie: that ranking gives no pairs; skip the prompt instead")
 
 
-def submit(db: str | os.PathLike, annotator: str, assignment_id: int, ranks: list[int]) -> int:
+def submit(db: StoreRef, annotator: str, assignment_id: int, ranks: list[int]) -> int:
     """Store a ranking of the shown responses (ranks in shown order); returns its ranking id.
 
     Submitting the same task twice (a double click, a retried request) stores it once."""
@@ -148,7 +147,7 @@ def submit(db: str | os.PathLike, annotator: str, assignment_id: int, ranks: lis
 
 
 def submit_and_next(
-    db: str | os.PathLike,
+    db: StoreRef,
     annotator: str,
     assignment_id: int,
     ranks: list[int],
@@ -254,7 +253,7 @@ def _edit(
 
 
 def skip(
-    db: str | os.PathLike,
+    db: StoreRef,
     annotator: str,
     assignment_id: int,
     reason: str,
@@ -280,7 +279,7 @@ def skip(
         return ranking_id
 
 
-def undo_last(db: str | os.PathLike, annotator: str, max_per_hour: int | None = None) -> Task:
+def undo_last(db: StoreRef, annotator: str, max_per_hour: int | None = None) -> Task:
     """Take back the annotator's last submission or skip and hand its task back for editing; what was taken back is
     kept in undone_rankings (`rlhf undone`). Only the last one: while its task is open again, Undo refuses (the
     answers before it stay as they are). max_per_hour: undos a login may make in an hour (each keeps a copy).
@@ -314,6 +313,6 @@ def undo_last(db: str | os.PathLike, annotator: str, max_per_hour: int | None = 
         return task
 
 
-def progress(db: str | os.PathLike, annotator: str, overlap: int = 1) -> Progress:
+def progress(db: StoreRef, annotator: str, overlap: int = 1) -> Progress:
     with read(db) as con:
         return Progress(*annotation_counts(con, annotator, SOURCE, overlap))

@@ -43,7 +43,7 @@ import httpx
 
 from bench.app_server import AppServer
 from bench.report import annotation_table
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.prompts import prompt_ids
 from store.rankings import RankedItem, RankingIn, insert_rankings, source_totals
 from store.responses import Sample, add_samples
@@ -53,7 +53,7 @@ from store.responses import Sample, add_samples
 CASES = [(20, 5.0, 0, 0.0), (100, 5.0, 0, 0.0), (20, 0.5, 0, 0.0), (100, 5.0, 8, 1.0)]
 
 
-def _seed(db: str, n_prompts: int, k: int) -> None:
+def _seed(db: StoreRef, n_prompts: int, k: int) -> None:
     with read(db):
         pass
     with write(db) as con:
@@ -69,7 +69,7 @@ def _seed(db: str, n_prompts: int, k: int) -> None:
         )
 
 
-def _preload(db: str, n: int, k: int) -> None:
+def _preload(db: StoreRef, n: int, k: int) -> None:
     """n rankings already in the store (imported, each with its own prompt and K responses), as a team's store
     holds after a while: the per-submit queries read every response and ranking. Their prompts come after the
     seeded ones, so the run's annotators get seeded prompts first."""
@@ -266,7 +266,7 @@ async def _team(
     }
 
 
-def _stored(db: str, submits: int, k: int) -> dict:
+def _stored(db: StoreRef, submits: int, k: int) -> dict:
     """What the app stored in the run. `stored_once`: every acknowledged submit is there exactly once (one ranking
     per task, and per prompt at overlap 1, each with its K items), and nothing else is."""
     with read(db) as con:
@@ -332,7 +332,7 @@ def run(
     }
 
 
-def dashboard_s(db: str) -> dict:
+def dashboard_s(db: StoreRef) -> dict:
     """Seconds the Data tab's page load spends on the store after the run (its handlers' work, each the function
     they call: the counts, the annotators' table and plot, the agreement table, the rounds table), on the store as
     the run left it."""
@@ -340,7 +340,7 @@ def dashboard_s(db: str) -> dict:
     from annotation.dashboard import annotator_rows, over_time
     from store.rounds import list_rounds
 
-    def rounds(db: str) -> list:
+    def rounds(db: StoreRef) -> list:
         with read(db) as con:
             return list_rounds(con)
 

@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from store.db import StoreRef
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,7 +26,7 @@ def free_port() -> int:
 
 
 class AppServer:
-    def __init__(self, db: str, *args: str, env: dict | None = None, cpus: set[int] | None = None):
+    def __init__(self, db: StoreRef, *args: str, env: dict | None = None, cpus: set[int] | None = None):
         """cpus: pin the app to these cores (the benchmark keeps its load generator off them)."""
         self.port = free_port()
         scheme = "https" if "--ssl-certfile" in args else "http"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import duckdb
 
-from store.db import connect, latest_version, migrate, schema_scripts, sql_string, transaction
+from store.db import StoreRef, connect, latest_version, migrate, schema_scripts, sql_string, transaction
 from store.durable import rename_durably
 from store.errors import UserError
 from store.protocol import Connection
@@ -47,7 +47,7 @@ def _hashes(folder: Path) -> dict[str, str]:
     return {p.name: _sha256(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
 
 
-def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
+def backup(db: StoreRef, out: str | os.PathLike) -> dict:
     out = Path(out)
     if out.exists():
         raise UserError(f"{out} already exists: a backup goes into a new folder")
@@ -76,7 +76,7 @@ def backup(db: str | os.PathLike, out: str | os.PathLike) -> dict:
     return manifest
 
 
-def restore(backup_dir: str | os.PathLike, db: str | os.PathLike) -> dict:
+def restore(backup_dir: str | os.PathLike, db: StoreRef) -> dict:
     folder, target = Path(backup_dir), Path(db)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())

@@ -398,6 +398,9 @@ class Store(os.PathLike):
             _close(self.path, con, asked)
 
 
+StoreRef = Store | str | os.PathLike  # what every function taking `db` accepts: a Store, or a store file's path
+
+
 class MemoryStore(Store):
     """A store in memory, the second backend behind the connection protocol: every connection is a cursor of one
     in-memory DuckDB database of its own, migrated when made; no file, no lock, no handoff. For tests that prove

@@ -12,6 +12,7 @@ from annotation.questions import Campaign, Shown, from_widget
 from annotation.ranker_view import is_shown_order, item_ids, ranks_from_value, widget_value
 from annotation.response_html import prompt_html, response_html
 from annotation.session import Progress, Task, next_task, progress, skip, submit_and_next, undo_last
+from store.db import StoreRef
 from store.errors import UserError
 
 SHOWN_ORDER_WARNING = (
@@ -47,7 +48,7 @@ def guideline_html(guideline: tuple[int, str] | None) -> str:
     )
 
 
-def empty_store_line(db: str, admin: bool) -> str | None:
+def empty_store_line(db: StoreRef, admin: bool) -> str | None:
     """What has to happen first when the store has nothing to rank yet (no prompts, or none sampled); None once it
     has. An annotator (under --auth) has no Data tab: the line says who acts."""
     s = store_stats(db)

@@ -26,12 +26,12 @@ from app.faces.handlers import admin_only
 from app.faces.private_files import checked_dir, private_root, remove_own_dirs
 from app.faces.rounds_ui import ROUND_HEADERS, rounds_rows
 from app.jobs.sampling import run_sampling
-from store.db import read
+from store.db import StoreRef, read
 from store.errors import UserError
 from store.guidelines import MAX_GUIDELINE_CHARS, current_guideline
 
 
-def counts_markdown(db: str) -> str:
+def counts_markdown(db: StoreRef) -> str:
     s = store_stats(db)
     lines = stats_lines(s)
     if s["prompts"] == 0:
@@ -39,7 +39,7 @@ def counts_markdown(db: str) -> str:
     return "\n".join(f"- {line}" if not line.startswith("**") else line for line in lines)
 
 
-def annotators_view(db: str):
+def annotators_view(db: StoreRef):
     """The dashboard's table and its answers-over-time plot (hidden until someone has answered)."""
     import gradio as gr
     import pandas as pd
@@ -51,14 +51,14 @@ def annotators_view(db: str):
     return table(rows), plot
 
 
-def current_guideline_text(db: str) -> str:
+def current_guideline_text(db: StoreRef) -> str:
     """The guideline's current text, to edit ('' before one is set)."""
     with read(db) as con:
         current = current_guideline(con)
     return current[1] if current else ""
 
 
-def agreement_table(db: str) -> list[list]:
+def agreement_table(db: StoreRef) -> list[list]:
     return [[r["annotators"], r["shared_prompts"], round(r["mean_tau"], 3)] for r in agreement(db)]
 
 
@@ -77,13 +77,13 @@ def _out_dir(root: Path | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix="download-", dir=root))
 
 
-def pairs_download(db: str, fmt: str) -> str:
+def pairs_download(db: StoreRef, fmt: str) -> str:
     out = _out_dir() / f"pairs.{fmt}"
     write_pairs_file(db, out)
     return str(out)
 
 
-def ls_export_download(db: str) -> list[str]:
+def ls_export_download(db: StoreRef) -> list[str]:
     tasks, config, _ = write_ls_export(db, _out_dir())
     return [str(tasks), str(config)]
 
@@ -103,7 +103,7 @@ def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
     return report.line()
 
 
-def add_prompts_upload(db: str, path: str | None) -> str:
+def add_prompts_upload(db: StoreRef, path: str | None) -> str:
     return add_prompt_file(db, path, source=Path(path).name) if path else "no file"
 
 
@@ -111,14 +111,14 @@ def _bucket_order(order: str) -> list[str] | None:
     return [b.strip() for b in order.split(",") if b.strip()] or None
 
 
-def import_ls_upload(db: str, path: str | None, order: str) -> str:
+def import_ls_upload(db: StoreRef, path: str | None, order: str) -> str:
     """An uploaded Label Studio export into the store; returns the import's one-line report."""
     if not path:
         return "no file"
     return import_labelstudio_file(db, path, bucket_order=_bucket_order(order)).line()
 
 
-def pull_ls(db: str, url: str, project, key: str, order: str, allow_private: bool = False) -> str:
+def pull_ls(db: StoreRef, url: str, project, key: str, order: str, allow_private: bool = False) -> str:
     """A running Label Studio project's annotations into the store; the token is used for this call only.
     allow_private: `rlhf ui --allow-private-address` (a Label Studio on the local network)."""
     if not url or not project:

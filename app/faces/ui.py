@@ -17,7 +17,7 @@ from app.faces.chat_queue import share_the_queue
 from app.faces.guard import Uploads
 from app.faces.limits import ServeLimits
 from app.faces.logins import ExpiringSessions, LoginGate, read_users
-from store.db import Store, store_of
+from store.db import Store, StoreRef, store_of
 from store.errors import UserError
 from training.generation import Sampler, SamplingConfig, VllmSampler, open_sampler
 
@@ -125,7 +125,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def first_tab(db: str, admin: bool) -> str:
+def first_tab(db: StoreRef, admin: bool) -> str:
     """The tab a page opens on: Data for an admin while the store has nothing to rank (prompts and sampling are
     there), else Annotate (where an annotator reads what has to happen first)."""
     from app.faces.annotate_tab import empty_store_line

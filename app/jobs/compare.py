@@ -13,7 +13,7 @@ from annotation.response_html import response_html
 from annotation.winrate import win_table
 from store.compare import Vote, compare_votes, record_vote
 from store.conversations import conversation_of, conversation_text, last_turn, messages_of
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.errors import UserError
 from store.prompts import conversation_prompts, find_prompt
 from store.runs import runs_of_kinds
@@ -45,7 +45,7 @@ def model_name(ref: str) -> str:
     return f"best-of-{n}:{name}" if n > 1 else name
 
 
-def tuned_runs(db: str) -> list[tuple[str, str]]:
+def tuned_runs(db: StoreRef) -> list[tuple[str, str]]:
     """(label, run folder) of the runs that saved a policy (PPO, DPO: training/registry.py), newest first."""
     kinds = [t.kind for t in TRAINERS.values() if t.policy]
     with read(db, create=False) as con:
@@ -89,7 +89,7 @@ def owning_run(ref: str) -> str:
 REFERENCE, REWARD = " · reference", " · reward model"
 
 
-def annotator_models(db: str) -> dict[str, str]:
+def annotator_models(db: StoreRef) -> dict[str, str]:
     """What an annotator may compare, by the name they are shown (a server path never reaches them): each listed
     tuned run and checkpoint by its label, its reference and reward model as '<label> · reference' and
     '<label> · reward model', and the default model. name -> what the chat loads."""
@@ -164,7 +164,7 @@ def start_from(actor: str, reference: str, blind: bool, prompt: str, seed: int |
     return state, last["content"]
 
 
-def stored_conversations(db: str, limit: int = 200) -> list[tuple[str, int]]:
+def stored_conversations(db: StoreRef, limit: int = 200) -> list[tuple[str, int]]:
     """(label, prompt id) of the store's newest conversation prompts: '#id: its last turn' (shortened)."""
     with read(db) as con:
         rows = conversation_prompts(con, limit)
@@ -172,7 +172,7 @@ def stored_conversations(db: str, limit: int = 200) -> list[tuple[str, int]]:
     return [(f"#{pid}: {short(last_turn(text))}", pid) for pid, text in rows]
 
 
-def stored_conversation(db: str, prompt_id: object) -> str:
+def stored_conversation(db: StoreRef, prompt_id: object) -> str:
     """The text of a stored conversation prompt, by id; anything else is one line."""
     try:
         pid = int(prompt_id)
@@ -271,7 +271,7 @@ def scores_of(models, state: dict, reward: str) -> tuple[float, float] | None:
     return tuple(chat_engine(models).scores(reward, [h[:-1] for h in state["history"]], state["replies"]))
 
 
-def vote(db: str, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
+def vote(db: StoreRef, state: dict, choice: str, annotator: str) -> tuple[dict, str]:
     """Store the vote (once per reply pair); returns the state and the reveal line."""
     if choice not in VOTES:
         raise UserError(f"unknown vote {choice!r}")
@@ -347,7 +347,7 @@ def blind_line(state: dict | None) -> str:
     return BLIND_LINE if state.get("scores") else BLIND_NAMES_LINE
 
 
-def win_rows(db: str, actor: str) -> list[list]:
+def win_rows(db: StoreRef, actor: str) -> list[list]:
     """[opponent, votes, wins, losses, ties, both bad, win rate, 95% CI] of the actor from stored votes."""
     if not actor:
         return []

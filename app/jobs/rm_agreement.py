@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.jobs.training import recorded_run, run_kind
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.errors import UserError
 from store.rm_scores import add_scores, rm_agreement, unscored
 from store.runs import runs_of_kinds
@@ -21,7 +21,7 @@ from training.registry import run_config
 CHUNK = 256  # responses scored between two writes
 
 
-def newest_reward_run(db: str, runs_dir: str | Path) -> str:
+def newest_reward_run(db: StoreRef, runs_dir: str | Path) -> str:
     """The id of the newest reward run the store recorded under `runs_dir` that has a model (a finished one)."""
     with read(db, create=False) as con:
         runs = runs_of_kinds(con, ["reward"])
@@ -33,7 +33,7 @@ def newest_reward_run(db: str, runs_dir: str | Path) -> str:
 
 
 def score_store(
-    db: str,
+    db: StoreRef,
     run_name: str,
     runs_dir: str | Path,
     dtype: str = "fp32",
@@ -66,7 +66,7 @@ def score_store(
             progress(done)
 
 
-def agreement_lines(db: str, run_id: str) -> list[str]:
+def agreement_lines(db: StoreRef, run_id: str) -> list[str]:
     """One line per annotator: their share of pairs the run's model orders as they did, on how many pairs."""
     with read(db, create=False) as con:
         by = rm_agreement(con, run_id)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from annotation.sampling import SampleReport, sample_pending
+from store.db import StoreRef
 from training.generation import Sampler, VllmSampler
 
 
 def run_sampling(
-    db: str,
+    db: StoreRef,
     sampler: Sampler | VllmSampler,
     k: int,
     limit: int | None = None,

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from app.jobs.training import frozen_prompts, launch, pause, prepare_run, recorded_run, run_kind
-from store.db import read
+from store.db import StoreRef, read
 from store.errors import UserError
 from store.runs import list_runs
 from store.snapshot import list_snapshots
@@ -33,7 +33,7 @@ class Runs:
     """The training processes this app started: reaped as they end, and a launcher that died without a word
     has its run marked failed (a run is never shown 'running' forever)."""
 
-    def __init__(self, db: str, runs_dir: Path, num_accelerators: int = 1, on_launch=None):
+    def __init__(self, db: StoreRef, runs_dir: Path, num_accelerators: int = 1, on_launch=None):
         self.db = db
         self.on_launch = on_launch  # called before each launch (the app frees its models)
         self.runs_dir = runs_dir
@@ -145,7 +145,7 @@ class Runs:
                     write_json_atomic(run / "status.json", {**status, "state": "failed", "error": error})
 
 
-def runs_rows(db: str) -> list[list]:
+def runs_rows(db: StoreRef) -> list[list]:
     """[run, kind, started, state, step, headline, folder] for every recorded run, newest first."""
     with read(db, create=False) as con:
         runs = list_runs(con)
@@ -232,7 +232,7 @@ def saved_output(run: Path) -> str:
         return next((name for name in ("model", "policy", "actor") if (run / name).exists()), "model")
 
 
-def snapshot_choices(db: str) -> list[tuple[str, str]]:
+def snapshot_choices(db: StoreRef) -> list[tuple[str, str]]:
     """('current store', '') then the earlier snapshots, newest first: (label, folder)."""
     with read(db, create=False) as con:
         snapshots = list_snapshots(con)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from annotation.prompt_files import read_prompts as read_prompt_file
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.durable import rename_durably
 from store.errors import UserError
 from store.prompts import all_prompts
@@ -74,7 +74,7 @@ def _local(ref: str) -> str:
     return ref if ref in ("", "default") else str(Path(ref).resolve())
 
 
-def _under_gold(db: str, threshold: float) -> dict | None:
+def _under_gold(db: StoreRef, threshold: float) -> dict | None:
     """What a snapshot leaves out for --min-gold-accuracy (annotators never scored on gold are kept)."""
     if not threshold:
         return None
@@ -98,7 +98,7 @@ def left_out_line(data: str) -> str:
     )
 
 
-def prepare_pairs_run(db: str, cfg: ConfigFile, runs_dir: Path, pairs: str | None = None) -> Path:
+def prepare_pairs_run(db: StoreRef, cfg: ConfigFile, runs_dir: Path, pairs: str | None = None) -> Path:
     """A run that trains on a snapshot (pairs: the reward model, DPO; unpaired rows: KTO): check the inputs, freeze
     the data (a snapshot of the store, or the data file given), write RUN/config.json and record the run; returns
     the run folder."""
@@ -180,7 +180,7 @@ def follow(run: Path, proc, on_metrics: Callable[[dict], None] | None = None, po
     return status
 
 
-def recorded_run(db: str, name: str, runs_dir: str | Path) -> Path:
+def recorded_run(db: StoreRef, name: str, runs_dir: str | Path) -> Path:
     """The folder of a run the store recorded under `runs_dir`, named by its id (or by that folder, as `rlhf runs`
     prints it). Anything else is refused, everywhere a run is named (Resume, Stop, the run view, next round; the
     CLI's --resume and stop): resuming a folder makes DeepSpeed unpickle its checkpoint files, so a planted folder
@@ -209,14 +209,14 @@ def run_kind(run: Path) -> str:
         raise UserError(str(e)) from None
 
 
-def split_prompts(db: str, side: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
+def split_prompts(db: StoreRef, side: str, eval_fraction: float = 0.1, seed: int = 0) -> list[str]:
     """The store's prompts on one side ("train" or "eval") of the snapshot split, in the order they were added."""
     with read(db, create=False) as con:
         texts = [t for _, t in all_prompts(con)]
     return [t for t in texts if split_of(t, eval_fraction, seed) == side]
 
 
-def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0) -> Path:
+def store_prompts(db: StoreRef, out: Path, eval_fraction: float = 0.1, seed: int = 0) -> Path:
     """The store's prompts on the train side of the snapshot split (the held-out ones stay unseen by PPO), as
     RUN/prompts.jsonl: the run keeps its own frozen copy."""
     kept = split_prompts(db, "train", eval_fraction, seed)
@@ -226,7 +226,7 @@ def store_prompts(db: str, out: Path, eval_fraction: float = 0.1, seed: int = 0)
     return out
 
 
-def store_eval_prompts(db: str, out: Path) -> str:
+def store_eval_prompts(db: StoreRef, out: Path) -> str:
     """The store's held-out prompts as RUN/eval_prompts.jsonl (its path), or "" when it has none."""
     kept = split_prompts(db, "eval")
     if not kept:
@@ -235,7 +235,7 @@ def store_eval_prompts(db: str, out: Path) -> str:
     return str(out.resolve())
 
 
-def heldout_prompts(db: str) -> list[str]:
+def heldout_prompts(db: StoreRef) -> list[str]:
     """The store's held-out prompts (the eval side of the split, never trained on): where policies are compared."""
     kept = split_prompts(db, "eval")
     if not kept:
@@ -313,7 +313,7 @@ def _on_prompts(run: Path) -> bool:
     return kind is not None and trainer(kind).data == "prompts"
 
 
-def prepare_prompts_run(db: str, cfg: PromptsConfig, runs_dir: Path, prompts: str | None = None) -> Path:
+def prepare_prompts_run(db: StoreRef, cfg: PromptsConfig, runs_dir: Path, prompts: str | None = None) -> Path:
     """A run that trains on prompts (PPO, RLOO, ...): check the settings and the models and files they name, write
     RUN/config.json (and RUN/prompts.jsonl from the store when no prompts file is given; a prompts file is frozen by
     `frozen_prompts`) and record the run; returns the run folder."""
@@ -351,7 +351,7 @@ def prepare_prompts_run(db: str, cfg: PromptsConfig, runs_dir: Path, prompts: st
     return run
 
 
-def prepare_run(db: str, cfg: ConfigFile, runs_dir: Path, data: str | None = None) -> Path:
+def prepare_run(db: StoreRef, cfg: ConfigFile, runs_dir: Path, data: str | None = None) -> Path:
     """Any trainer's run, by the data its registry entry trains on: `data` is a snapshot or pairs file for a trainer
     on pairs (None: a new snapshot of the store), a prompts file or snapshot folder for one on prompts (None: the
     store's prompts)."""

@@ -53,6 +53,7 @@ from app.studies.demo_config import DemoConfig
 from app.studies.demo_methods import ON_PROMPTS, methods_of, run_dpo, run_on_prompts, with_kept_matchup
 from app.studies.demo_rm import rm_report, within_prompt_std
 from app.studies.demo_taste import off_topic_share
+from store.db import StoreRef
 from store.errors import UserError
 from training.generation import open_sampler
 from training.ppo.config import PPOConfig
@@ -271,7 +272,7 @@ def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run:
     return results
 
 
-def train_reward(cfg: DemoConfig, db: str, reward_base: str, runs: Path, log) -> tuple[RewardConfig, Path, dict]:
+def train_reward(cfg: DemoConfig, db: StoreRef, reward_base: str, runs: Path, log) -> tuple[RewardConfig, Path, dict]:
     """The reward model (an ensemble with --rm-ensemble) on the ranked pairs: (config, run folder, final metrics)."""
     rm_cfg = RewardConfig(
         model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed, ensemble=cfg.rm_ensemble
@@ -323,7 +324,7 @@ def write_samples(path: Path, heldout: list[str], texts: dict) -> None:
 
 
 def sample_and_rank(
-    cfg: DemoConfig, db: str, model: str, heldout: list[str], log: Callable[[str], None]
+    cfg: DemoConfig, db: StoreRef, model: str, heldout: list[str], log: Callable[[str], None]
 ) -> tuple[list[list[str]], ImportSummary]:
     """K samples of the SFT model per training prompt into the store, ranked there by the taste's labelers;
     returns the reference's samples on the held-out prompts and the ranking summary."""
@@ -339,7 +340,7 @@ def sample_and_rank(
 
 
 def train_ppo(
-    cfg: DemoConfig, db: str, model: str, rm_run: Path, runs: Path, log: Callable[[str], None], stages=None
+    cfg: DemoConfig, db: StoreRef, model: str, rm_run: Path, runs: Path, log: Callable[[str], None], stages=None
 ) -> Path:
     """PPO from the SFT model against the reward run (its ensemble's member 0, the last member watching),
     checkpointing every cfg.save_every steps, through the launcher as `rlhf train-ppo` runs it. A run an earlier

@@ -26,6 +26,7 @@ from annotation import scripted
 from annotation.imports import ImportSummary, store_rankings
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_taste import Taste
+from store.db import StoreRef
 from store.errors import UserError
 from store.rankings import RankedItem, RankingIn
 
@@ -87,7 +88,7 @@ def campaign_rankings(tasks: list[tuple[str, list[str]]], seed: int, taste: Tast
     return out, gold
 
 
-def build_store(demo_db: str, path: Path, seed: int, taste: Taste) -> tuple[int, int]:
+def build_store(demo_db: StoreRef, path: Path, seed: int, taste: Taste) -> tuple[int, int]:
     """The campaign's store at `path` from the demo store's samples; returns (rankings, gold prompts)."""
     from store.db import init_store, read, write
     from store.gold import latest_rankings_of, mark_gold
@@ -114,7 +115,7 @@ def build_store(demo_db: str, path: Path, seed: int, taste: Taste) -> tuple[int,
 
 def run_campaign(
     cfg: DemoConfig,
-    demo_db: str,
+    demo_db: StoreRef,
     folder: Path,
     reward_base: str,
     heldout: list[str],

@@ -17,7 +17,7 @@ from annotation.imports import ImportSummary, store_rankings
 from annotation.winrate import bootstrap_ci
 from app.studies.demo_config import DemoConfig
 from app.studies.demo_taste import Taste, taste_of
-from store.db import read, write
+from store.db import StoreRef, read, write
 from store.errors import UserError
 from store.prompts import add_prompts
 from store.rankings import RankedItem, RankingIn
@@ -91,7 +91,7 @@ def demo_taste(cfg: DemoConfig) -> Taste:
         raise UserError(str(e)) from None
 
 
-def rank_samples(db: str | Path, taste: Taste, round_: int | None = None) -> ImportSummary:
+def rank_samples(db: StoreRef, taste: Taste, round_: int | None = None) -> ImportSummary:
     """The taste's labelers rank every prompt's responses (empty and repeated ones left out), one prompt each in
     turn, in one transaction; with a round, that round's responses only."""
     with read(db) as con:

@@ -14,6 +14,7 @@ from app.studies.demo_config import DemoConfig
 from app.studies.demo_stages import Stages, prepared_run
 from app.studies.demo_taste import off_topic_share
 from app.studies.demo_watch import checkpoint_points
+from store.db import StoreRef
 from store.errors import UserError
 from training.dpo.config import DPOConfig
 from training.registry import run_config, trainer
@@ -69,7 +70,7 @@ def train_and_sample(
 
 def run_dpo(
     cfg: DemoConfig,
-    db: str,
+    db: StoreRef,
     model: str,
     rm_run: Path,
     ppo_run: Path,
@@ -143,7 +144,7 @@ def on_prompts_config(method: str, cfg: DemoConfig, model: str, rm_run: Path, pp
 def run_on_prompts(
     method: str,
     cfg: DemoConfig,
-    db: str,
+    db: StoreRef,
     model: str,
     rm_run: Path,
     ppo_run: Path,

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.studies.demo_config import DemoConfig
+from store.db import StoreRef
 from store.errors import UserError
 
 
@@ -65,7 +66,7 @@ def shares(budget: int, rounds: int) -> list[int]:
     return [budget // rounds] * (rounds - 1) + [budget - (budget // rounds) * (rounds - 1)]
 
 
-def one_round(ctx: dict, arm: Arm, db: str, round_: int, n: int, steps: int, previous: dict | None) -> dict:
+def one_round(ctx: dict, arm: Arm, db: StoreRef, round_: int, n: int, steps: int, previous: dict | None) -> dict:
     """Round `round_` of an arm in its store: choose and sample, rank by the scripted annotator, reward model,
     PPO; returns {"rm": run, "ppo": run, "point": ...}."""
     from app.jobs.round_config import RoundConfig
