@@ -4,8 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 7860
-# Browser tests drive Debian's chromium (never a browser download).
+# Browser tests drive Debian's chromium (never a browser download); the two-host tests (tests/test_two_hosts.py) run
+# an sshd in each of two network namespaces and DeepSpeed's pdsh launcher between them.
 CHROMIUM := /usr/bin/chromium
+TWO_HOST_TOOLS := /usr/bin/pdsh
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # A real Label Studio server for the round-trip tests, in its own venv (its pins differ from the app's).
 LS_VENV := .venv-ls
@@ -44,7 +46,12 @@ $(LS_STAMP): .ci/label-studio-constraints.txt
 
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium openssh-server pdsh
+
+# after chromium's rule (order only), so two apt-get never run at once
+$(TWO_HOST_TOOLS): | $(CHROMIUM)
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openssh-server pdsh
 
 run: $(STAMP)
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/rlhf ui --port $(PORT)
@@ -52,7 +59,7 @@ run: $(STAMP)
 test:
 	# the app's venv, Label Studio's and chromium installed side by side: each alone leaves a core idle (pip and
 	# apt run on one), and on a clean clone the installs took 4 of make test's 20 minutes one after the other
-	$(MAKE) --no-print-directory -j 3 --output-sync=target $(STAMP) $(LS_STAMP) $(CHROMIUM)
+	$(MAKE) --no-print-directory -j 3 --output-sync=target $(STAMP) $(LS_STAMP) $(CHROMIUM) $(TWO_HOST_TOOLS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	# the fast lane first (it fails in a minute where it fails), then the runs, servers and browser, each file on one

@@ -38,14 +38,51 @@ def build_cpu_ops() -> None:
     print(f"DeepSpeed's CPU communication op is built in {folder}")
 
 
+CONNECT_TIMEOUT_S = 120.0  # how long a rank waits for the others at the start ($RLHF_CONNECT_TIMEOUT)
+STEP_TIMEOUT_S = 1800.0  # how long a collective may wait afterwards (torch's default for gloo)
+
+
+def connect_timeout() -> float:
+    """Seconds a rank waits for every other rank to join (RLHF_CONNECT_TIMEOUT, else 120)."""
+    try:
+        return float(os.environ.get("RLHF_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S))
+    except ValueError:
+        return CONNECT_TIMEOUT_S
+
+
+def unreachable_line(env: dict, seconds: float) -> str:
+    """The one line a rank fails with when the others did not join in time: which rank, the master it went through
+    and what to check."""
+    world = int(env.get("WORLD_SIZE", "1"))
+    return (
+        f"rank {env.get('RANK', '?')} of {world} waited {seconds:.0f} s for the other ranks through the master at "
+        f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}: a host is down or unreachable from there, or "
+        "its rank did not start (RLHF_CONNECT_TIMEOUT sets the wait)"
+    )
+
+
 def setup_distributed() -> tuple[int, int]:
-    """(rank, world size): gloo on CPU, the accelerator's backend (nccl) elsewhere."""
+    """(rank, world size): gloo on CPU, the accelerator's backend (nccl) elsewhere. The ranks meet within
+    `connect_timeout()` seconds, or this rank fails with one line naming the master (a host down, a wrong address:
+    not a wait of torch's 30 minutes); once met, a collective may wait STEP_TIMEOUT_S."""
+    import datetime as dt
+
     use_local_extensions_dir()
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
     backend = "gloo" if get_accelerator().device_name() == "cpu" else get_accelerator().communication_backend_name()
-    deepspeed.init_distributed(dist_backend=backend)
+    seconds = connect_timeout()
+    try:
+        deepspeed.init_distributed(dist_backend=backend, timeout=dt.timedelta(seconds=seconds))
+        if torch.distributed.get_world_size() > 1:
+            torch.distributed.barrier()  # every rank is here: the group works, not only the store
+    except (torch.distributed.DistError, TimeoutError, ConnectionError) as e:  # a store or peer that never came
+        raise TimeoutError(unreachable_line(dict(os.environ), seconds)) from e
+    from torch.distributed import distributed_c10d
+
+    if hasattr(distributed_c10d, "_set_pg_timeout"):
+        distributed_c10d._set_pg_timeout(dt.timedelta(seconds=STEP_TIMEOUT_S))
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     if get_accelerator().device_name() == "cpu":
         torch.distributed.barrier()  # every rank has mapped every other rank's buffer by now
@@ -187,6 +224,20 @@ def _drop_unfinished(folder: Path, tag: str) -> str | None:
     return latest
 
 
+def failure_reason(e: BaseException) -> str:
+    """An exception as the one line a failed run's status shows. A lost peer in gloo ("[.../pair.cc:537] Read error
+    [10.0.0.2]:44246: Connection reset by peer. This is typically ...") becomes the rank's host and what happened."""
+    import re
+
+    text = str(e).splitlines()[0] if str(e) else ""
+    said = re.search(r"gloo/\S*\] (.*?)(?:\. |\.?$)", text)  # gloo's message: its first sentence
+    peer = re.search(r"\[([^\]/]+)\]:\d+", said.group(1)) if said else None
+    if peer:
+        what = re.sub(r"\s*\[[^\]/]+\]:\d+:?\s*", " ", said.group(1)).strip()
+        return f"lost the rank on {peer.group(1)}: {what} (its host went down, or its process died)"
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
+
+
 def run_main(config_class, train, description: str, argv: list[str] | None = None) -> None:
     """The entry point of a trainer module under the DeepSpeed launcher: `--config RUN/config.json` (plus the
     launcher's `--local_rank`); any exception marks the run failed with a one-line reason before it propagates."""
@@ -205,7 +256,7 @@ def run_main(config_class, train, description: str, argv: list[str] | None = Non
     try:
         train(cfg)
     except BaseException as e:
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}" if str(e) else type(e).__name__
+        reason = failure_reason(e)
         last = read_status(cfg.output_dir)  # keep the step it got to, so `rlhf runs` says where it stopped
         kept = {k: last[k] for k in ("step", "total_steps") if k in last}
         RunFiles(cfg.output_dir).status("failed", error=reason, **kept)

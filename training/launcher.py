@@ -14,6 +14,7 @@ Its output goes to RUN/train.log; the caller follows RUN/metrics.jsonl and RUN/s
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -104,3 +105,23 @@ def launch(kind: str, run_dir: Path, num_accelerators: int = 1, hostfile: str | 
         {"state": "starting", **pid_record(proc.pid), "updated_at": time.time(), "step": previous.get("step", 0)},
     )
     return proc
+
+
+# What the launcher's log says about a host it could not reach: ssh's own line (through pdsh, prefixed by the host),
+# pdsh's exit line for that host, and DeepSpeed's check of the first host before anything starts.
+_HOST_FAILURES = (
+    re.compile(r"ssh: connect to host (?P<host>\S+) port \d+: (?P<why>[^\r\n]+)"),
+    re.compile(r"pdsh@\S+: (?P<host>\S+): ssh exited with exit code (?P<why>\d+)"),
+    re.compile(r"but host=(?P<host>\S+) was (?P<why>not reachable via ssh)"),
+)
+
+
+def host_failures(log: str) -> list[str]:
+    """'HOST: what happened' for each host the launcher's log shows it could not reach, or whose launch ended in an
+    error (first reason a host, in log order)."""
+    found: dict[str, str] = {}
+    for pattern in _HOST_FAILURES:
+        for m in pattern.finditer(log):
+            why = m.group("why").strip()
+            found.setdefault(m.group("host"), f"its ranks exited with code {why}" if why.isdigit() else why)
+    return [f"{host}: {why}" for host, why in found.items()]

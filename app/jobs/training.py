@@ -26,7 +26,7 @@ from store.runs import record_run, run_by_id
 from store.snapshot import freeze_pairs_file, freeze_snapshot, freeze_unpaired_file, record_snapshot, split_of
 from training.config_file import ConfigFile
 from training.data_types import load_unpaired, read_data_file, snapshot_type, takes_snapshot
-from training.launcher import launch
+from training.launcher import host_failures, launch
 from training.models import DataError, resolve_model
 from training.pairs import load_pairs
 from training.pairs_config import round_numbers
@@ -367,7 +367,13 @@ def run_training(
     on_metrics: Callable[[dict], None] | None = None,
 ) -> dict:
     proc = launch(kind, run, num_accelerators, hostfile)
-    return follow(run, proc, on_metrics)
+    status = follow(run, proc, on_metrics)
+    if hostfile and status.get("state") == "failed":  # name the host the launcher could not reach, if it says
+        log = (run / "train.log").read_text(errors="replace") if (run / "train.log").is_file() else ""
+        failures = host_failures(log)
+        if failures:
+            status = {**status, "error": f"{status.get('error', 'failed')}; hosts: {', '.join(failures)}"}
+    return status
 
 
 def resume_run(
