@@ -288,7 +288,7 @@ def test_a_planted_download_root_is_refused_and_only_our_old_download_folders_go
 def test_a_sampler_in_use_is_closed_only_when_its_sampling_ends(db, tiny_model_dir, tmp_path):
     """A training launch (release_models) or a new sampling config retires the app's sampler; one still sampling
     closes when that sampling ends (a vLLM engine's process would otherwise die under it), an idle one at once."""
-    ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs")
+    ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs", max_engines=1)
     closed = []
     config = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=2, engine="hf")
     with ctx.sampler(config) as first:
@@ -305,6 +305,36 @@ def test_a_sampler_in_use_is_closed_only_when_its_sampling_ends(db, tiny_model_d
     with ctx.sampler(SamplingConfig(model=str(tiny_model_dir), max_new_tokens=3, engine="hf")) as third:
         assert closed == ["first", "second"]  # an idle sampler closes as soon as a new config replaces it
         assert third is not second
+
+
+def test_the_app_keeps_an_engine_per_model_warm_for_clicks_and_rounds(db, tiny_model_dir, tmp_path, monkeypatch):
+    """The Sample button's engine and a round's policy's are both kept between uses (each click or round pays no
+    engine start); a third model retires the least recently used; --warm-engine starts the Sample button's at launch;
+    a training launch frees them all."""
+    from app.jobs.round_config import RoundConfig
+    from app.jobs.rounds import draw
+
+    monkeypatch.setenv("RLHF_ENGINE", "hf")  # transformers' generate: no engine process in the fast lane
+    ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs")
+    ctx.sampling = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=2)
+    ctx.warm().join(timeout=120)
+    (button,) = ctx._samplers.values()  # up before the first click
+    closed = []
+    button.close = lambda: closed.append("button")
+    with ctx.sampler(ctx.sampling) as clicked:
+        assert clicked is button
+    cfg = RoundConfig(policy=str(tiny_model_dir), max_new_tokens=2, temperature=0.7)  # not the button's settings
+    for seed in (0, 1):  # two rounds from one policy: one engine, opened by the first
+        replies, model_id, _ = draw(str(tiny_model_dir), cfg, ["Hi", "Bye"], 2, seed, samplers=ctx.sampler)
+        assert [len(r) for r in replies] == [2, 2] and len(ctx._samplers) == 2
+    policy = list(ctx._samplers.values())[-1]
+    policy.close = lambda: closed.append("policy")
+    with ctx.sampler(ctx.sampling) as clicked:  # the button again: still warm, now the most recently used
+        assert clicked is button and closed == []
+    with ctx.sampler(SamplingConfig(model=str(tiny_model_dir), max_new_tokens=5)):
+        assert closed == ["policy"]  # a third model: the least recently used engine goes
+    ctx.release_models()  # a training starts: every idle engine closes
+    assert closed == ["policy", "button"] and ctx._samplers == {}
 
 
 def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_else(tmp_path):

@@ -160,6 +160,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
         session_hours=args.session_hours,
         ssl_keyfile=args.ssl_keyfile,
         ssl_certfile=args.ssl_certfile,
+        warm_engine=args.warm_engine,
     )
 
 
@@ -189,6 +190,12 @@ def add_app_commands(sub) -> None:
         "--admins", help="with --auth: logins (comma-separated) that may use the Data and Train tabs; others annotate"
     )
     s.add_argument("--model", default="default", help="SFT model used by the app's sampling")
+    s.add_argument(
+        "--warm-engine",
+        action="store_true",
+        help="start the Sample button's engine at launch, not on the first click (it stays up until a training run "
+        "needs the memory)",
+    )
     s.add_argument("--overlap", type=int, default=1, help="annotators per prompt (2+ measures agreement)")
     s.add_argument(
         "--gold-rate", type=float, default=0.0, help="share of each annotator's tasks drawn from gold prompts (0-0.5)"

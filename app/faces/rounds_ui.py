@@ -33,7 +33,15 @@ def rounds_rows(db) -> list[list]:
 
 
 def start_next_round(
-    db, run: str, k, mix_previous, select: str, n, limits: ServeLimits | None = None, runs_dir: str = "runs"
+    db,
+    run: str,
+    k,
+    mix_previous,
+    select: str,
+    n,
+    limits: ServeLimits | None = None,
+    runs_dir: str = "runs",
+    samplers=None,
 ) -> str:
     """The Train tab's button: the next round from the selected run's policy; one line saying what it stored."""
     from app.jobs.rounds import start_round
@@ -44,7 +52,7 @@ def start_next_round(
     cfg = RoundConfig(policy=run, k=int(k or 0), mix_previous=int(mix_previous or 0), select=select, n=int(n or 0))
     (limits or ServeLimits()).check_sampling(cfg.k + cfg.mix_previous, cfg.max_new_tokens)
     cfg.policy = str(recorded_run(db, run, runs_dir))  # the run the table names, never a typed folder
-    r = start_round(db, cfg, log=lambda _line: None)
+    r = start_round(db, cfg, log=lambda _line: None, samplers=samplers)
     mixed = f" and {r['previous_policy']}" if r["previous_policy"] else ""
     return (
         f"Round {r['round']} started: {r['prompts']} of {r['candidates']} prompts, {r['responses']} responses from "
@@ -67,7 +75,12 @@ def build_next_round(ctx, selected, action) -> None:
             n = gr.Number(value=0, precision=0, minimum=0, label="Prompts (0 = every unasked one)", elem_id="round-n")
             button = gr.Button("Start the next round", elem_id="next-round")
     button.click(
-        admin_only(ctx, lambda *a: start_next_round(ctx.db, *a, limits=ctx.limits, runs_dir=ctx.runs.runs_dir)),
+        admin_only(
+            ctx,
+            lambda *a: start_next_round(
+                ctx.db, *a, limits=ctx.limits, runs_dir=ctx.runs.runs_dir, samplers=ctx.sampler
+            ),
+        ),
         [selected, k, mix, select, n],
         [action],
         api_name="start_round",

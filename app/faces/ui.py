@@ -41,6 +41,7 @@ class AppContext:
         limits: ServeLimits | None = None,
         chat_process: bool = False,
         allow_private_address: bool = False,
+        max_engines: int = 2,
     ):
         from app.jobs.chat_worker import ChatWorker
         from app.jobs.compare import LocalChat
@@ -64,7 +65,10 @@ class AppContext:
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs
         self.allow_private_address = allow_private_address  # the Label Studio pull may reach a private address
-        self._sampler: Sampler | VllmSampler | None = None
+        # the sampling engines kept warm, one per sampling config (a model with its settings: the Sample button's,
+        # a round's policy), least recently used first; at most max_engines, all freed when a training starts
+        self._samplers: dict[str, Sampler | VllmSampler] = {}
+        self.max_engines = max(1, max_engines)
         self._retired: list = []  # samplers dropped while in use: closed when their sampling ends
         self._users: dict[int, int] = {}  # samplings running on each sampler, by id
         self._lock = threading.Lock()
@@ -85,10 +89,9 @@ class AppContext:
             self._retire()
 
     def _retire(self) -> None:
-        """Drop the held sampler; its engine closes now, or when the sampling that uses it ends. Under the lock."""
-        if self._sampler is not None:
-            self._retired.append(self._sampler)
-        self._sampler = None
+        """Drop every held sampler; each engine closes now, or when the sampling that uses it ends. Under the lock."""
+        self._retired += list(self._samplers.values())
+        self._samplers.clear()
         self._close_idle()
 
     def _close_idle(self) -> None:
@@ -98,13 +101,19 @@ class AppContext:
 
     @contextlib.contextmanager
     def sampler(self, config: SamplingConfig):
-        """The app's sampler for `config` while the block runs (one engine, kept between uses; a new config or a
-        training launch retires it, and it closes once no sampling uses it)."""
+        """The app's sampler for `config` while the block runs: one engine per config, kept between uses (the Sample
+        button, a round's policy: `rlhf ui` pays an engine's start once, not per click). A config beyond
+        `max_engines` retires the least recently used one; a training launch retires all; a retired engine closes
+        once no sampling uses it."""
+        key = repr(config)
         with self._lock:
-            if self._sampler is None or self._sampler.config != config:
-                self._retire()  # the old engine's memory is back before the new one loads, unless it is busy
-                self._sampler = open_sampler(config)
-            sampler = self._sampler
+            sampler = self._samplers.pop(key, None)
+            if sampler is None:
+                while len(self._samplers) >= self.max_engines:  # its memory back before the new one loads
+                    self._retired.append(self._samplers.pop(next(iter(self._samplers))))
+                self._close_idle()
+                sampler = open_sampler(config)
+            self._samplers[key] = sampler  # the most recently used last
             self._users[id(sampler)] = self._users.get(id(sampler), 0) + 1
         try:
             yield sampler
@@ -114,6 +123,21 @@ class AppContext:
                 if not self._users[id(sampler)]:
                     del self._users[id(sampler)]
                 self._close_idle()
+
+    def warm(self) -> threading.Thread:
+        """Start the Sample button's engine now, in the background (`rlhf ui --warm-engine`), so the first click
+        finds it up; a failure to start is left for that click to report."""
+
+        def start() -> None:
+            try:
+                with self.sampler(self.sampling):
+                    pass
+            except Exception:  # noqa: BLE001 - the Sample button says what went wrong, in one line
+                pass
+
+        thread = threading.Thread(target=start, daemon=True, name="warm-engine")
+        thread.start()
+        return thread
 
 
 def is_loopback(host: str) -> bool:
@@ -205,6 +229,7 @@ def launch(
     session_hours: float = 12.0,
     ssl_keyfile: str | None = None,
     ssl_certfile: str | None = None,
+    warm_engine: bool = False,
 ):
     quiet_gradio()
     users = read_users(auth) if auth else None
@@ -232,6 +257,8 @@ def launch(
         chat_process=True,
         allow_private_address=allow_private_address,
     )
+    if warm_engine:
+        ctx.warm()
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)
     share_the_queue(demo, limits.max_queue, ctx.chat.activity)

@@ -131,15 +131,19 @@ def selection_values(models: list[Path], cfg: RoundConfig, prompts: list[str], r
     return [selection.order_disagreement([pm[i] for pm in per_member]) for i in range(len(prompts))]
 
 
-def draw(ref: str, cfg: RoundConfig, prompts: list[str], k: int, seed: int) -> tuple[list[list], str, dict]:
-    """k replies per prompt from one model: (Generated lists, its model id, the stored sampling parameters)."""
+def draw(
+    ref: str, cfg: RoundConfig, prompts: list[str], k: int, seed: int, samplers=None
+) -> tuple[list[list], str, dict]:
+    """k replies per prompt from one model: (Generated lists, its model id, the stored sampling parameters).
+    `samplers(config)`: a context manager giving a sampler (the app's, kept warm between rounds); else a sampler
+    opened for this call."""
     from training.generation import SamplingConfig, open_sampler
 
     config = SamplingConfig(
         model=ref, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, dtype=cfg.dtype, seed=cfg.seed
     )
     out = []
-    with open_sampler(config) as sampler:
+    with (samplers or open_sampler)(config) as sampler:
         for i in range(0, len(prompts), config.batch_prompts):
             out += sampler(prompts[i : i + config.batch_prompts], k, seed + i)
         return out, sampler.model_id, sampler.params(k)
@@ -156,8 +160,9 @@ def check(cfg: RoundConfig) -> None:
         raise UserError(f"--n must be >= 0, got {cfg.n}")
 
 
-def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print) -> dict:
-    """Sample, choose and store the next round; returns its summary."""
+def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print, samplers=None) -> dict:
+    """Sample, choose and store the next round; returns its summary. `samplers`: the app's warm engines
+    (AppContext.sampler), else each draw opens its own."""
     check(cfg)
     policy = policy_ref(cfg.policy)
     with read(db) as con:
@@ -173,15 +178,15 @@ def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print) -> dic
     texts = [t for _, t in pool]
     if cfg.select == "random":
         order, values = selection.select([0.0] * len(pool), n, "random", cfg.seed), None
-        drawn, model_id, params = draw(policy, cfg, [texts[i] for i in order], cfg.k, cfg.seed)
+        drawn, model_id, params = draw(policy, cfg, [texts[i] for i in order], cfg.k, cfg.seed, samplers)
     else:
-        everything, model_id, params = draw(policy, cfg, texts, cfg.k, cfg.seed)
+        everything, model_id, params = draw(policy, cfg, texts, cfg.k, cfg.seed, samplers)
         values = selection_values(judges, cfg, texts, [[g.text for g in gens] for gens in everything])
         order = selection.select(values, n, cfg.select, cfg.seed)
         drawn = [everything[i] for i in order]
     chosen = [pool[i] for i in order]
     log(f"round {round_}: {len(chosen)} of {len(pool)} candidate prompts chosen ({cfg.select})")
-    old = draw(previous, cfg, [t for _, t in chosen], cfg.mix_previous, cfg.seed + 1) if previous else None
+    old = draw(previous, cfg, [t for _, t in chosen], cfg.mix_previous, cfg.seed + 1, samplers) if previous else None
     with write(db) as con:
         if latest_round(con) + 1 != round_:
             raise UserError(f"another round {round_} was started meanwhile: nothing of this one was stored")
