@@ -42,6 +42,7 @@ class AppContext:
         chat_process: bool = False,
         allow_private_address: bool = False,
         max_engines: int = 2,
+        warm: bool = False,
     ):
         from app.jobs.chat_worker import ChatWorker
         from app.jobs.compare import LocalChat
@@ -72,6 +73,8 @@ class AppContext:
         self._retired: list = []  # samplers dropped while in use: closed when their sampling ends
         self._users: dict[int, int] = {}  # samplings running on each sampler, by id
         self._lock = threading.Lock()
+        if warm:  # rlhf ui --warm-engine
+            self.warm()
 
     def is_admin(self, request) -> bool:
         """Without --auth the app is one person's (on loopback): everything is theirs. With it, admins only."""
@@ -236,8 +239,7 @@ def launch(
     check_serving(host, users, bool(ssl_keyfile), bool(ssl_certfile), session_hours)
     admin_set = admin_logins(admins, users)
     check_shares(overlap, gold_rate)
-    limits = limits or ServeLimits()
-    limits.cache_schedule()  # a bad --cache-hours is one line before anything starts
+    (limits := limits or ServeLimits()).cache_schedule()  # a bad --cache-hours is one line before anything starts
     boundary = serving_boundary(host, port, allowed_hosts, not users, allowed_origins, bool(ssl_certfile))
     uploads = Uploads(bool(users), frozenset(admin_set), limits.max_upload_mb_per_hour)
     gate = LoginGate(users) if users else None
@@ -256,9 +258,8 @@ def launch(
         limits=limits,
         chat_process=True,
         allow_private_address=allow_private_address,
+        warm=warm_engine,
     )
-    if warm_engine:
-        ctx.warm()
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=8, max_size=limits.max_queue)
     share_the_queue(demo, limits.max_queue, ctx.chat.activity)
