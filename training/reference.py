@@ -95,3 +95,54 @@ def key_logprobs(model, keys: list[Key], groups: list, pad: int, share: bool, he
     pairs = [Tokenised(list(s), list(s), 0.0, 0, False, start, start) for start, s in keys]  # each with itself
     ids, attention, response, *_ = collate(pairs, pad)
     return response_logprobs(model, ids.to(device), attention.to(device), response.to(device), head)
+
+
+# --- the frame of a run that trains a policy against a frozen reference (DPO, KTO) --------------------------------
+
+
+def policy_run(cfg):
+    """The start of such a run on every rank: (rank, world, the run's files with status running, the tokenizer, its
+    pad id), the seeds set."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from training.engine import setup_distributed
+    from training.models import SAFE_LOAD
+    from training.runs import RunFiles
+
+    rank, world = setup_distributed()
+    run = RunFiles(cfg.output_dir, rank)
+    run.status("running", step=0)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.model), **SAFE_LOAD)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id  # masks are explicit
+    return rank, world, run, tokenizer, pad
+
+
+def policy_engine(cfg, total: int):
+    """The policy (the SFT model; gradient checkpointing and LoRA as configured) on DeepSpeed: (engine, scheduler)."""
+    from training.engine import initialize
+    from training.models import add_lora
+
+    policy = load_causal(cfg.model)
+    if cfg.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+    if cfg.lora_rank:
+        policy = add_lora(policy, cfg.lora_rank, cfg.lora_alpha, causal=True)
+    return initialize(cfg, policy, total)
+
+
+def train_policy(engine, run, cfg, total: int, steps: tuple, heldout, has_eval: bool, tokenizer, rank: int) -> None:
+    """The updates (training/engine.py::pair_loop with the trainer's `steps`: batches of an epoch, the loss of a
+    micro-batch, the metrics row of a step), then, unless a Stop ended it, the final evaluation, the policy saved as
+    a plain HF folder in RUN/policy and the status finished."""
+    from training.engine import finish_pairs, pair_loop
+
+    micro = pair_loop(engine, run, cfg, total, *steps, heldout if has_eval else None)
+    if micro is not None:  # None: a Stop ended it, checkpointed
+        final = heldout() if has_eval else {}
+        finish_pairs(engine, run, cfg, micro, final, tokenizer, "policy", rank)
+        kept = {k: v for k, v in final.items() if k.startswith("eval/")}
+        run.status("finished", step=engine.global_steps, total_steps=total, final=kept)

@@ -10,18 +10,23 @@ HF folder in RUN/policy."""
 from __future__ import annotations
 
 import math
-import random
 
 import torch
 
 from training import prefix
 from training.dpo.config import DPOConfig
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits
-from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
-from training.models import SAFE_LOAD, add_lora, resolve_model
+from training.engine import run_main
 from training.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
-from training.reference import head_position, load_causal, reference_logprobs, response_logprobs, shared_logprobs
-from training.runs import RunFiles
+from training.reference import (
+    head_position,
+    policy_engine,
+    policy_run,
+    reference_logprobs,
+    response_logprobs,
+    shared_logprobs,
+    train_policy,
+)
 from training.sequences import collate, key_groups, shared_rows
 
 
@@ -83,27 +88,9 @@ def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head) -> 
     return ev
 
 
-def build_engine(cfg: DPOConfig, total: int):
-    """The policy (the SFT model; gradient checkpointing and LoRA as configured) on DeepSpeed."""
-    policy = load_causal(cfg.model)
-    if cfg.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
-    if cfg.lora_rank:
-        policy = add_lora(policy, cfg.lora_rank, cfg.lora_alpha, causal=True)
-    return initialize(cfg, policy, total)
-
-
 def train(cfg: DPOConfig) -> None:
-    from transformers import AutoTokenizer
-
     # 1. ranks, seeds, the pairs tokenised as every trainer presents them
-    rank, world = setup_distributed()
-    run = RunFiles(cfg.output_dir, rank)
-    run.status("running", step=0)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.model), **SAFE_LOAD)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id  # masks are explicit
+    rank, world, run, tokenizer, pad = policy_run(cfg)
     train_rows, eval_rows = load_pairs(cfg.data)
     enc = PairEncoder(tokenizer, cfg.max_length)
     train_pairs, eval_pairs = [enc.pair(r, 0.0) for r in train_rows], [enc.pair(r, 0.0) for r in eval_rows]
@@ -113,7 +100,7 @@ def train(cfg: DPOConfig) -> None:
     groups = key_groups(train_pairs + eval_pairs)
     head = head_position(list(groups))
     ref = reference_logprobs(cfg, groups, pad, rank, world, head)
-    engine, sched = build_engine(cfg, total)
+    engine, sched = policy_engine(cfg, total)
     device = engine.device
     run.metrics(
         {
@@ -141,13 +128,8 @@ def train(cfg: DPOConfig) -> None:
         return evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head)
 
     micro_step = lambda raw: pair_terms(engine, raw, pad, ref, cfg, device, head)  # noqa: E731
-    micro = pair_loop(engine, run, cfg, total, mine, micro_step, step_row, heldout if eval_batches else None)
-    if micro is not None:  # None: a Stop ended it, checkpointed
-        # 4. the final evaluation and the policy as a plain HF folder
-        final = heldout() if eval_batches else {}
-        finish_pairs(engine, run, cfg, micro, final, tokenizer, "policy", rank)
-        kept = {k: v for k, v in final.items() if k.startswith("eval/")}
-        run.status("finished", step=engine.global_steps, total_steps=total, final=kept)
+    # 4. then the final evaluation and the policy as a plain HF folder
+    train_policy(engine, run, cfg, total, (mine, micro_step, step_row), heldout, bool(eval_batches), tokenizer, rank)
 
 
 def main(argv: list[str] | None = None) -> None:
