@@ -42,30 +42,24 @@ def the_run(runs_dir):
     return run
 
 
-def on_one_host(monkeypatch, *args: str) -> None:
-    """The same command on this machine's two ranks, one thread each as on the two hosts."""
+def both_ways(hosts, tmp_path, monkeypatch, *command: str):
+    """The command on the two hosts (a rank each) and on this machine's two ranks (one thread each, as there):
+    (the two-host run's folder, the one-host run's)."""
     from app.faces.cli import main
 
+    two = ["--db", str(tmp_path / "a.duckdb"), *command, "--runs-dir", str(tmp_path / "two")]
+    done = hosts.rlhf(*two, "--hostfile", str(hosts.hostfile()))
+    assert done.returncode == 0, done.stderr[-2000:]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert main([*args, "--num-accelerators", "2"]) == 0
+    one = ["--db", str(tmp_path / "b.duckdb"), *command, "--runs-dir", str(tmp_path / "one")]
+    assert main([*one, "--num-accelerators", "2"]) == 0
+    return the_run(tmp_path / "two"), the_run(tmp_path / "one")
 
 
 def test_a_reward_model_on_two_hosts_ends_as_on_two_ranks_of_one(hosts, tmp_path, tiny_model_dir, monkeypatch):
     pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(64))
     common = ["train-rm", "--pairs", str(pairs), "--model", str(tiny_model_dir), "--max-steps", "6"]
-    common += ["--zero-stage", "3", "--lr", "1e-3"]
-    two = hosts.rlhf(
-        "--db",
-        str(tmp_path / "a.duckdb"),
-        *common,
-        "--runs-dir",
-        str(tmp_path / "two"),
-        "--hostfile",
-        str(hosts.hostfile()),
-    )
-    assert two.returncode == 0, two.stderr[-2000:]
-    on_one_host(monkeypatch, "--db", str(tmp_path / "b.duckdb"), *common, "--runs-dir", str(tmp_path / "one"))
-    a, b = the_run(tmp_path / "two"), the_run(tmp_path / "one")
+    a, b = both_ways(hosts, tmp_path, monkeypatch, *common, "--zero-stage", "3", "--lr", "1e-3")
     log = (a / "train.log").read_text()
     assert "10.253.0.1: " in log and "10.253.0.2: " in log and "dist_world_size=2" in log  # a rank on each host
     assert next(r for r in rows(a) if r.get("event") == "start")["world_size"] == 2
@@ -86,19 +80,9 @@ def ppo_args(tiny_model_dir, liked_rm, prompts_file, *more: str) -> list[str]:
 def test_ppo_at_zero_3_on_two_hosts_ends_as_on_two_ranks_of_one(
     hosts, tmp_path, tiny_model_dir, liked_rm, prompts_file, monkeypatch
 ):
-    common = ppo_args(tiny_model_dir, liked_rm, prompts_file, "--max-steps", "4")
-    two = hosts.rlhf(
-        "--db",
-        str(tmp_path / "a.duckdb"),
-        *common,
-        "--runs-dir",
-        str(tmp_path / "two"),
-        "--hostfile",
-        str(hosts.hostfile()),
+    a, b = both_ways(
+        hosts, tmp_path, monkeypatch, *ppo_args(tiny_model_dir, liked_rm, prompts_file, "--max-steps", "4")
     )
-    assert two.returncode == 0, two.stderr[-2000:]
-    on_one_host(monkeypatch, "--db", str(tmp_path / "b.duckdb"), *common, "--runs-dir", str(tmp_path / "one"))
-    a, b = the_run(tmp_path / "two"), the_run(tmp_path / "one")
     assert "10.253.0.2: " in (a / "train.log").read_text()
     for key in ("reward/score_mean", "reward/kl", "loss/actor", "loss/critic"):
         assert per_step(a, key) == per_step(b, key) and sorted(per_step(a, key)) == [1, 2, 3, 4], key
