@@ -70,7 +70,7 @@ def test_too_few_prompts_to_hold_some_out_is_one_error():
 def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_path, capsys):
     from app.faces.cli import main
 
-    flags = ["demo", "--quick", "--methods", "ppo,dpo,rloo,rloo_pairwise,online_dpo", "--runs-dir", str(tmp_path)]
+    flags = ["demo", "--quick", "--methods", "ppo,dpo,kto,rloo,rloo_pairwise,online_dpo", "--runs-dir", str(tmp_path)]
     assert main(["--db", str(tmp_path / "unused.duckdb"), *flags]) == 0
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("demo-")]
     out = capsys.readouterr().out
@@ -98,7 +98,7 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert len(trained) == r["train_prompts"] == split["train"]
     assert not {topic_of(t) for t in trained} & set(split["test_topics"])
     assert not {template_of(t) for t in trained} & set(split["test_templates"])
-    assert all(0 <= r[f"off_topic_{m}"] <= 1 for m in ("reference", "actor", "dpo", "rloo", "online_dpo"))
+    assert all(0 <= r[f"off_topic_{m}"] <= 1 for m in ("reference", "actor", "dpo", "kto", "rloo", "online_dpo"))
     assert all(0 <= p["off_topic"] <= 1 for p in r["best_of_n"])
     assert query(db, "SELECT count(*) FROM pairs")[0][0] == r["pairs"] > 0
     held = (folder / "heldout_prompts.txt").read_text().splitlines()
@@ -157,12 +157,21 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert [p["step"] for p in r["rloo_checkpoints"]][-1] == r["rloo_checkpoints"][-1]["step"] >= 1
     assert len(r["rloo_checkpoints"]) >= 2 and all(0 <= p["win_rate"] <= 1 for p in r["rloo_checkpoints"])
     assert r["dpo_point"]["win_rate"] == r["dpo_vs_reference"]["win_rate"] and math.isfinite(r["dpo_point"]["kl"])
-    methods = {"PPO", "best-of-N", "RLOO", "RLOO (win fractions)", "Online DPO", "DPO"}
+    # KTO on the reward model's snapshot, read as thumbs (net wins), with the demo's own KTO settings
+    kto = run_config(folder / "runs" / r["kto_run"])
+    assert kto["kind"] == "kto" and kto["data"] == run_config(folder / "runs" / r["reward_run"])["data"]
+    assert kto["lr"] == r["config"]["kto_lr"] and kto["beta"] == r["config"]["kto_beta"]
+    # (that KTO learns is tests/test_kto_training.py's: on the quick demo's tiny models its held-out accuracy is noise)
+    assert r["kto_point"]["win_rate"] == r["kto_vs_reference"]["win_rate"] and 0 <= r["kto_eval_accuracy"] <= 1
+    assert "|KTO policy vs reference|" in report and "|PPO actor vs KTO policy|" in report
+    methods = {"PPO", "best-of-N", "RLOO", "RLOO (win fractions)", "Online DPO", "DPO", "KTO"}
     assert set(r["equal_kl"]["win_rates"]) == methods and r["equal_kl"]["kl"] > 0
     assert "at equal KL (" in report and "at equal KL (" in out
     samples = [json.loads(line) for line in (folder / "samples.jsonl").open()]
     k = r["config"]["k"]
-    assert all(len(s["rloo"]) == len(s["online_dpo"]) == len(s["kept_checkpoint"]) == k for s in samples)
+    assert all(
+        len(s["rloo"]) == len(s["online_dpo"]) == len(s["kept_checkpoint"]) == len(s["kto"]) == k for s in samples
+    )
     # the checkpoint the held-out judge kept meets DPO too, on its own samples
     from app.studies.demo_common import compare, judging
     from app.studies.demo_config import DemoConfig
@@ -195,6 +204,7 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         "evaluation",
         "checkpoints and best-of-N",
         "dpo",
+        "kto",
         "rloo",
         "rloo_pairwise",
         "online_dpo",
@@ -222,10 +232,11 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     # --fork: a new demo on this one's prompts, rankings and reward model with another PPO setting trains PPO
     # alone; DPO's run is kept (its settings are the same) and judged against the new PPO; the source is untouched
     before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file() and p.suffix != ".duckdb"}
-    fork_flags = ["--methods", "ppo,dpo", "--no-campaign", "--ppo-settings", "whiten_advantages=true"]
+    fork_flags = ["--methods", "ppo,dpo,kto", "--no-campaign", "--ppo-settings", "whiten_advantages=true"]
     assert main(["demo", "--fork", str(folder), "--runs-dir", str(tmp_path / "forks"), *fork_flags]) == 0
     out = capsys.readouterr().out
     assert "reward: done before" in out and f"{r['dpo_run']}: trained before, kept" in out
+    assert f"{r['kto_run']}: trained before, kept" in out
     (fork,) = (tmp_path / "forks").iterdir()
     f = json.loads((fork / "results.json").read_text())
     assert (f["reward_run"], f["dpo_run"], f["rankings"], f["pairs"]) == (
@@ -234,7 +245,8 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         r["rankings"],
         r["pairs"],
     )
-    assert sorted(p.name for p in (fork / "runs").iterdir()) == sorted([r["reward_run"], r["dpo_run"], f["ppo_run"]])
+    kept_runs = [r["reward_run"], r["dpo_run"], r["kto_run"], f["ppo_run"]]
+    assert sorted(p.name for p in (fork / "runs").iterdir()) == sorted(kept_runs) and f["kto_run"] == r["kto_run"]
     fork_ppo = run_config(fork / "runs" / f["ppo_run"])
     assert fork_ppo["whiten_advantages"] is True and fork_ppo["reward"] == str(fork / "runs" / r["reward_run"])
     assert f["forked"] == {"from": str(folder), "kept": ["set-up", "sampling", "reward"]}
@@ -388,7 +400,7 @@ def test_the_win_rate_check_fails_at_chance(win_rate, quick_ok, full_ok):
     assert (quick, full) == (quick_ok, full_ok)
 
 
-@pytest.mark.parametrize("methods", ["dpo", "ppo,kto", ""])
+@pytest.mark.parametrize("methods", ["dpo", "ppo,orpo", ""])
 def test_demo_methods_must_name_ppo_and_may_add_dpo(tmp_path, capsys, methods):
     from app.faces.cli import main
 

@@ -50,7 +50,7 @@ from app.studies.demo_common import (
     set_up,
 )
 from app.studies.demo_config import DemoConfig
-from app.studies.demo_methods import ON_PROMPTS, methods_of, run_dpo, run_on_prompts, with_kept_matchup
+from app.studies.demo_methods import ON_PROMPTS, methods_of, run_on_prompts, run_on_snapshot, with_kept_matchup
 from app.studies.demo_rm import rm_report, within_prompt_std
 from app.studies.demo_taste import off_topic_share
 from store.db import StoreRef
@@ -66,6 +66,7 @@ SAMPLE_KEYS = (
     ("reference", "reference"),
     ("actor", "ppo"),
     ("dpo", "dpo"),
+    ("kto", "kto"),
     ("kept_checkpoint", "ppo_kept"),
     ("rloo", "rloo"),
     ("rloo_pairwise", "rloo_pairwise"),
@@ -111,6 +112,13 @@ def check(cfg: DemoConfig) -> None:
             OnlineDPOConfig(reward="r", beta=cfg.online_dpo_beta, actor_lr=cfg.online_dpo_lr).check()
         except ValueError as e:
             raise UserError(f"--online-dpo-*: {e}") from None
+    if "kto" in methods:
+        from training.kto.config import KTOConfig
+
+        try:
+            KTOConfig(beta=cfg.kto_beta, lr=cfg.kto_lr).check()
+        except ValueError as e:
+            raise UserError(f"--kto-*: {e}") from None
     try:
         dataclasses.replace(PPOConfig(reward="r"), **ppo_settings(cfg.ppo_settings)).check()
     except ValueError as e:
@@ -215,7 +223,11 @@ def after_ppo(
     reference, log) in `campaign_args`)."""
     out = {}
     if "dpo" in methods_of(cfg):
-        out |= with_kept_matchup(method("dpo", run_dpo), texts, cfg.seed, judging(cfg, heldout))
+        out |= with_kept_matchup(
+            method("dpo", functools.partial(run_on_snapshot, "dpo")), texts, cfg.seed, judging(cfg, heldout)
+        )
+    if "kto" in methods_of(cfg):
+        out |= method("kto", functools.partial(run_on_snapshot, "kto"))
     for name in (m for m in ON_PROMPTS if m in methods_of(cfg)):
         out |= method(name, functools.partial(run_on_prompts, name))
     if cfg.campaign:

@@ -73,8 +73,8 @@ class DemoConfig:
     methods: str = field(
         default="ppo,dpo",
         metadata={
-            "help": "ppo, plus dpo (the same pairs) and, against the same reward model, rloo, rloo_pairwise (RLOO on "
-            "win fractions) and online_dpo: ppo,dpo,rloo,online_dpo"
+            "help": "ppo, plus dpo and kto (the same pairs; KTO's split into thumbs by net wins) and, against the "
+            "same reward model, rloo, rloo_pairwise (RLOO on win fractions) and online_dpo: ppo,dpo,rloo,online_dpo"
         },
     )
     campaign: bool = field(
@@ -86,7 +86,9 @@ class DemoConfig:
     )
     dpo_lr: float = field(default=5e-6, metadata={"help": "DPO learning rate"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
-    dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs"})
+    dpo_epochs: int = field(default=2, metadata={"help": "DPO passes over the training pairs (KTO's over its rows)"})
+    kto_lr: float = field(default=5e-6, metadata={"help": "KTO's learning rate (DPO's by default: not tuned)"})
+    kto_beta: float = field(default=0.1, metadata={"help": "KTO's beta"})
     method_steps: int = field(
         default=0,
         metadata={"help": "steps of rloo, rloo_pairwise and online_dpo (0: as many as PPO took, as many sequences)"},
@@ -139,6 +141,7 @@ QUICK = dict(
     save_every=9,
     dpo_lr=5e-3,
     dpo_epochs=2,
+    kto_lr=5e-3,
     online_dpo_lr=5e-3,
     campaign=True,
     **DS_CHAT_PPO,

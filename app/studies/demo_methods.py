@@ -17,11 +17,15 @@ from app.studies.demo_watch import checkpoint_points
 from store.db import StoreRef
 from store.errors import UserError
 from training.dpo.config import DPOConfig
+from training.kto.config import KTOConfig
 from training.registry import run_config, trainer
 from training.rloo.config import RLOOConfig
 from training.runs import read_status
 
-METHODS = ("ppo", "dpo", "rloo", "rloo_pairwise", "online_dpo")
+METHODS = ("ppo", "dpo", "kto", "rloo", "rloo_pairwise", "online_dpo")
+# The methods on the reward model's own snapshot: (title, sampling-seed offset). KTO reads the pairs as thumbs
+# (training/data_types.py::unpaired_from_pairs).
+ON_SNAPSHOT = {"dpo": ("DPO", 3 * 10**6), "kto": ("KTO", 8 * 10**6)}
 
 CHECKPOINTING = ("save_every", "keep_best", "eval_limit")  # PPO's, so RLOO's points sit on the same plot
 RLOO_K = 4  # responses per prompt; its steps sample as many sequences as PPO's
@@ -68,7 +72,16 @@ def train_and_sample(
     return status
 
 
-def run_dpo(
+def snapshot_config(method: str, cfg: DemoConfig, model: str):
+    """DPO's or KTO's settings in the demo: the demo's own (--dpo-*, --kto-*), the same epochs and seed."""
+    common = dict(model=model, epochs=cfg.dpo_epochs, dtype=cfg.dtype, seed=cfg.seed)
+    if method == "kto":
+        return KTOConfig(**common, beta=cfg.kto_beta, lr=cfg.kto_lr)
+    return DPOConfig(**common, beta=cfg.dpo_beta, lr=cfg.dpo_lr)
+
+
+def run_on_snapshot(
+    method: str,
     cfg: DemoConfig,
     db: StoreRef,
     model: str,
@@ -79,32 +92,31 @@ def run_dpo(
     log: Callable[[str], None],
     stages: Stages | None = None,
 ) -> dict:
-    """Train DPO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
+    """Train DPO or KTO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
     against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'. Its KL is
     measured as PPO's checkpoints' is (training/prompt_run.py::evaluate_policy with PPO's run settings)."""
     from app.studies.demo_common import compare, judging, mean_words
 
+    title, seed = ON_SNAPSHOT[method]
     judge = judging(cfg, heldout)
     data = run_config(rm_run)["data"]  # the reward model's snapshot: the same pairs, split the same way
-    dpo_cfg = DPOConfig(
-        model=model, beta=cfg.dpo_beta, lr=cfg.dpo_lr, epochs=cfg.dpo_epochs, dtype=cfg.dtype, seed=cfg.seed
-    )
+    run_cfg = snapshot_config(method, cfg, model)
     run, mode = prepared_run(
-        stages, "dpo", rm_run.parent, lambda: prepare_pairs_run(db, dpo_cfg, rm_run.parent, data), resumable=False
+        stages, method, rm_run.parent, lambda: prepare_pairs_run(db, run_cfg, rm_run.parent, data), resumable=False
     )
-    status = train_and_sample("dpo", run, cfg, heldout, texts, cfg.seed + 3 * 10**6, log, mode)
-    point = policy_point(run / trainer("dpo").output, ppo_run, texts["dpo"], texts["reference"], cfg.seed, judge)
-    log(f"DPO policy: KL {point['kl']:.2f}, win rate {point['win_rate']:.1%}")
+    status = train_and_sample(method, run, cfg, heldout, texts, cfg.seed + seed, log, mode)
+    point = policy_point(run / trainer(method).output, ppo_run, texts[method], texts["reference"], cfg.seed, judge)
+    log(f"{title} policy: KL {point['kl']:.2f}, win rate {point['win_rate']:.1%}")
     result = {
-        "dpo_point": point,
-        "dpo_run": run.name,
-        "dpo_eval_accuracy": status["final"].get("eval/dpo_accuracy"),
-        "words_dpo": mean_words(texts["dpo"]),
-        "off_topic_dpo": off_topic_share(heldout, texts["dpo"]),
-        "dpo_vs_reference": compare(texts["dpo"], texts["reference"], cfg.seed, judge),
-        "ppo_vs_dpo": compare(texts["ppo"], texts["dpo"], cfg.seed, judge),
+        f"{method}_point": point,
+        f"{method}_run": run.name,
+        f"{method}_eval_accuracy": status["final"].get(f"eval/{method}_accuracy"),
+        f"words_{method}": mean_words(texts[method]),
+        f"off_topic_{method}": off_topic_share(heldout, texts[method]),
+        f"{method}_vs_reference": compare(texts[method], texts["reference"], cfg.seed, judge),
+        f"ppo_vs_{method}": compare(texts["ppo"], texts[method], cfg.seed, judge),
     }
-    return with_kept_matchup(result, texts, cfg.seed, judge)
+    return with_kept_matchup(result, texts, cfg.seed, judge) if method == "dpo" else result
 
 
 def with_kept_matchup(dpo: dict, texts: dict[str, list[list[str]]], seed: int, judge) -> dict:
@@ -198,6 +210,9 @@ def method_rows(r: dict) -> list[tuple[str, float, list[float]]]:
         rows.append(("PPO actor vs DPO policy", r["ppo_vs_dpo"]["win_rate"], r["ppo_vs_dpo"]["ci95"]))
     if "kept_vs_dpo" in r:
         rows.append(("PPO's kept checkpoint vs DPO policy", r["kept_vs_dpo"]["win_rate"], r["kept_vs_dpo"]["ci95"]))
+    if "kto_vs_reference" in r:
+        rows.append(("KTO policy vs reference", r["kto_vs_reference"]["win_rate"], r["kto_vs_reference"]["ci95"]))
+        rows.append(("PPO actor vs KTO policy", r["ppo_vs_kto"]["win_rate"], r["ppo_vs_kto"]["ci95"]))
     for method, (_, title, _) in ON_PROMPTS.items():
         if f"{method}_vs_reference" in r:
             ours, ppo = r[f"{method}_vs_reference"], r[f"ppo_vs_{method}"]

@@ -26,6 +26,10 @@ def policy_rows(r: dict) -> list[dict]:
         d = r["dpo_vs_reference"]
         kl = (r.get("dpo_point") or {}).get("kl")
         rows.append(_row("DPO", d["win_rate"], d["ci95"], kl, r.get("off_topic_dpo"), "dpo"))
+    if "kto_vs_reference" in r:
+        d = r["kto_vs_reference"]
+        kl = (r.get("kto_point") or {}).get("kl")
+        rows.append(_row("KTO", d["win_rate"], d["ci95"], kl, r.get("off_topic_kto"), "kto"))
     for method, (_, title, _) in ON_PROMPTS.items():
         if f"{method}_vs_reference" in r:
             m = r[f"{method}_vs_reference"]

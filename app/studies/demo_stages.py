@@ -183,6 +183,7 @@ PPO_SETTINGS = (
     "engine",
 )
 DPO_SETTINGS = ("dpo_lr", "dpo_beta", "dpo_epochs")
+SNAPSHOT_SETTINGS = {"dpo": DPO_SETTINGS, "kto": ("kto_lr", "kto_beta", "dpo_epochs")}  # on the RM's snapshot
 OWN_SETTINGS = {  # a method on prompts' own, beside PPO's
     "rloo": ("method_steps", "rloo_settings"),
     "rloo_pairwise": ("method_steps", "rloo_settings"),
@@ -204,9 +205,10 @@ def kept_stages(done: dict, cfg: Any, parent: Any) -> tuple[list[str], list[str]
     ppo = same(PPO_SETTINGS) and all(name in done for name in PPO_STAGES)
     stages += list(PPO_STAGES) if ppo else []
     runs = [done["reward"]["value"][1]]  # the reward stage's value: [config, run name, final metrics]
-    if "dpo" in done and "dpo" in methods and same(DPO_SETTINGS):
-        stages += ["dpo"] if ppo else []
-        runs += [done["dpo"]["value"][0]["dpo_run"]]  # a method stage's value: [results, held-out samples]
+    for name, settings in SNAPSHOT_SETTINGS.items():
+        if name in done and name in methods and same(settings):
+            stages += [name] if ppo else []
+            runs += [done[name]["value"][0][f"{name}_run"]]  # a method stage's value: [results, held-out samples]
     if ppo:
         runs += [done["ppo"]["value"]]
         for name in ("rloo", "rloo_pairwise", "online_dpo"):  # demo_methods.ON_PROMPTS: PPO's settings, PPO's steps
@@ -291,7 +293,8 @@ def fork_demo(source: Path, folder: Path, cfg: Any, parent: Any) -> list[str]:
     with write(str(folder / "store.duckdb")) as con:
         keep_runs(con, runs, old, new)
     state = json.loads(json.dumps({"done": {k: done[k] for k in stages}, "started": {}}).replace(old, new))
-    for name, key in (("dpo", "dpo_run"), *((m, f"{m}_run") for m in ("rloo", "rloo_pairwise", "online_dpo"))):
+    for name in ("dpo", "kto", "rloo", "rloo_pairwise", "online_dpo"):
+        key = f"{name}_run"
         if name in done and name not in stages and done[name]["value"][0][key] in runs:
             state["started"][name] = done[name]["value"][0][key]
     state["forked"] = {"from": old, "kept": stages}

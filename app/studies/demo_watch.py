@@ -223,6 +223,8 @@ def method_curves(r: dict) -> dict[str, list[dict]]:
             curves[title] = r[f"{method}_checkpoints"]
     if "dpo_point" in r:
         curves["DPO"] = [r["dpo_point"]]
+    if "kto_point" in r:
+        curves["KTO"] = [r["kto_point"]]
     return curves
 
 
