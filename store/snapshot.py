@@ -183,6 +183,7 @@ def freeze_snapshot(
     rounds: list[int] | None = None,
     with_votes: bool = False,
     left_out: dict | None = None,
+    thumbs: bool = False,
 ) -> tuple[Path, dict]:
     """Freeze the current pairs into ROOT/<name>/{train,eval}.parquet + manifest.json; returns (folder, manifest).
     With `rounds`, only the pairs of those rounds (store/rounds.py); the split stays the store's, by prompt. With
@@ -197,6 +198,7 @@ def freeze_snapshot(
     the manifest records it with the pairs that removed."""
     options = {"drop_flagged": drop_flagged, **({"rounds": sorted(rounds)} if rounds is not None else {})}
     options |= {"with_votes": True} if with_votes else {}
+    options |= {"thumbs": True} if thumbs else {}  # and the thumbs (migration 0016), for a trainer on unpaired data
     if left_out is not None:
         annotators = sorted(left_out.get("annotators", []))
         source = pairs_source(with_votes)
@@ -295,7 +297,8 @@ def _freeze(
             _assign_splits(con, eval_fraction, seed, source)
             splits = {split: _write_unpaired_split(con, tmp, split, source) for split in SPLITS}
             columns = list(UNPAIRED_COLUMNS)
-        content = hashlib.sha256("".join(splits[s]["sha256"] for s in SPLITS).encode()).hexdigest()
+        hashes = [splits[s]["sha256"] + splits[s].get("thumbs", {}).get("sha256", "") for s in SPLITS]
+        content = hashlib.sha256("".join(hashes).encode()).hexdigest()
         created = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         manifest = {
             "format": 1,
@@ -328,13 +331,38 @@ def _freeze(
     return final, manifest
 
 
+def thumbs_source(with_votes: bool) -> str:
+    """The relation a snapshot reads its thumbs from (migration 0016): all of them, or without the votes'."""
+    return "thumbs" if with_votes else "(SELECT * FROM thumbs WHERE source != 'compare')"
+
+
 def _frozen_splits(con, folder: Path, eval_fraction, seed, options: dict, source: str) -> dict[str, dict]:
-    _assign_splits(con, eval_fraction, seed, source)
-    where = _pair_filter(
-        con, options["drop_flagged"], options.get("rounds"), options.get("left_out", {}).get("annotators")
-    )
+    """Each split's pairs (and with options' `thumbs`, its thumbs: not with `rounds`, which thumbs have none of),
+    every prompt on one side for both."""
+    thumbs = options.get("thumbs") and options.get("rounds") is None
+    tsource = thumbs_source(options.get("with_votes", False))
+    both = f"(SELECT prompt, prompt_id FROM {source} UNION ALL SELECT prompt, prompt_id FROM {tsource})"
+    _assign_splits(con, eval_fraction, seed, both if thumbs else source)
+    left = options.get("left_out", {}).get("annotators")
+    where = _pair_filter(con, options["drop_flagged"], options.get("rounds"), left)
     votes = options.get("with_votes", False)
-    return {split: _write_split(con, folder, split, where, source, votes) for split in SPLITS}
+    out = {split: _write_split(con, folder, split, where, source, votes) for split in SPLITS}
+    if thumbs:
+        for split in SPLITS:
+            out[split]["thumbs"] = _write_thumbs(con, folder, split, tsource, where)
+    return out
+
+
+def _write_thumbs(con: Connection, folder: Path, split: str, tsource: str, where: str) -> dict:
+    """One split's thumbs as folder/thumbs-<split>.parquet (prompt, completion, label, ranking_id: the unpaired
+    columns); its manifest entry. `where`: the pairs' filter (flagged, left-out annotators), which thumbs obey too."""
+    path = folder / f"thumbs-{split}.parquet"
+    query = f"""SELECT p.prompt, p.completion, p.label, CAST(NULL AS BIGINT) AS ranking_id
+                FROM {tsource} p JOIN snapshot_split s USING (prompt)
+                WHERE s.split = '{split}' {where} ORDER BY p.prompt, p.completion"""
+    con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
+    (rows,) = con.execute(f"SELECT count(*) FROM ({query})").fetchone()
+    return {"file": path.name, "rows": rows, "sha256": _sha256(path)}
 
 
 def verify_snapshot(folder: str | os.PathLike) -> dict:
@@ -345,6 +373,7 @@ def verify_snapshot(folder: str | os.PathLike) -> dict:
     except (OSError, ValueError) as e:
         raise UserError(f"{folder} is not a snapshot: {e}") from None
     for split, info in manifest["splits"].items():
-        if _sha256(folder / info["file"]) != info["sha256"]:
-            raise UserError(f"snapshot {folder.name}: {split} file does not match its manifest hash")
+        for kind, entry in (("", info), (" thumbs", info.get("thumbs"))):
+            if entry and _sha256(folder / entry["file"]) != entry["sha256"]:
+                raise UserError(f"snapshot {folder.name}: {split}{kind} file does not match its manifest hash")
     return manifest

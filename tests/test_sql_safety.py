@@ -26,6 +26,7 @@ REVIEWED = {
     "pairs_query(drop_flagged, with_votes)": "a SELECT assembled from the constants above",
     "source": "the view `pairs`, the union of `pairs` and `vote_pairs` (pairs_source), or file_pairs, file_unpaired",
     "order": "a constant ORDER BY list (store/pairs.py)",
+    "tsource": "the view `thumbs`, or it without the votes' rows (store/snapshot.py::thumbs_source)",
     "column": "an id column name parsed from our own schema files (store/backup.py)",
     "holder": "a table name read from DuckDB's own catalog (store/backup.py)",
     "fmt": "one of the constant COPY option lists of store/pairs.py",

@@ -93,6 +93,16 @@ def snapshot_type(folder: str | Path) -> str:
     return kind
 
 
+def thumbs_of(folder: Path, split: str) -> list[dict]:
+    """A pairs snapshot's thumbs of one split (store/snapshot.py writes them for a trainer on unpaired data: an
+    all-bad task's responses, a both-bad vote's replies), checked; none where it has no thumbs file."""
+    entry = json.loads((folder / "manifest.json").read_text())["splits"][split].get("thumbs")
+    if not entry:
+        return []
+    rows = read_table(folder / entry["file"])
+    return check_unpaired(rows, f"{folder.name} {entry['file']}") if rows else []
+
+
 def load_unpaired(data: str) -> tuple[list[dict], list[dict]]:
     """(train rows, eval rows) of unpaired data from a snapshot folder: as frozen, or a pairs snapshot converted by
     `unpaired_from_pairs` (each split on its own: the split is by prompt, so no ranking straddles it)."""
@@ -101,7 +111,8 @@ def load_unpaired(data: str) -> tuple[list[dict], list[dict]]:
         from training.pairs import load_pairs
 
         train, evals = load_pairs(data)
-        return check_unpaired(unpaired_from_pairs(train), f"{folder.name} train"), unpaired_from_pairs(evals)
+        train, evals = unpaired_from_pairs(train) + thumbs_of(folder, "train"), unpaired_from_pairs(evals)
+        return check_unpaired(train, f"{folder.name} train"), evals + thumbs_of(folder, "eval")
     train = check_unpaired(read_table(snapshot_file(folder, "train")), f"{folder.name} train")
     evals = read_table(snapshot_file(folder, "eval"))
     return train, (check_unpaired(evals, f"{folder.name} eval") if evals else [])

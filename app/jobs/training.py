@@ -131,6 +131,7 @@ def prepare_pairs_run(db: StoreRef, cfg: ConfigFile, runs_dir: Path, pairs: str 
                 rounds=round_numbers(cfg.rounds),
                 with_votes=cfg.with_votes,
                 left_out=left_out,
+                thumbs=trainer(cfg.KIND).data == "unpaired",
             )
     if frozen:
         data = str(frozen[0].resolve())  # the ranks run in the run folder
