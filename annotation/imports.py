@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from annotation.files import loads_json, read_text
+from annotation.judgement import write_rankings
 from annotation.labelstudio import parse_export, server_url
 from annotation.native import parse_native
 from store.db import StoreRef, write
 from store.errors import UserError
 from store.imports import drop_import, open_import, set_import_summary
-from store.rankings import RankingIn, insert_rankings
+from store.rankings import RankingIn
 
 
 @dataclass
@@ -68,7 +69,7 @@ def store_rankings(
     """One transaction: the import record and every new ranking, or nothing."""
     with write(db) as con:
         import_id = open_import(con, source, origin, content_sha256)
-        result = insert_rankings(con, rankings, import_id=import_id)
+        result = write_rankings(con, rankings, import_id=import_id)
         summary.added, summary.already, summary.conflicts = result.added, result.already, result.conflicts
         summary.pairs, summary.flagged = result.pairs, result.flagged
         if result.added:

@@ -266,7 +266,7 @@ def _with_answers(ranking: RankingIn, ann: Annotation, where: str) -> None:
         numbers=[it.shown_position + 1 for it in items],
     )
     for name, answer in from_ls(ann.results, shown, where).items():
-        setattr(ranking, name, answer)
+        ranking.answers[name] = answer
     settle(ranking, where)
     ranking.flags = _flags(ranking.items, ann.lead_time, False)  # as settled: tied responses are no order
     if problem := ranking.problem():

@@ -66,7 +66,7 @@ def parse_line(obj: object, where: str) -> RankingIn:
         raise UserError(f"{where}: {problem}")
     shown = Shown(texts=list(responses), ranks=list(ranks))
     for name, answer in from_native(obj, shown, where).items():  # strengths, edit, tags, all_bad (questions/)
-        setattr(ranking, name, answer)
+        ranking.answers[name] = answer
     settle(ranking, where)
     problem = ranking.problem()
     if problem:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 
+from annotation.questions import QUESTIONS
 from annotation.response_html import response_html
 from store.errors import UserError
 from store.guidelines import TAGS
@@ -47,6 +48,10 @@ def widget_value(
         "strengths": [None] * (len(set(ranks)) - 1) if ask_strength else [],
         "edit_ok": edit_ok,
         "edit": edit or "",
+        # every other question the widget asks as a row of choices (annotation/questions/, widget_choices)
+        "more": [
+            {"name": q.name, "title": q.title, "choices": list(q.widget_choices)} for q in QUESTIONS if q.widget_choices
+        ],
     }
 
 

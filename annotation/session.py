@@ -8,7 +8,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from annotation.judgement import check_answers, write_answers
 from annotation.questions.all_bad import ALL_BAD
+from annotation.questions.base import Written
 from annotation.ranker_view import is_shown_order
 from store.assignments import (
     annotation_counts,
@@ -28,11 +30,10 @@ from store.assignments import (
 from store.db import StoreRef, read, write
 from store.edits import add_edit, edit_in, edit_problem
 from store.errors import UserError
-from store.guidelines import current_guideline, tags_of, tags_problem
+from store.guidelines import current_guideline, tags_of
 from store.prompts import prompt_text
 from store.rankings import add_ranking, add_skip, ranks_of, said_all_bad
 from store.responses import response_texts
-from store.strengths import steps_problem
 
 SOURCE = "ui"
 MAX_REASON_CHARS = 300  # a skip reason is a line (the store keeps it, and a copy on every undo)
@@ -153,17 +154,15 @@ def submit_and_next(
     ranks: list[int],
     overlap: int = 1,
     gold_rate: float = 0.0,
-    strengths: list[int] | None = None,
-    edit: str | None = None,
-    tags: list[list[str]] | None = None,
+    answers: dict[str, object] | None = None,
     guideline_version: int | None = None,
-    all_bad: bool = False,
 ) -> tuple[Task | None, Progress]:
-    """What the Submit button does, in one transaction: store the ranking (with its strengths, the edit of its
-    best response and its tags, where given, and the guideline version shown with the task: None, the current one),
-    hand out the next task, count. all_bad: the All bad button with an edit (the shown tie below it)."""
+    """What the Submit button does, in one transaction: store the ranking with its answers (by question name, as
+    annotation/questions/ reads them from the widget: strengths, the edit of its best response, tags, all bad, and
+    any other registered question's) and the guideline version shown with the task (None: the current one), hand
+    out the next task, count. answers["all_bad"]: the All bad button with an edit (the shown tie below it)."""
     with write(db) as con:
-        _, stored_now = _submit(con, annotator, assignment_id, ranks, strengths, edit, tags, guideline_version, all_bad)
+        _, stored_now = _submit(con, annotator, assignment_id, ranks, answers or {}, guideline_version)
         # an annotator holds one open task at a time: having just answered it, they hold none (a repeated submit
         # of an answered task may find the one handed out after it)
         task = _next(con, annotator, overlap, holds=not stored_now, gold_rate=gold_rate)
@@ -175,48 +174,34 @@ def _submit(
     annotator: str,
     assignment_id: int,
     ranks: list[int],
-    strengths: list[int] | None = None,
-    edit: str | None = None,
-    tags: list[list[str]] | None = None,
+    answers: dict[str, object] | None = None,
     guideline_version: int | None = None,
-    all_bad: bool = False,
 ) -> tuple[int, bool]:
-    """(ranking id, whether it was stored now: False for a task already answered). edit: the annotator's correction
-    of the response they ranked best (blank: none), stored as a response ranked above all (store/edits.py)."""
+    """(ranking id, whether it was stored now: False for a task already answered). The edit: the annotator's
+    correction of the response they ranked best (blank: none), stored as a response ranked above all
+    (store/edits.py); every other answer is written by its question (annotation/judgement.py)."""
     _, prompt_id, order, status, ranking_id, lead_time = _own_open(con, annotator, assignment_id)
     if status == "done":
         return ranking_id, False
+    answers = {name: a for name, a in (answers or {}).items() if a is not None}
+    edit, all_bad = answers.get("edit"), bool(answers.get("all_bad"))
+    if edit is not None and not edit.strip():
+        answers.pop("edit")
+        edit = None
     if all_bad:  # the shown tie below the edit: the one ranking where all of them tie
-        if not edit or not edit.strip() or ranks != [1] * len(order) or strengths is not None:
+        if edit is None or ranks != [1] * len(order) or answers.get("strengths") is not None:
             raise UserError("all bad with a ranking takes an edit, and the shown responses tie below it")
     else:
         check_ranks(ranks, len(order))
-    if strengths is not None and (problem := steps_problem(ranks, strengths)):
-        raise UserError(problem)
-    if tags is not None and (problem := tags_problem(tags, len(order))):
-        raise UserError(problem)
+    check_answers(answers, ranks)
     version = _guideline_version(con, guideline_version)
-    edit_id = (
-        _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit, all_bad) if edit and edit.strip() else None
-    )
+    edit_id = _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit, all_bad) if edit else None
     flags = ["shown_order"] if is_shown_order(ranks) else []  # an edit is no flag: --drop-flagged keeps its pairs
     key = f"ui:{assignment_id}"
     ranking_id = add_ranking(
-        con,
-        prompt_id,
-        annotator,
-        SOURCE,
-        key,
-        lead_time,
-        order,
-        ranks,
-        flags,
-        strengths,
-        edit_id,
-        tags,
-        version,
-        all_bad,
+        con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, edit_id, version, all_bad
     )
+    write_answers(con, Written(ranking_id, annotator, list(order), list(ranks)), answers)
     close_assignment(con, assignment_id, ranking_id)
     return ranking_id, True
 

@@ -41,11 +41,12 @@ from pathlib import Path
 
 import httpx
 
+from annotation.judgement import write_rankings
 from bench.app_server import AppServer
 from bench.report import annotation_table
 from store.db import StoreRef, read, write
 from store.prompts import prompt_ids
-from store.rankings import RankedItem, RankingIn, insert_rankings, source_totals
+from store.rankings import RankedItem, RankingIn, source_totals
 from store.responses import Sample, add_samples
 
 # (annotators, think time in s, maximal Compare requests one more login keeps sending at once, wrong logins a
@@ -84,7 +85,7 @@ def _preload(db: StoreRef, n: int, k: int) -> None:
         for i in range(n)
     ]
     with write(db) as con:
-        insert_rankings(con, rankings)
+        write_rankings(con, rankings)
 
 
 def split_cores() -> tuple[set[int], set[int]]:

@@ -250,6 +250,7 @@ def delete_ranking(con: Connection, ranking_id: int) -> None:
     con.execute("DELETE FROM ranking_items WHERE ranking_id = ?", [ranking_id])
     con.execute("DELETE FROM pair_strengths WHERE ranking_id = ?", [ranking_id])
     con.execute("DELETE FROM response_tags WHERE ranking_id = ?", [ranking_id])
+    con.execute("DELETE FROM ranking_answers WHERE ranking_id = ?", [ranking_id])
     con.execute("DELETE FROM rankings WHERE ranking_id = ?", [ranking_id])
 
 

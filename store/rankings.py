@@ -1,13 +1,14 @@
 """Rankings and their items. Parsers (native JSONL, Label Studio, the UI) produce `RankingIn` (`insert_rankings`),
 the Annotate tab submits and skips one at a time (`add_ranking`, `add_skip`); this module is the one place that
-writes them, always inside the caller's transaction, keeping the counters of store/tasks.py with them."""
+writes them, always inside the caller's transaction, keeping the counters of store/tasks.py with them. Both go
+through annotation/judgement.py, which then writes what each question's answer adds (its `write`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from store.edits import EDIT_MODEL, add_edit_row, edit_problem, ranks_with_edit
-from store.guidelines import add_tags, tags_problem
+from store.guidelines import tags_problem
 from store.prompts import next_ids, prompt_ids
 from store.protocol import Connection
 from store.strengths import steps_problem, strength_pairs
@@ -22,6 +23,22 @@ class RankedItem:
     rank: int
     shown_position: int | None = None
     response_id: int | None = None  # known when the response came from this store (UI, export-ls round trip)
+
+
+class _Answer:
+    """A question's answer read and set by name on RankingIn.answers (a name set to None is dropped)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, ranking: RankingIn | None, owner: type | None = None):
+        return self if ranking is None else ranking.answers.get(self.name)
+
+    def __set__(self, ranking: RankingIn, value: object) -> None:
+        if value is None:
+            ranking.answers.pop(self.name, None)
+        else:
+            ranking.answers[self.name] = value
 
 
 @dataclass
@@ -43,19 +60,24 @@ class RankingIn:
     flags: list[str] = field(default_factory=list)
     skipped: bool = False
     skip_reason: str | None = None
-    strengths: list[int] | None = None  # how much better, per step down the order (store/strengths.py)
-    edit: str | None = None  # a correction of the best-ranked item, stored ranked above all (store/edits.py)
-    tags: list[list[str]] | None = None  # each item's tags, in items' order (store/guidelines.py)
+    # every question's answer by name (annotation/questions/; None or absent: not given). The store reads the four
+    # below by name to check the ranking and to place an edit among its items; annotation/judgement.py writes the
+    # rest of what each answer means once the ranking is stored
+    answers: dict[str, object] = field(default_factory=dict)
+
+    strengths = _Answer()  # how much better, per step down the order (store/strengths.py)
+    edit = _Answer()  # a correction of the best-ranked item, stored ranked above all (store/edits.py)
+    tags = _Answer()  # each item's tags, in items' order (store/guidelines.py)
     # none of the shown responses is good (annotation/questions/all_bad.py): a skip without an edit, else the shown
-    # tie below the edit (None: not said, as False)
-    all_bad: bool | None = None
+    # tie below the edit
+    all_bad = _Answer()
 
     def problem(self) -> str | None:
         """Why this ranking cannot be stored, or None. Parsers prefix it with the line or task it came from."""
         if not self.prompt.strip():
             return "the prompt is empty"
         if self.skipped:  # a skip answers nothing: no items, no strengths, edit or tags
-            answered = self.items or any(a is not None for a in (self.strengths, self.edit, self.tags))
+            answered = self.items or any(v is not None for q, v in self.answers.items() if q != "all_bad")
             return "a skipped prompt has no ranking or answers" if answered else None
         if self.all_bad and (self.edit is None or len({it.rank for it in self.items}) > 1):
             return "an all-bad answer ranks nothing: without an edit it is a skip, with one the shown responses tie"
@@ -106,6 +128,9 @@ class InsertResult:
     conflicts: list[str] = field(default_factory=list)  # keys stored with other content; the stored one stays
     pairs: int = 0
     flagged: int = 0
+    # each ranking written now: (the ranking, its id, its items' response ids in items' order), for the answers'
+    # own rows (annotation/judgement.py)
+    written: list[tuple[RankingIn, int, list[int]]] = field(default_factory=list)
 
 
 def _stored_responses(con: Connection, pids: list[int]) -> tuple[dict, dict, dict]:
@@ -163,31 +188,20 @@ def insert_rankings(con: Connection, rankings: list[RankingIn], import_id: int |
     by_ranking: dict[int, list[int]] = {}  # each ranking's items' response ids, in its items' order (then the edit)
     for n, rid in resolved:
         by_ranking.setdefault(n, []).append(rid)
-    _add_answers(con, todo, ranking_ids, by_ranking)
+    _add_edits(con, todo, by_ranking)
+    result.written = [(r, ranking_ids[n], by_ranking.get(n, [])[: len(r.items)]) for n, r in enumerate(todo)]
     count_rankings(con, [(r.annotator, r.source, r.skipped, r.n_pairs) for r in todo])
     refresh_tasks(con, {pid for pid, *_ in new_responses})
     return result
 
 
-def _add_answers(con: Connection, todo: list, ranking_ids: list[int], by_ranking: dict) -> None:
-    """The answers imported with the rankings (annotation/questions/): strengths between the items, the edit's row
-    (whose response and item are written with the others), each item's tags."""
-    answered = [(n, r) for n, r in enumerate(todo) if not r.skipped]
-    add_strengths(
-        con,
-        [
-            (ranking_ids[n], by_ranking[n][: len(r.items)], [it.rank for it in r.items], r.strengths)
-            for n, r in answered
-            if r.strengths is not None
-        ],
-    )
-    for n, r in answered:
-        shown = by_ranking[n][: len(r.items)]
-        if r.edit is not None:
+def _add_edits(con: Connection, todo: list, by_ranking: dict) -> None:
+    """Each imported edit's row (store/edits.py): its response and item are written with the others, last."""
+    for n, r in enumerate(todo):
+        if r.edit is not None and not r.skipped:
+            shown = by_ranking[n][: len(r.items)]
             best = shown[[it.rank for it in r.items].index(min(it.rank for it in r.items))]
             add_edit_row(con, by_ranking[n][-1], best, r.annotator)
-        if r.tags:
-            add_tags(con, ranking_ids[n], shown, r.tags)
 
 
 def add_strengths(con: Connection, rankings: list[tuple[int, list[int], list[int], list[int]]]) -> int:
@@ -359,21 +373,18 @@ def add_ranking(
     response_ids: list[int],
     ranks: list[int],
     flags: list[str],
-    strengths: list[int] | None = None,
     edit_id: int | None = None,
-    tags: list[list[str]] | None = None,
     guideline_version: int | None = None,
     all_bad: bool = False,
 ) -> int:
     """One ranking of stored responses as they were shown (ranks[i] is the rank of response_ids[i], shown at
-    position i), with its strengths where the annotator gave them, counted in ranking_counts; returns its id. The
-    Annotate tab's submit: two statements whatever K (three with strengths), as DuckDB's fixed cost per statement
-    is most of a small insert.
+    position i), counted in ranking_counts; returns its id. The Annotate tab's submit: two statements whatever K, as
+    DuckDB's fixed cost per statement is most of a small insert; the answers' own rows (strengths, tags, ...) are
+    annotation/judgement.py's to write after it.
 
     edit_id: the annotator's edit of their best response (store/edits.py), ranked above all of them (after the shown
-    responses, at position K); the strengths are the annotator's steps between the shown responses, so the edit's
-    pairs have none. tags: the annotator's tags of each shown response (store/guidelines.py); guideline_version:
-    the guideline shown with the task. all_bad: none of the shown was good, so they tie below the edit."""
+    responses, at position K). guideline_version: the guideline shown with the task. all_bad: none of the shown was
+    good, so they tie below the edit."""
     ranking_id = con.execute(
         """INSERT INTO rankings (prompt_id, annotator, source, external_key, lead_time_s, flags, guideline_version,
                                  all_bad)
@@ -386,10 +397,6 @@ def add_ranking(
         "SELECT ?, unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[])",
         [ranking_id, ids, all_ranks, list(range(len(ids)))],
     )
-    if strengths is not None:
-        add_strengths(con, [(ranking_id, response_ids, ranks, strengths)])
-    if tags:
-        add_tags(con, ranking_id, response_ids, tags)
     count_rankings(con, [(annotator, source, False, pairs_of_ranks(all_ranks))])
     return ranking_id
 

@@ -177,7 +177,7 @@ def test_an_all_bad_skip_under_a_plain_skips_key_is_a_conflict_not_a_repeat(db):
     from store.rankings import RankingIn, insert_rankings
 
     def skip(all_bad: bool) -> RankingIn:
-        return RankingIn("p", [], "ann", "native", "k1", skipped=True, skip_reason="x", all_bad=all_bad)
+        return RankingIn("p", [], "ann", "native", "k1", skipped=True, skip_reason="x", answers={"all_bad": all_bad})
 
     with write(db) as con:
         assert insert_rankings(con, [skip(False)]).added == 1

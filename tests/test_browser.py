@@ -339,3 +339,33 @@ def test_a_whole_task_by_keyboard_with_strengths_a_tag_and_an_edit(browser, db):
         (d, "off topic")
     ]
     assert query(db, "SELECT guideline_version FROM rankings") == [(1,)]
+
+
+@pytest.mark.browser
+def test_a_question_registered_by_a_team_is_asked_and_stored_without_a_tab_knowing_it(browser, db):
+    """tests/toy_question.py's `confidence`, loaded by RLHF_QUESTIONS alone: the widget shows its row of choices
+    under the cards; clicking "4" and submitting a ranking stores it with the ranking, and each of the ranking's
+    C(4,2) = 6 pairs carries it (annotation/judgement.py)."""
+    seed_store(db, 2)
+    app = AppServer(db, env={"RLHF_QUESTIONS": "tests.toy_question:CONFIDENCE"})
+    page = browser.new_page(viewport={"width": 1200, "height": 1200})
+    try:
+        page.goto(app.page_url)
+        page.focus("#annotator-name textarea")
+        page.keyboard.type("kim")
+        page.click("#annotate-start")
+        page.wait_for_selector("#ranker .more [data-question='confidence'] button", timeout=30_000)
+        assert page.locator("#ranker .more [data-question='confidence'] button").all_inner_texts() == list("12345")
+        page.focus(":nth-match(#ranker .card, 1)")
+        page.keyboard.press("ArrowDown")  # not the shown order: no warning to confirm
+        page.click(":nth-match(#ranker .more [data-question='confidence'] button, 4)")
+        page.wait_for_selector("#ranker .more [data-question='confidence'] button.on", timeout=10_000)
+        page.click("#annotate-submit")
+        page.wait_for_function("document.querySelector('#annotate-progress').innerText.includes('you: 1 ranked')")
+    finally:
+        page.close()
+        app.stop()
+    assert query(db, "SELECT annotator, question, value FROM ranking_answers JOIN rankings USING (ranking_id)") == [
+        ("kim", "confidence", "4")
+    ]
+    assert query(db, "SELECT count(*), count(DISTINCT answers) FROM pairs WHERE answers IS NOT NULL") == [(6, 1)]

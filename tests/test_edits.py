@@ -23,7 +23,7 @@ def test_an_edit_is_ranked_above_every_shown_response_and_adds_k_pairs(db):
     seed_store(db, 2, k=3)
     task = next_task(db, "ann", overlap=2, seed=0)
     best = task.response_ids[1]  # ranked 1 below
-    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], overlap=2, edit="  p0 answer, corrected  ")
+    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], overlap=2, answers={"edit": "  p0 answer, corrected  "})
     ((edit_id, text, model),) = query(db, "SELECT response_id, text, model_id FROM responses WHERE model_id = 'edit'")
     assert (text, model) == ("p0 answer, corrected", "edit")
     assert query(db, "SELECT edit_of, annotator FROM edits WHERE response_id = ?", [edit_id]) == [(best, "ann")]
@@ -46,7 +46,7 @@ def test_an_edit_is_ranked_above_every_shown_response_and_adds_k_pairs(db):
 def test_an_edit_is_never_handed_out_to_another_annotator(db):
     seed_store(db, 1, k=3)
     task = next_task(db, "ann", overlap=2, seed=0)
-    nxt, _ = submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], overlap=2, edit="a better answer")
+    nxt, _ = submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], overlap=2, answers={"edit": "a better answer"})
     assert nxt is None  # one prompt, and ann answered it
     bob = next_task(db, "bob", overlap=2, seed=0)
     assert sorted(bob.response_ids) == sorted(task.response_ids) and "a better answer" not in bob.responses
@@ -57,7 +57,7 @@ def test_an_edit_is_never_handed_out_to_another_annotator(db):
 def test_strengths_with_an_edit_are_the_shown_responses_steps(db):
     seed_store(db, 1, k=3)
     task = next_task(db, "ann", seed=0)
-    submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], strengths=[3, 1], edit="edited")
+    submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], answers={"strengths": [3, 1], "edit": "edited"})
     rows = query(db, "SELECT chosen, rejected, strength FROM pairs ORDER BY chosen, rejected")
     by = {(c, r): s for c, r, s in rows}
     a, b, c = task.responses
@@ -78,25 +78,25 @@ def test_a_refused_edit_is_one_error_and_stores_nothing(db, ranks, edit, message
     task = next_task(db, "ann", seed=0)
     before = store_rows(db)
     with pytest.raises(UserError, match=message):
-        submit_and_next(db, "ann", task.assignment_id, ranks, edit=edit)
+        submit_and_next(db, "ann", task.assignment_id, ranks, answers={"edit": edit})
     assert store_rows(db) == before and next_task(db, "ann").assignment_id == task.assignment_id  # still open
 
 
 def test_a_blank_edit_is_no_edit(db):
     seed_store(db, 1, k=3)
     task = next_task(db, "ann", seed=0)
-    submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], edit="   \n")
+    submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], answers={"edit": "   \n"})
     assert query(db, "SELECT count(*) FROM edits") == [(0,)] and query(db, "SELECT count(*) FROM pairs") == [(3,)]
 
 
 def test_undo_gives_the_edit_back_with_the_shown_responses_ranks(db):
     seed_store(db, 1, k=3)
     task = next_task(db, "ann", seed=0)
-    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], edit="my version")
+    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], answers={"edit": "my version"})
     back = undo_last(db, "ann")
     assert back.previous_ranks == [2, 1, 3] and back.previous_edit == "my version"
     assert back.response_ids == task.response_ids and "my version" not in back.responses
-    submit_and_next(db, "ann", back.assignment_id, [1, 2, 3], edit="my second version")
+    submit_and_next(db, "ann", back.assignment_id, [1, 2, 3], answers={"edit": "my second version"})
     assert query(db, "SELECT r.text FROM ranking_items i JOIN responses r USING (response_id) WHERE i.rank = 1") == [
         ("my second version",)
     ]
@@ -144,7 +144,7 @@ def test_the_dashboard_counts_each_annotators_edits(db):
     seed_store(db, 2, k=3)
     for name, edit in (("ann", "ann's version"), ("bob", "")):
         task = next_task(db, name, overlap=2, seed=0)
-        submit_and_next(db, name, task.assignment_id, [1, 2, 3], overlap=2, edit=edit)
+        submit_and_next(db, name, task.assignment_id, [1, 2, 3], overlap=2, answers={"edit": edit})
     assert {r.annotator: r.edits for r in annotator_rows(db)} == {"ann": 1, "bob": 0}
     assert query(db, "SELECT annotator, flags FROM rankings ORDER BY annotator") == [
         ("ann", ["shown_order"]),  # an edit is no flag: --drop-flagged keeps the edited ranking's pairs
@@ -158,7 +158,7 @@ def test_an_edited_ranking_is_not_flagged_and_undo_takes_its_edit_off_the_dashbo
 
     seed_store(db, 1, k=3)
     task = next_task(db, "ann", seed=0)
-    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], edit="my version")
+    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], answers={"edit": "my version"})
     with connect(db) as con:
         assert count_pairs(con, drop_flagged=True) == 6  # C(3, 2) + the edit over 3: none dropped
     assert [r.edits for r in annotator_rows(db)] == [1]

@@ -60,7 +60,7 @@ def test_tags_are_stored_per_response_and_leave_the_pairs_alone(db):
     seed_store(db, 1, k=3)
     task = next_task(db, "ann", seed=0)
     tags = [[], ["unsafe"], ["off topic", "factually wrong"]]
-    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], tags=tags)
+    submit_and_next(db, "ann", task.assignment_id, [2, 1, 3], answers={"tags": tags})
     rows = query(db, "SELECT response_id, tag FROM response_tags ORDER BY response_id, tag")
     a, b, c = task.response_ids
     assert rows == sorted([(b, "unsafe"), (c, "factually wrong"), (c, "off topic")])
@@ -83,18 +83,20 @@ def test_a_wrong_tag_is_one_error_and_stores_nothing(db, tags, message):
     task = next_task(db, "ann", seed=0)
     before = store_rows(db)
     with pytest.raises(UserError, match=message):
-        submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], tags=tags)
+        submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], answers={"tags": tags})
     assert store_rows(db) == before
 
 
 def test_undo_gives_the_tags_back_in_shown_order_and_takes_their_rows(db):
     seed_store(db, 1, k=3)
     task = next_task(db, "ann", seed=0)
-    submit_and_next(db, "ann", task.assignment_id, [1, 2, 3], tags=[["other"], [], ["unsafe", "off topic"]])
+    submit_and_next(
+        db, "ann", task.assignment_id, [1, 2, 3], answers={"tags": [["other"], [], ["unsafe", "off topic"]]}
+    )
     back = undo_last(db, "ann")
     assert back.previous_tags == [["other"], [], ["unsafe", "off topic"]]  # TAGS' order
     assert query(db, "SELECT count(*) FROM response_tags") == [(0,)]
-    submit_and_next(db, "ann", back.assignment_id, [1, 2, 3], tags=[[], ["unsafe"], []])
+    submit_and_next(db, "ann", back.assignment_id, [1, 2, 3], answers={"tags": [[], ["unsafe"], []]})
     assert query(db, "SELECT response_id, tag FROM response_tags") == [(task.response_ids[1], "unsafe")]
 
 
@@ -106,7 +108,7 @@ def test_the_dashboard_counts_each_annotators_tags(db, cli):
     for name, tags in given.items():
         for _ in range(2):
             task = next_task(db, name, overlap=2, seed=0)
-            submit_and_next(db, name, task.assignment_id, [2, 1, 3], overlap=2, tags=tags)
+            submit_and_next(db, name, task.assignment_id, [2, 1, 3], overlap=2, answers={"tags": tags})
     rows = {r.annotator: r for r in annotator_rows(db)}
     assert rows["ann"].tags == {"unsafe": 4, "off topic": 2} and rows["bob"].tags == {}
     assert tag_line(rows["ann"].tags) == "unsafe 4, off topic 2"

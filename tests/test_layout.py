@@ -57,6 +57,24 @@ def test_only_the_store_opens_connections_and_transactions():
     assert not bad, bad
 
 
+def test_a_judgement_is_written_by_one_path():
+    """Outside store/, only annotation/judgement.py stores imported rankings (store.rankings.insert_rankings) and
+    only the session (the Annotate tab's submit) stores one ranking (add_ranking), and it writes the answers through
+    annotation/judgement.py: every question's `write` runs for the UI and every import alike."""
+    allowed = {"insert_rankings": {"annotation/judgement.py"}, "add_ranking": {"annotation/session.py"}}
+    bad = []
+    for package in ("app", "annotation", "training", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            where = str(path.relative_to(ROOT))
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module == "store.rankings":
+                    bad += [
+                        f"{where} imports {a.name}" for a in node.names if where not in allowed.get(a.name, {where})
+                    ]
+    assert not bad, bad
+    assert "write_answers" in (ROOT / "annotation/session.py").read_text()
+
+
 def test_training_never_opens_the_database():
     for path in (ROOT / "training").rglob("*.py"):
         assert "duckdb" not in _imports(path), path

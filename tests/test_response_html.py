@@ -66,5 +66,6 @@ def test_the_ranker_value_carries_each_responses_html_beside_its_text():
         "strengths": [],
         "edit_ok": False,
         "edit": "",
+        "more": [],  # no other question registered
     }
     assert widget_value([7, 3], ["a", "b"], [2, 1], ask_strength=True)["strengths"] == [None]  # one step to ask

@@ -55,7 +55,8 @@ def test_a_store_from_before_rounds_reads_as_round_one_and_its_backup_restores(t
         after = con.execute(f"SELECT {', '.join(['*'])} FROM pairs ORDER BY chosen_id, rejected_id").fetchall()
         assert [row[:11] for row in after] == pairs_before
         assert {row[11:14] for row in after} == {(1, "default:SmolLM2", "default:SmolLM2")}
-        assert {row[14:] for row in after} == {(None,)}  # no strength was asked (migration 0011)
+        # no strength was asked (migration 0011), nor a question without a table of its own (0017)
+        assert {row[14:] for row in after} == {(None, None)}
         assert con.execute("SELECT DISTINCT round FROM response_round").fetchall() == [(1,)]
         (only,) = list_rounds(con)
     assert only | {"runs": []} == {

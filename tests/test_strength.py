@@ -5,6 +5,8 @@ accuracy by strength, against values worked out by hand."""
 import pytest
 
 from annotation.imports import import_native
+from annotation.judgement import write_answers
+from annotation.questions.base import Written
 from store.db import connect, write
 from store.errors import UserError
 from store.rankings import add_ranking
@@ -66,7 +68,8 @@ def test_a_submitted_ranking_keeps_its_strengths_until_undone(db):
     seed_store(db, 1)
     ids = [r for (r,) in query(db, "SELECT response_id FROM responses ORDER BY response_id")]
     with write(db) as con:
-        ranking = add_ranking(con, 1, "ann", "ui", "ui:1", 5.0, ids, [1, 2, 3, 4], [], strengths=[3, 0, 1])
+        ranking = add_ranking(con, 1, "ann", "ui", "ui:1", 5.0, ids, [1, 2, 3, 4], [])
+        write_answers(con, Written(ranking, "ann", ids, [1, 2, 3, 4]), {"strengths": [3, 0, 1]})
     assert query(db, "SELECT count(*), max(strength) FROM pairs WHERE ranking_id = ?", [ranking]) == [(6, 3)]
     from store.assignments import delete_ranking
 

@@ -5,7 +5,8 @@ answer is read from the ranking widget's value, from a native line and from a La
 labeling-config controls that ask it in Label Studio, the check of an answer against the ranking it goes with, what
 it does to the ranking once every answer is in (`settle`), and what it does to pairs. The Annotate tab, the native
 importer (annotation/native.py) and the Label Studio importer and exporter (annotation/labelstudio*.py) go through
-QUESTIONS and know no kind by name; store/rankings.py writes each answer (RankingIn has one field per question).
+QUESTIONS and know no kind by name; annotation/judgement.py is the one write path, where each question's `write`
+adds its answer's rows (or, without one, a JSON row in ranking_answers that the pairs view carries as `answers`).
 docs/questions.md is the recipe for the next kind.
 
 The ranking itself (ranks, ties, skips) is the answer every task has, and a Compare vote's outcome (left, right,
@@ -13,16 +14,23 @@ tie, both bad) is stored apart from rankings (store/compare.py)."""
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from annotation.questions import all_bad, edit, strength, tags
 from annotation.questions.base import Campaign, Question, Shown
 from store.errors import UserError
 from store.rankings import RankingIn
 
-QUESTIONS: tuple[Question, ...] = (strength.QUESTION, edit.QUESTION, tags.QUESTION, all_bad.QUESTION)
+# every question a task asks, in the order the files and the widget list them; `register` adds one (a list kept in
+# place, so every module that imported it sees the same questions)
+QUESTIONS: list[Question] = [strength.QUESTION, edit.QUESTION, tags.QUESTION, all_bad.QUESTION]
 __all__ = [
     "QUESTIONS",
+    "load_questions",
+    "register",
     "Campaign",
     "answered_alone",
     "Question",
@@ -33,6 +41,38 @@ __all__ = [
     "ls_controls",
     "settle",
 ]
+
+
+@contextmanager
+def register(question: Question) -> Iterator[Question]:
+    """Ask one more question while the block runs (a plugin, or a test's toy question), then stop asking it; a name
+    already asked is refused."""
+    if any(q.name == question.name for q in QUESTIONS):
+        raise ValueError(f"a question called {question.name!r} is already asked")
+    QUESTIONS.append(question)
+    try:
+        yield question
+    finally:
+        QUESTIONS.remove(question)
+
+
+def load_questions(spec: str) -> list[Question]:
+    """Ask a team's own questions from now on: `spec` is "module:NAME" entries, comma-separated, each naming a
+    Question (the `RLHF_QUESTIONS` variable of every `rlhf` command: the app, its imports and exports alike). One
+    that cannot be loaded is one UserError line; one already asked is left as it is."""
+    loaded = []
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        module, _, name = entry.partition(":")
+        try:
+            question = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise UserError(f"RLHF_QUESTIONS: cannot load {entry!r} ({e})") from None
+        if not isinstance(question, Question):
+            raise UserError(f"RLHF_QUESTIONS: {entry!r} is a {type(question).__name__}, not a Question")
+        if all(q.name != question.name for q in QUESTIONS):
+            QUESTIONS.append(question)
+        loaded.append(question)
+    return loaded
 
 
 def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> dict[str, object]:

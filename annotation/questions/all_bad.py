@@ -5,7 +5,7 @@ pairs) and none among the shown, which tie below it."""
 
 from __future__ import annotations
 
-from annotation.questions.base import Campaign, Question, Shown, choices_of
+from annotation.questions.base import Campaign, Question, Shown, choices_of, kept_in_ranking
 from store.errors import UserError
 from store.rankings import RankingIn
 
@@ -71,4 +71,5 @@ QUESTION = Question(
     ls_kind="choices",
     settle=settle,
     alone=True,
+    write=kept_in_ranking,
 )

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from store.errors import UserError
+from store.protocol import Connection
 from store.rankings import RankingIn
 
 
@@ -29,6 +30,22 @@ class Campaign:
 
 
 @dataclass(frozen=True)
+class Written:
+    """A ranking as stored, for a question's `write`: its id, who gave it, and its shown responses' ids with their
+    ranks, in the ranking's items' order (an edit, stored with them, is not among them)."""
+
+    ranking_id: int
+    annotator: str
+    response_ids: list[int]
+    ranks: list[int]
+
+
+def kept_in_ranking(con: Connection, written: Written, answer: object) -> None:
+    """The `write` of a question whose answer the ranking's own rows hold (an edit is one of its items, all bad a
+    column of rankings): nothing more to write."""
+
+
+@dataclass(frozen=True)
 class Question:
     """One kind of answer. Every reader returns the answer, or None where it was not given (each question is
     optional), and raises UserError for one that is malformed."""
@@ -45,6 +62,14 @@ class Question:
     # what the answer does to the ranking it came with, once every answer is in (all_bad.py: ties or a skip)
     settle: Callable[[RankingIn], None] | None = None
     alone: bool = False  # an answer that needs no order beside it (all_bad.py: a Label Studio Ranker left empty)
+    # the rows an answer adds once its ranking is stored (None: one JSON row in ranking_answers under `name`, which
+    # the pairs view carries as `answers`; annotation/judgement.py is the one caller)
+    write: Callable[[Connection, Written, object], None] | None = None
+    # a question the ranking widget asks as one row of choices (its value's key `name` holds the chosen text, or
+    # null); empty: the widget has a control of its own for it (strengths, edit, tags, all bad)
+    widget_choices: tuple[str, ...] = ()
+    # why an answer cannot go with these shown ranks (None: it can), checked once where a ranking is submitted
+    check: Callable[[object, list[int]], str | None] | None = None
 
 
 def choices_of(result: dict | None, control: str) -> list[str]:

@@ -4,7 +4,7 @@ as any ranked item (K more pairs from the ranking view)."""
 
 from __future__ import annotations
 
-from annotation.questions.base import Campaign, Question, Shown
+from annotation.questions.base import Campaign, Question, Shown, kept_in_ranking
 from store.edits import MAX_EDIT_CHARS, edit_problem
 from store.errors import UserError
 
@@ -62,4 +62,5 @@ QUESTION = Question(
     pairs="a response of its own (model 'edit') ranked above every shown one: K more pairs from the ranking view",
     ls_names=r"edit",
     ls_kind="textarea",
+    write=kept_in_ranking,
 )

@@ -4,8 +4,10 @@ the `strength` column of the pairs view), which `rlhf train-rm --margin-from str
 
 from __future__ import annotations
 
-from annotation.questions.base import Campaign, Question, Shown, choices_of
+from annotation.questions.base import Campaign, Question, Shown, Written, choices_of
 from store.errors import UserError
+from store.protocol import Connection
+from store.rankings import add_strengths
 from store.strengths import LEVELS, steps_problem
 
 
@@ -53,6 +55,15 @@ def from_ls(results: dict[str, dict], shown: Shown) -> list[int] | None:
     return [LEVELS.index(g[0]) for g in given]
 
 
+def write(con: Connection, written: Written, steps: list[int]) -> None:
+    """Each ordered pair's strength (pair_strengths): the largest step between its two shown responses."""
+    add_strengths(con, [(written.ranking_id, written.response_ids, written.ranks, steps)])
+
+
+def check(steps: object, ranks: list[int]) -> str | None:
+    return steps_problem(ranks, steps)
+
+
 QUESTION = Question(
     name="strengths",
     title="How much better is each response than the next one down?",
@@ -63,4 +74,6 @@ QUESTION = Question(
     pairs="each pair: the largest step between its two responses (pair_strengths; the pairs view's strength)",
     ls_names=r"strength_[1-9][0-9]*",
     ls_kind="choices",
+    write=write,
+    check=check,
 )

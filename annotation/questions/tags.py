@@ -3,9 +3,10 @@ counted on the dashboard. Pairs: none; a tag changes no pair."""
 
 from __future__ import annotations
 
-from annotation.questions.base import Campaign, Question, Shown, choices_of
+from annotation.questions.base import Campaign, Question, Shown, Written, choices_of
 from store.errors import UserError
-from store.guidelines import TAGS, tags_problem
+from store.guidelines import TAGS, add_tags, tags_problem
+from store.protocol import Connection
 
 
 def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> list[list[str]] | None:
@@ -50,6 +51,15 @@ def from_ls(results: dict[str, dict], shown: Shown) -> list[list[str]] | None:
     return from_native([choices_of(results.get(f"tags_{n}"), f"tags_{n}") for n in numbers], shown)
 
 
+def write(con: Connection, written: Written, tags: list[list[str]]) -> None:
+    """One row per (shown response, tag) of this ranking (response_tags)."""
+    add_tags(con, written.ranking_id, written.response_ids, tags)
+
+
+def check(tags: object, ranks: list[int]) -> str | None:
+    return tags_problem(tags, len(ranks))
+
+
 QUESTION = Question(
     name="tags",
     title="Tag a response: unsafe, factually wrong, off topic, other (optional)",
@@ -60,4 +70,6 @@ QUESTION = Question(
     pairs="none: tags are counted per annotator and response (response_tags), never a pair",
     ls_names=r"tags_[1-9][0-9]*",
     ls_kind="choices",
+    write=write,
+    check=check,
 )

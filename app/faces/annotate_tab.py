@@ -120,9 +120,7 @@ def on_submit(ctx, annotator: str, task: dict | None, value: dict, confirmed: bo
         ranks,
         ctx.overlap,
         ctx.gold_rate,
-        answers["strengths"],
-        answers["edit"],
-        answers["tags"],
+        answers,
         task.get("guideline_version"),
     )
     return _view(ctx, annotator, nxt, "Saved. Next prompt.", counts, admin)
@@ -152,11 +150,8 @@ def on_all_bad(ctx, annotator: str, task: dict | None, value: dict | None, admin
         ties,
         ctx.overlap,
         ctx.gold_rate,
-        None,
-        answers["edit"],
-        answers["tags"],
+        answers,
         version,
-        all_bad=True,
     )
     return _view(ctx, annotator, nxt, "Saved as all bad, your edit ranked first. Next prompt.", counts, admin)
 

@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
         invoked(sys.argv[1:] if argv is None else argv)  # what a results file this command writes says made it
         args = parse(argv)
+        if os.environ.get("RLHF_QUESTIONS"):  # a team's own questions (annotation/questions/: load_questions)
+            from annotation.questions import load_questions
+
+            load_questions(os.environ["RLHF_QUESTIONS"])
         if getattr(args, "db", None) is not None:  # one Store per command, passed down (store/db.py)
             from store.db import Store
 

@@ -15,12 +15,19 @@ When the value allows an edit (`edit_ok`, `rlhf ui --edits`), a text box under t
 correction of the best response (store/edits.py); "Start from the best" copies the top card's text into it. The box
 is built once and kept across renders, so typing in it keeps its focus and caret.
 
+Any other question asked as one choice (annotation/questions/: a registered question with `widget_choices`; the
+value's `more` lists them) gets a row of buttons under the edit box, titled by the question: click a choice to
+answer, again to take it back; the answer is the value's key of the question's name.
+
 A card shows the item's `html`: the response as Markdown, rendered on the server with the response's own HTML
 escaped and only http(s)/mailto links (annotation/response_html.py). Without it the text goes in as textContent."""
 
 from __future__ import annotations
 
-HTML = "<div class='ranker' role='list' aria-label='Responses, best first'></div><div class='edit-box'></div>"
+HTML = (
+    "<div class='ranker' role='list' aria-label='Responses, best first'></div><div class='edit-box'></div>"
+    "<div class='more'></div>"
+)
 
 CSS = """
 .ranker { display: flex; flex-direction: column; gap: 8px; }
@@ -52,6 +59,12 @@ CSS = """
 .edit-box textarea:focus, .edit-box button:focus { outline: 2px solid #f97316; outline-offset: 1px; }
 .edit-box button { align-self: flex-start; border: 1px solid #d0d5dd; border-radius: 12px; padding: 2px 12px;
                    background: transparent; cursor: pointer; }
+.more { display: flex; flex-direction: column; gap: 6px; margin-top: 10px; }
+.more .question { display: flex; flex-wrap: wrap; gap: 6px; align-items: center; }
+.more button { border: 1px solid #d0d5dd; border-radius: 12px; padding: 1px 10px; background: transparent;
+               cursor: pointer; }
+.more button.on { background: #f97316; border-color: #f97316; color: #fff; }
+.more button:focus { outline: 2px solid #f97316; outline-offset: 1px; }
 """
 
 JS = """
@@ -222,9 +235,42 @@ function renderEdit() {
   start.disabled = tied;  // the server takes an edit of one best response only
   start.title = tied ? 'Rank one response best to edit it' : '';
 }
+function renderMore() {
+  const host = element.querySelector('.more');
+  if (!host) return;
+  const v = props.value || {};
+  host.innerHTML = '';
+  if (!(v.items || []).length) return;
+  (v.more || []).forEach(q => {
+    const row = document.createElement('div');
+    row.className = 'question'; row.dataset.question = q.name; row.setAttribute('role', 'group');
+    row.setAttribute('aria-label', q.title);
+    const label = document.createElement('span'); label.textContent = q.title;
+    row.appendChild(label);
+    q.choices.forEach(choice => {
+      const on = v[q.name] === choice;
+      const b = document.createElement('button');
+      b.type = 'button'; b.textContent = choice; b.className = on ? 'on' : '';
+      b.setAttribute('aria-pressed', on ? 'true' : 'false');
+      b.addEventListener('click', () => {
+        props.value = {...(props.value || {}), [q.name]: on ? null : choice};
+        trigger('change');
+        setTimeout(() => {
+          renderMore();
+          const row = host.querySelector(`[data-question="${q.name}"]`);
+          const again = row && row.querySelectorAll('button')[q.choices.indexOf(choice)];
+          if (again) again.focus();
+        }, 0);
+      });
+      row.appendChild(b);
+    });
+    host.appendChild(row);
+  });
+}
 render();
 renderEdit();
-watch('value', () => { if (!typing) render(); renderEdit(); });
+renderMore();
+watch('value', () => { if (!typing) render(); renderEdit(); renderMore(); });
 """
 
 
