@@ -6,6 +6,8 @@ starts from log-ratios of exactly 0."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from training import prefix
@@ -132,6 +134,30 @@ def policy_engine(cfg, total: int):
     if cfg.lora_rank:
         policy = add_lora(policy, cfg.lora_rank, cfg.lora_alpha, causal=True)
     return initialize(cfg, policy, total)
+
+
+def heldout_terms(engine, eval_batches: list, rank: int, world: int, score) -> tuple[list[dict], float, int]:
+    """The held-out pass of a policy trainer: every rank scores its share of the batches in lockstep (ZeRO-3 gathers
+    weights collectively, so a rank with fewer batches runs a spare forward on the first one, `score(batch, True)`,
+    and keeps nothing of it); every rank gets all of them back. score(batch, spare) -> (loss, terms of the batch).
+    Returns (the terms of every batch, the loss averaged over rows, the rows)."""
+    mine, rounds = eval_batches[rank::world], math.ceil(len(eval_batches) / world)
+    terms, losses = [], []
+    engine.eval()
+    with torch.no_grad():
+        for i in range(rounds):
+            spare = i >= len(mine)
+            loss, t = score(eval_batches[0] if spare else mine[i], spare)
+            if not spare:
+                terms.append({k: v.cpu() for k, v in t.items()})
+                losses.append((loss.item(), len(mine[i])))
+    engine.train()
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, (terms, losses))
+    terms = [t for part in gathered for t in part[0]]
+    losses = [x for part in gathered for x in part[1]]
+    n = sum(k for _, k in losses)
+    return terms, sum(value * k for value, k in losses) / n, n
 
 
 def train_policy(engine, run, cfg, total: int, steps: tuple, heldout, has_eval: bool, tokenizer, rank: int) -> None:

@@ -9,8 +9,6 @@ HF folder in RUN/policy."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from training import prefix
@@ -20,6 +18,7 @@ from training.engine import run_main
 from training.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
 from training.reference import (
     head_position,
+    heldout_terms,
     policy_engine,
     policy_run,
     reference_logprobs,
@@ -65,26 +64,13 @@ def summary(loss: float, terms: list[dict], prefix: str) -> dict:
 
 
 def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head) -> dict:
-    """Every rank scores its share in lockstep (ZeRO-3 gathers weights collectively); all ranks get every pair."""
-    mine, rounds = eval_batches[rank::world], math.ceil(len(eval_batches) / world)
-    terms, losses = [], []
-    engine.eval()
-    with torch.no_grad():
-        for i in range(rounds):
-            batch = mine[i] if i < len(mine) else eval_batches[0]  # a spare forward keeps ranks in step
-            loss, t = pair_terms(engine, batch, pad, ref, cfg, device, head)
-            if i < len(mine):
-                terms.append({k: v.cpu() for k, v in t.items()})
-                losses.append((loss.item(), len(batch)))
-    engine.train()
-    gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, (terms, losses))
-    terms = [t for part in gathered for t in part[0]]
-    losses = [x for part in gathered for x in part[1]]
-    loss = sum(value * n for value, n in losses) / sum(n for _, n in losses)
+    """The held-out pairs' loss, accuracy and margins (training/reference.py::heldout_terms: all ranks get all)."""
+    terms, loss, n = heldout_terms(
+        engine, eval_batches, rank, world, lambda batch, spare: pair_terms(engine, batch, pad, ref, cfg, device, head)
+    )
     ev = summary(loss, terms, "eval/")
     ev["eval/dpo_accuracy"] = ev.pop("eval/accuracy")
-    ev["eval/pairs"] = sum(n for _, n in losses)
+    ev["eval/pairs"] = n
     return ev
 
 

@@ -10,8 +10,6 @@ HF folder in RUN/policy."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from training import prefix
@@ -21,7 +19,15 @@ from training.kto.config import KTOConfig
 from training.kto.data import distinct, encode_rows, key_groups
 from training.kto.losses import kl_reference_point, kto_loss, ranking_accuracy
 from training.pairs import PairEncoder, batches, rank_batches, step_plan
-from training.reference import head_position, key_logprobs, policy_engine, policy_run, reference_logprobs, train_policy
+from training.reference import (
+    head_position,
+    heldout_terms,
+    key_logprobs,
+    policy_engine,
+    policy_run,
+    reference_logprobs,
+    train_policy,
+)
 
 
 def batch_terms(engine, batch, pad: int, ref: dict, cfg: KTOConfig, device, head: int, spare=False):
@@ -67,26 +73,17 @@ def summary(loss: float, terms: list[dict], prefix_: str) -> dict:
 
 
 def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head) -> dict:
-    """Every rank scores its share in lockstep (ZeRO-3 gathers weights collectively); all ranks get every row."""
-    mine, rounds = eval_batches[rank::world], math.ceil(len(eval_batches) / world)
-    terms, losses = [], []
-    engine.eval()
-    with torch.no_grad():
-        for i in range(rounds):
-            spare = i >= len(mine)  # a spare forward keeps ranks in step
-            batch = eval_batches[0] if spare else mine[i]
-            loss, t = batch_terms(engine, batch, pad, ref, cfg, device, head, spare=spare)
-            if not spare:
-                terms.append({k: v.cpu() for k, v in t.items()})
-                losses.append((loss.item(), len(batch)))
-    engine.train()
-    gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, (terms, losses))
-    terms = [t for part in gathered for t in part[0]]
-    losses = [x for part in gathered for x in part[1]]
-    ev = summary(sum(v * n for v, n in losses) / sum(n for _, n in losses), terms, "eval/")
+    """The held-out rows' loss and accuracy (training/reference.py::heldout_terms: all ranks get all)."""
+    terms, loss, n = heldout_terms(
+        engine,
+        eval_batches,
+        rank,
+        world,
+        lambda batch, spare: batch_terms(engine, batch, pad, ref, cfg, device, head, spare=spare),
+    )
+    ev = summary(loss, terms, "eval/")
     ev["eval/kto_accuracy"] = ev.pop("eval/accuracy")
-    ev["eval/rows"] = sum(n for _, n in losses)
+    ev["eval/rows"] = n
     return ev
 
 
