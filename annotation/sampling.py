@@ -3,7 +3,7 @@
 The model runs with the database closed; each batch is written in its own short transaction, so the store stays
 usable by the app while sampling runs, and an interrupted run continues where it stopped (prompts that already
 have responses are skipped). The generator is passed in by the caller (the CLI or the app builds it from
-training.generation), so this module never imports torch."""
+training.sampling.generation), so this module never imports torch."""
 
 from __future__ import annotations
 

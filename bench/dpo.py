@@ -159,7 +159,7 @@ def run(
     from transformers import AutoTokenizer
 
     from training.models import pick_pad_token, resolve_model
-    from training.pairs import PairEncoder
+    from training.pairwise.pairs import PairEncoder
 
     if n_pairs % BATCH or n_pairs // BATCH <= WARMUP + 1:
         raise ValueError(f"n_pairs must be a multiple of {BATCH} with more than {WARMUP + 1} steps")

@@ -2,7 +2,7 @@
 
 The reference is the default model in bf16; the actor is the same model after a random weight change of S times
 each matrix's spread (0.001: far smaller than what 20 PPO steps do). The actor samples N responses of 64 tokens to
-64-token prompts through the rollout's decode (training/decode.py::sample), once with the prompt's pass in
+64-token prompts through the rollout's decode (training/sampling/decode.py::sample), once with the prompt's pass in
 SDPA (the decode as it is) and once in the trainers' kernel; `--engine vllm` adds a third set drawn by vLLM as
 PPO's rollouts draw them (the sampler/trainer mismatch). Each set is scored as PPO scores it (both models in bf16
 with the trainers' kernel) and in fp32 (the change's KL without rounding). Prints the mean sampled KL (k1, summed
@@ -41,8 +41,8 @@ def changed(state: dict, scale: float) -> dict:
 
 
 def responses(actor, tok, prompts: list[str], prompt_pass_sdpa: bool) -> list[torch.Tensor]:
-    from training import decode
     from training.models import chat_prompt
+    from training.sampling import decode
 
     cfg = SimpleNamespace(max_new_tokens=64, min_new_tokens=64, temperature=1.0, top_k=0, top_p=1.0)
     kernel = decode.prompt_pass_kernel
@@ -62,11 +62,11 @@ def responses(actor, tok, prompts: list[str], prompt_pass_sdpa: bool) -> list[to
 
 
 def engine_responses(folder, actor, tok, prompts: list[str]) -> list[torch.Tensor]:
-    """The same responses drawn by vLLM as PPO's rollouts draw them (training/rollout_engine.py): an engine over the
-    reference's folder in bf16, given the actor's weights in place, 64 tokens sampled at temperature 1."""
+    """The same responses drawn by vLLM as PPO's rollouts draw them (training/sampling/rollout_engine.py): an engine
+    over the reference's folder in bf16, given the actor's weights in place, 64 tokens sampled at temperature 1."""
     from training.models import chat_prompt
-    from training.rollout_engine import actor_weights
-    from training.vllm_engine import Settings, VllmEngine
+    from training.sampling.rollout_engine import actor_weights
+    from training.sampling.vllm_engine import Settings, VllmEngine
 
     engine = VllmEngine(folder, "bf16", [tok.eos_token_id], 2 * 64 + 8, seed=0, only_eos=True)
     try:
@@ -81,7 +81,7 @@ def engine_responses(folder, actor, tok, prompts: list[str]) -> list[torch.Tenso
 
 def sampled_kl(actor, ref, batches: list[torch.Tensor], prompt_len: int) -> tuple[float, float]:
     """Mean and standard error over responses of sum_t log p_actor - log p_ref (PPO's reward/kl)."""
-    from training.logprobs import response_logprobs
+    from training.kernels.logprobs import response_logprobs
 
     kl = []
     with torch.no_grad():

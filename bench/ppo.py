@@ -184,7 +184,7 @@ def run_ours(w: dict, tmp: Path, dtype: str, zero_stage: int = 0, shape: str = "
 
 
 def parts(rows: list[dict]) -> dict[str, float]:
-    """The profile: median seconds of each timed part of a step (training/profile.py) over these steps."""
+    """The profile: median seconds of each timed part of a step (training/rollouts/profile.py) over these steps."""
     names = sorted({k for r in rows for k in r if k.startswith("perf/part/")})
     return {
         n.removeprefix("perf/part/").removesuffix("_s"): statistics.median(r.get(n, 0.0) for r in rows) for n in names
@@ -220,7 +220,7 @@ def run(cases: tuple[tuple[str, str], ...] = (("fp32", "fixed"), ("bf16", "fixed
     """One row per (dtype, shape): ours with the rollouts `auto` picks on this machine (on a CPU the own decode,
     on a GPU vLLM), ours with the other engine where vLLM is installed, then TRL's, on the same prompts. The speed
     ratio is TRL's median seconds per step over ours (auto's); the engine ratio the own decode's over vLLM's."""
-    from training.vllm_engine import vllm_installed
+    from training.sampling.vllm_engine import vllm_installed
 
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-ppo-") as d:

@@ -264,8 +264,8 @@ def _ppo_profile(rows: list[dict]) -> list[str]:
     if not rows:
         return []
     intro = (
-        "Where rlhf-studio's step goes (median seconds of each part over steps 3-8, `training/profile.py`; *other* "
-        "is the rest of the median step: rewards, advantages, metrics, and the Python between the parts):"
+        "Where rlhf-studio's step goes (median seconds of each part over steps 3-8, `training/rollouts/profile.py`; "
+        "*other* is the rest of the median step: rewards, advantages, metrics, and the Python between the parts):"
     )
     out = _two_columns_per_row(intro, "part", [f"{r['dtype']} {_shape(r)} s | share" for r in rows])
     for name, label in PARTS + (("other", "other"),):

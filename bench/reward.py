@@ -101,7 +101,7 @@ def run(
     from transformers import AutoTokenizer
 
     from training.models import pick_pad_token, resolve_model
-    from training.pairs import PairEncoder
+    from training.pairwise.pairs import PairEncoder
 
     tok = AutoTokenizer.from_pretrained(resolve_model("default"))
     pick_pad_token(tok)

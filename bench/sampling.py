@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 
 from annotation.actions import example_prompts_path
-from training.generation import SamplingConfig, open_sampler
-from training.vllm_engine import vllm_installed
+from training.sampling.generation import SamplingConfig, open_sampler
+from training.sampling.vllm_engine import vllm_installed
 
 K, NEW_TOKENS, N_PROMPTS = 4, 64, 16
 

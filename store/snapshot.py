@@ -283,8 +283,8 @@ def _freeze(
     data: str = "pairs",
 ) -> tuple[Path, dict]:
     """The rows of `source` into a snapshot folder under root (see freeze_snapshot); options go into the manifest
-    (drop_flagged, rounds, with_votes, from). `data`: the data type (training/data_types.py) the manifest names:
-    pairs, or unpaired rows."""
+    (drop_flagged, rounds, with_votes, from). `data`: the data type (training/pairwise/data_types.py) the manifest
+    names: pairs, or unpaired rows."""
     if not 0 <= eval_fraction < 1:
         raise UserError(f"eval fraction must be in [0, 1), got {eval_fraction}")
     root = Path(root)

@@ -1,4 +1,4 @@
-"""training/attention.py: attention that recomputes its probabilities in the backward equals transformers' eager
+"""training/kernels/attention.py: attention that recomputes its probabilities in the backward equals transformers' eager
 attention, output and gradients, and a model trained with it saves as a plain model."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from training.attention import attention, register
+from training.kernels.attention import attention, register
 
 
 def _inputs(dtype):

@@ -1,4 +1,4 @@
-"""Best-of-N (training/best_of_n.py, `rlhf best-of-n`): the picks by hand, then on tiny models against scoring
+"""Best-of-N (training/sampling/best_of_n.py, `rlhf best-of-n`): the picks by hand, then on tiny models against scoring
 every sample directly, and the output file read back by `rlhf import`."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.conftest import query
-from training.best_of_n import line, parse_ns, ranks_by_score, summary
+from training.sampling.best_of_n import line, parse_ns, ranks_by_score, summary
 from training.watch import best_index
 
 
@@ -32,8 +32,8 @@ def test_picks_ranks_and_ns_by_hand():
 @pytest.mark.integration
 def test_best_of_n_on_tiny_models_keeps_the_top_scored_sample_and_imports(cli, db, tmp_path, tiny_model_dir):
     from tests.builders import build_liked_token_rm
-    from training.chat import score_reply
     from training.loaders import load_scalar_model, load_tokenizer
+    from training.sampling.chat import score_reply
     from training.tiny import build_talking_model
 
     talker = build_talking_model(tmp_path / "talker", eos_rate=0.2)

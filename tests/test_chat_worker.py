@@ -12,8 +12,8 @@ import pytest
 from app.jobs.chat_worker import NICE, AppActivity, ChatWorker, keep_waiting, wait_budget_s
 from app.jobs.compare import LocalChat
 from tests.builders import build_liked_token_rm
-from training.chat import ChatParams, Models
 from training.models import ModelError
+from training.sampling.chat import ChatParams, Models
 
 
 def _nice(pid: int) -> int:

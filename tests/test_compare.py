@@ -93,7 +93,7 @@ def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
     """Both panes stream in lockstep from two real (tiny) models with the same seed; the vote lands in the store
     under the right model ids, and the win table counts it."""
     from app.jobs.compare import new_conversation, respond, vote, win_rows
-    from training.chat import ChatParams, Models
+    from training.sampling.chat import ChatParams, Models
 
     models = Models()
     state = new_conversation(str(tiny_model_dir), "default", blind=False)
@@ -120,7 +120,7 @@ def test_streamed_chat_vote_and_win_table(db, tiny_model_dir, tmp_path):
 def test_reply_scores_come_from_the_reward_model(tiny_model_dir, tmp_path):
     from app.jobs.compare import scores_of
     from tests.builders import build_liked_token_rm
-    from training.chat import Models
+    from training.sampling.chat import Models
 
     rm = build_liked_token_rm(tiny_model_dir, tmp_path / "rm")
     models = Models()
@@ -139,7 +139,7 @@ def test_reply_scores_come_from_the_reward_model(tiny_model_dir, tmp_path):
 
 def test_multi_turn_keeps_each_sides_history_and_a_shared_history_is_the_votes_prompt(db, tiny_model_dir):
     from app.jobs.compare import new_conversation, respond, vote
-    from training.chat import ChatParams, Models
+    from training.sampling.chat import ChatParams, Models
 
     models = Models()
     params = ChatParams(max_new_tokens=4, min_new_tokens=4, seed=1)
@@ -202,7 +202,7 @@ def test_a_chat_from_a_stored_conversation_shows_its_turns_and_the_vote_keeps_th
     from app.jobs.compare import respond, start_from, stored_conversation, stored_conversations, vote
     from store.db import write
     from store.prompts import add_prompts
-    from training.chat import ChatParams, Models
+    from training.sampling.chat import ChatParams, Models
 
     turns = [
         {"role": "system", "content": "Be brief."},
@@ -280,7 +280,7 @@ def test_blind_scores_wait_for_the_vote_and_come_with_the_names(db, tiny_model_d
 
 def test_a_new_message_hides_the_last_scores_again(tiny_model_dir):
     from app.jobs.compare import respond, score_lines
-    from training.chat import ChatParams, Models
+    from training.sampling.chat import ChatParams, Models
 
     state = {**_replied(str(tiny_model_dir), True), "voted": True}
     assert score_lines(state) != ("", "")
@@ -291,7 +291,7 @@ def test_a_new_message_hides_the_last_scores_again(tiny_model_dir):
 
 
 def test_the_compare_list_offers_a_ppo_runs_checkpoints_with_the_best_marked(db, tmp_path):
-    """A PPO run with evaluated checkpoints (training/checkpoints.py) lists each saved one beside its actor; a
+    """A PPO run with evaluated checkpoints (training/rollouts/checkpoints.py) lists each saved one beside its actor; a
     checkpoint's reference and reward model are its run's."""
     from app.jobs.compare import run_defaults, tuned_runs
     from store.db import write
@@ -326,7 +326,7 @@ def test_best_of_n_of_the_reference_is_a_contestant(db, tiny_model_dir, tmp_path
     under 'best-of-3:' and the reference's id."""
     from app.jobs.compare import best_of_ref, model_name, new_conversation, respond, split_best_of, vote
     from tests.builders import build_liked_token_rm
-    from training.chat import ChatParams, Models, sample_reply, score_reply
+    from training.sampling.chat import ChatParams, Models, sample_reply, score_reply
 
     rm = str(build_liked_token_rm(tiny_model_dir, tmp_path / "rm"))
     ref = best_of_ref(str(tiny_model_dir), 3)
@@ -521,8 +521,8 @@ def test_an_annotator_compares_runs_by_name_and_reads_no_server_path(db, tmp_pat
 def test_an_annotator_reads_no_path_or_reason_when_a_model_fails_to_load(tmp_path, capsys):
     from app.faces.compare_tab import QuietChat
     from app.jobs.compare import LocalChat
-    from training.chat import ChatParams, Models
     from training.models import ModelError
+    from training.sampling.chat import ChatParams, Models
 
     broken = tmp_path / "runs" / "ppo-x" / "actor"
     broken.mkdir(parents=True)

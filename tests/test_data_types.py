@@ -6,7 +6,8 @@ import json
 import pytest
 
 from store.snapshot import freeze_pairs_file, freeze_unpaired_file, split_of
-from training.data_types import (
+from training.models import DataError
+from training.pairwise.data_types import (
     DATA_TYPES,
     check_unpaired,
     load_unpaired,
@@ -15,7 +16,6 @@ from training.data_types import (
     takes_snapshot,
     unpaired_from_pairs,
 )
-from training.models import DataError
 
 
 def ranking_pairs(ranking_id, prompt, order):

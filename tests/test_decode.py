@@ -1,11 +1,11 @@
-"""training/llama_step.py: the decode's own Llama steps give transformers' logits, step by step, and the
+"""training/kernels/llama_step.py: the decode's own Llama steps give transformers' logits, step by step, and the
 decode falls back to transformers' forward for what they do not cover."""
 
 import pytest
 import torch
 
-from training.decode import _Steps
-from training.llama_step import LlamaSteps, covers
+from training.kernels.llama_step import LlamaSteps, covers
+from training.sampling.decode import _Steps
 
 
 def _prompts():
@@ -31,7 +31,7 @@ def test_llama_steps_give_transformers_logits_at_every_step(tiny_model_dir, dtyp
         # and the whole sequence in one forward: its last position is the last step's
         full_ids = torch.cat([ids, tokens[:5].T], 1)
         full_mask = torch.cat([mask, torch.ones(3, 5, dtype=mask.dtype)], 1)
-        from training.logprobs import position_ids
+        from training.kernels.logprobs import position_ids
 
         whole = model(input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids(full_mask)).logits
     for a, b in pairs:
@@ -50,15 +50,15 @@ def test_what_the_llama_steps_do_not_cover_takes_transformers_forward(tiny_model
 
 
 def test_the_prompt_pass_runs_sdpa_for_a_model_loaded_with_the_trainers_kernel(tiny_model_dir):
-    """The sampler must not round as the scoring forward does (training/decode.py's docstring): the decode's
+    """The sampler must not round as the scoring forward does (training/sampling/decode.py's docstring): the decode's
     first logits are an SDPA forward's, bit for bit, and the model keeps the trainers' kernel afterwards."""
     from types import SimpleNamespace
 
     from transformers import AutoModelForCausalLM
 
-    from training.decode import decode_steps
-    from training.logprobs import position_ids
+    from training.kernels.logprobs import position_ids
     from training.models import training_attention
+    from training.sampling.decode import decode_steps
 
     def load(**kernel):
         return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16, **kernel).eval()

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import query
-from training.vllm_engine import vllm_installed
+from training.sampling.vllm_engine import vllm_installed
 
 
 def rlhf(db, *args):

@@ -321,7 +321,7 @@ def test_the_demos_engine_reaches_every_sampler_and_the_rollouts_and_picks_the_q
         model = set_up(quick, tmp_path / engine)[0]
         config = json.loads((Path(model) / "config.json").read_text())
         heads[engine] = config["hidden_size"] // config["num_attention_heads"]
-    assert heads == {"auto": 16, "vllm": 32}  # vLLM's CPU kernels take 32 and wider (training/vllm_engine.py)
+    assert heads == {"auto": 16, "vllm": 32}  # vLLM's CPU kernels take 32 and wider (training/sampling/vllm_engine.py)
 
 
 PLAIN = {"whiten_advantages": True, "generation_batch_size": 32, "ema_beta": 0.0, "save_every": 0}  # PPO's defaults

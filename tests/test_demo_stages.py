@@ -237,7 +237,7 @@ def test_an_old_demos_kept_checkpoint_is_judged_against_dpo_where_its_samples_ar
     from app.studies.demo_methods import with_kept_matchup
     from app.studies.demo_taste import Taste
     from app.studies.demo_watch import kept_samples_again
-    from training.checkpoints import CHECKPOINTS_FILE
+    from training.rollouts.checkpoints import CHECKPOINTS_FILE
 
     run = tmp_path / "ppo-run"
     (run / "actor").mkdir(parents=True)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits
-from training.sequences import sequence_logprobs
+from training.pairwise.sequences import sequence_logprobs
 
 T = torch.tensor
 

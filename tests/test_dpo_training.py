@@ -64,7 +64,7 @@ def test_the_saved_policy_is_a_plain_hf_folder_that_samples(trained, tiny_model_
     import torch
     from transformers import AutoModelForCausalLM
 
-    from training.generation import Sampler, SamplingConfig
+    from training.sampling.generation import Sampler, SamplingConfig
 
     _, run = trained
     policy = AutoModelForCausalLM.from_pretrained(run / "policy")

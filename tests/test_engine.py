@@ -1,6 +1,6 @@
 """training/engine.py::deepspeed_engine: a lone rank at ZeRO 0 skips DeepSpeed's gradient all-reduce (an identity
 over one rank that flattens and copies every gradient) and still trains exactly as plain torch does; a bf16 model
-at ZeRO 0 takes training/mixed_step.py's lean step and gets DeepSpeed's own numbers."""
+at ZeRO 0 takes training/kernels/mixed_step.py's lean step and gets DeepSpeed's own numbers."""
 
 import json
 from pathlib import Path
@@ -71,12 +71,12 @@ def _train_on_rank(rank: int, init: str, out: str) -> None:
 
 
 def _bf16_steps() -> dict:
-    """bf16 at ZeRO 0, DeepSpeed's own optimizer step against training/mixed_step.py's lean one: targets x10 so
+    """bf16 at ZeRO 0, DeepSpeed's own optimizer step against training/kernels/mixed_step.py's lean one: targets x10 so
     the gradient norm exceeds the clip, and an inf input at the fourth step, which must be skipped."""
     import deepspeed
 
     from training.engine import deepspeed_engine, ds_config
-    from training.mixed_step import _step
+    from training.kernels.mixed_step import _step
 
     results = {}
     for lean in (False, True):
@@ -127,7 +127,7 @@ def test_a_lone_rank_skips_the_allreduce_and_trains_as_plain_torch(tmp_path):
 
 
 def test_lean_step_parts_by_hand():
-    from training.mixed_step import chunks, clip_divisor, grad_norm
+    from training.kernels.mixed_step import chunks, clip_divisor, grad_norm
 
     assert grad_norm([torch.tensor([3.0, 4.0], dtype=torch.bfloat16), torch.tensor([12.0])]) == 13.0
     assert grad_norm([torch.tensor([1.0, float("inf")])]) == float("inf")

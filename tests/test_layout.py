@@ -106,8 +106,8 @@ def _full_imports(path: Path) -> set[str]:
 
 
 def test_no_trainer_imports_another_trainers_package():
-    """Shared helpers live at training/'s top level (models.py, engine.py, and the trainers on prompts' loaders.py,
-    rollout.py, policy_losses.py, ...); a trainer package (one with a train.py) imports none of the others, so
+    """Shared helpers live in training/'s frame and rooms (models.py, engine.py; rollouts/rollout.py,
+    pairwise/reference.py, ...); a trainer package (one with a train.py) imports none of the others, so
     adding or removing a trainer touches no other trainer."""
     trainers = sorted(p.parent.name for p in (ROOT / "training").glob("*/train.py"))
     assert {"reward", "ppo"} <= set(trainers)
@@ -116,6 +116,77 @@ def test_no_trainer_imports_another_trainers_package():
         for path in (ROOT / "training" / name).rglob("*.py"):
             bad = {m for m in _full_imports(path) if any(m == o or m.startswith(o + ".") for o in others)}
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+# training/ in rooms (docs/architecture.md): the frame at the top, four rooms of shared machinery, and one package
+# per trainer. A room imports the frame, kernels and the rooms listed here; kernels are leaves over the frame.
+FRAME = {
+    "config_file",
+    "engine",
+    "judges",
+    "launcher",
+    "loaders",
+    "models",
+    "precision",
+    "registry",
+    "runs",
+    "tiny",
+    "watch",
+}
+ROOMS = {
+    "kernels": {"attention", "hf_cache", "linear", "llama_step", "logprobs", "mixed_step"},
+    "sampling": {"best_of_n", "chat", "decode", "generation", "rollout_engine", "vllm_engine", "vllm_worker"},
+    "pairwise": {"data_types", "pairs", "pairs_config", "prefix", "reference", "scoring", "sequences"},
+    "rollouts": {
+        "checkpoints",
+        "critic_free",
+        "policy_losses",
+        "profile",
+        "prompt_data",
+        "prompt_run",
+        "prompts_config",
+        "rollout",
+    },
+}
+ROOM_MAY = {
+    "frame": {"frame", "kernels"},
+    "kernels": {"frame", "kernels"},
+    "sampling": {"frame", "kernels", "sampling"},
+    "pairwise": {"frame", "kernels", "pairwise"},
+    "rollouts": {"frame", "kernels", "sampling", "pairwise", "rollouts"},
+}
+
+
+def _room_of(module: str) -> str:
+    """'frame', a room's name, or 'trainer' for a module of training/ (dotted, from training. on)."""
+    parts = module.split(".")
+    if len(parts) == 2:
+        return "frame"
+    return parts[1] if parts[1] in ROOMS else "trainer"
+
+
+def test_training_is_a_frame_four_rooms_and_the_trainers():
+    """Every module of training/ is where the rooms say (a new one goes into a room, or the frame is widened here on
+    purpose), and a room's imports point only where ROOM_MAY says: kernels know no sampling, pairs or rollouts, the
+    frame no room but the kernels (the registry alone names each trainer's config), sampling and pairwise data
+    know nothing of rollouts."""
+    top = {p.stem for p in (ROOT / "training").glob("*.py")} - {"__init__"}
+    assert top == FRAME
+    for room, modules in ROOMS.items():
+        assert {p.stem for p in (ROOT / "training" / room).glob("*.py")} - {"__init__"} == modules, room
+    bad = []
+    for path in (ROOT / "training").rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        room = _room_of(module)
+        if room == "trainer" or path.stem == "__init__":
+            continue
+        for m in _full_imports(path):
+            if m.split(".")[0] != "training" or m == "training":
+                continue
+            there = _room_of(m)
+            if there not in ROOM_MAY[room] and not (module == "training.registry" and m.endswith(".config")):
+                bad.append(f"{module} ({room}) imports {m} ({there})")
+    assert not bad, bad
 
 
 def test_every_trainer_is_in_the_registry():

@@ -11,7 +11,7 @@ from app.faces.limits import ServeLimits
 from bench.app_server import AppServer
 from store.errors import UserError
 from tests.conftest import query
-from training.chat import Models
+from training.sampling.chat import Models
 
 
 def _send(client, message, actor, reference, max_new=8, best_of=1):

@@ -1,4 +1,4 @@
-"""training/linear.py: linear layers through oneDNN give nn.Linear's numbers and gradients, packed weights give
+"""training/kernels/linear.py: linear layers through oneDNN give nn.Linear's numbers and gradients, packed weights give
 the same forwards inside their `with` and leave nothing behind, and the decode samples what it sampled before."""
 
 from types import SimpleNamespace
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from training.linear import _OneDNNLinear, onednn_linears, packed_linears
+from training.kernels.linear import _OneDNNLinear, onednn_linears, packed_linears
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="a torch build without oneDNN")
 
@@ -102,8 +102,8 @@ def test_a_forward_that_needs_weight_gradients_does_not_read_the_packed_copy(tin
 def test_the_rollout_decode_samples_the_same_tokens_with_packed_weights(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from training import decode
-    from training.logprobs import without_eos
+    from training.kernels.logprobs import without_eos
+    from training.sampling import decode
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     ids, mask = _batch()
@@ -139,7 +139,7 @@ def test_a_frozen_layer_inside_the_with_still_passes_gradients_to_its_input(tiny
 def test_a_pack_that_fails_part_way_changes_no_layer(tiny_model_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from training import linear
+    from training.kernels import linear
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     calls = []

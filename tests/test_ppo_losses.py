@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from training.policy_losses import (
+from training.ppo.losses import critic_loss_fn, get_advantages_and_returns
+from training.rollouts.policy_losses import (
     actor_loss_fn,
     adaptive_kl_update,
     approx_kl,
@@ -20,7 +21,6 @@ from training.policy_losses import (
     masked_whiten,
     zero_after_end,
 )
-from training.ppo.losses import critic_loss_fn, get_advantages_and_returns
 
 T = torch.tensor
 
@@ -191,7 +191,7 @@ def test_the_score_lands_on_the_token_that_emits_eos():
     """The trainer's masks: EOS stays in the loss mask, and the score sits on EOS's position (or on the last token
     of a response cut at the length limit)."""
     from training.ppo.experience import add_advantages
-    from training.rollout import Experience, response_mask
+    from training.rollouts.rollout import Experience, response_mask
 
     eos, pad = 2, 0
     response = T([[5, 6, 2, 0], [5, 2, 0, 0], [5, 6, 7, 8]])
@@ -221,7 +221,7 @@ def test_the_score_lands_on_the_token_that_emits_eos():
 @pytest.mark.integration
 def test_the_math_module_imports_only_torch():
     code = (
-        "import sys, training.ppo.losses, training.policy_losses\n"
+        "import sys, training.ppo.losses, training.rollouts.policy_losses\n"
         "print(sorted(m for m in ('deepspeed', 'gradio', 'duckdb', 'transformers') if m in sys.modules))"
     )
     root = Path(__file__).resolve().parent.parent
@@ -230,7 +230,7 @@ def test_the_math_module_imports_only_torch():
 
 
 def test_decode_sampling_draws_from_the_filtered_distribution():
-    from training.decode import draw, filter_logits
+    from training.sampling.decode import draw, filter_logits
 
     # top-k 2 of [3, 1, 2, 0] keeps tokens 0 and 2; top-p .5 of softmax([2, 1, 0]) = [.665, .245, .09] keeps token 0
     assert torch.isinf(filter_logits(T([[3.0, 1.0, 2.0, 0.0]]), 1.0, 2, 1.0)).tolist() == [[False, True, False, True]]

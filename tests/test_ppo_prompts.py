@@ -22,7 +22,7 @@ def no_launch(monkeypatch):
 
 def _frozen_prompts(run: Path) -> list[str]:
     """The prompts the run's ranks will read, through the trainer's own reader."""
-    from training.prompt_data import read_prompts
+    from training.rollouts.prompt_data import read_prompts
 
     return read_prompts(json.loads((run / "config.json").read_text())["prompts"])
 
@@ -118,7 +118,7 @@ def test_the_trainer_never_reads_another_kind_of_file_as_lines(tmp_path, name):
     """A config written by hand and launched directly names its prompts file too: a CSV there is refused, not read
     line by line with its header (`rlhf train-ppo` hands the ranks a frozen .jsonl)."""
     from training.models import DataError
-    from training.prompt_data import read_prompts
+    from training.rollouts.prompt_data import read_prompts
 
     f = tmp_path / name
     f.write_text("id,prompt\n1,What is a river?\n")
@@ -135,11 +135,12 @@ def test_the_trainer_never_reads_another_kind_of_file_as_lines(tmp_path, name):
     ],
 )
 def test_a_folder_without_a_readable_manifest_is_one_error_for_pairs_and_prompts(tmp_path, manifest, message):
-    """The trainers read a snapshot's files through one reader of its manifest (training/pairs.py::snapshot_file),
-    so a folder that is not a snapshot is the same one line to a trainer on pairs and to one on prompts."""
+    """The trainers read a snapshot's files through one reader of its manifest
+    (training/pairwise/pairs.py::snapshot_file), so a folder that is not a snapshot is the same one line to a trainer
+    on pairs and to one on prompts."""
     from training.models import DataError
-    from training.pairs import load_pairs
-    from training.prompt_data import read_prompts
+    from training.pairwise.pairs import load_pairs
+    from training.rollouts.prompt_data import read_prompts
 
     if manifest is not None:
         (tmp_path / "manifest.json").write_text(manifest)
@@ -161,7 +162,7 @@ def test_a_folder_without_a_readable_manifest_is_one_error_for_pairs_and_prompts
     ],
 )
 def test_the_rollout_batch_fits_the_prompts(n_prompts, batch, world, buffers, fitted):
-    from training.prompt_data import fitted_batch, prompt_batches
+    from training.rollouts.prompt_data import fitted_batch, prompt_batches
 
     assert fitted_batch(n_prompts, batch, world, buffers) == fitted
     if fitted:  # each epoch then has a buffer of batches for every rank

@@ -202,10 +202,10 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path, tiny_mo
 def test_rollout_logprobs_equal_a_fresh_forward(tiny_model_dir):
     """The log-probs read off the decode loop's raw logits are the policy's own (whatever the sampling filters), so
     in fp32 the trainer may skip the actor's scoring forward."""
+    from training.kernels.logprobs import response_logprobs
     from training.loaders import load_causal_lm, load_tokenizer
-    from training.logprobs import response_logprobs
-    from training.prompt_data import encode_prompts
-    from training.rollout import rollout
+    from training.rollouts.prompt_data import encode_prompts
+    from training.rollouts.rollout import rollout
 
     tok = load_tokenizer(tiny_model_dir)
     model = load_causal_lm(str(tiny_model_dir), "fp32").eval()
@@ -227,10 +227,10 @@ def test_sampled_kl_is_the_kl_of_the_distribution_sampled_from(tiny_model_dir):
     from the actor only in its EOS logit (+12) has, with EOS held back, exactly the actor's distribution: KL 0 at
     every held position. Read without the mask (the code before), each held token would count
     log(1 - p_eos) - log(1 - q_eos) with q_eos = p_eos e^12 / (1 - p_eos + p_eos e^12), by hand below."""
+    from training.kernels.logprobs import response_logprobs
     from training.loaders import load_causal_lm, load_tokenizer
-    from training.logprobs import response_logprobs
-    from training.prompt_data import encode_prompts
-    from training.rollout import rollout, score
+    from training.rollouts.prompt_data import encode_prompts
+    from training.rollouts.rollout import rollout, score
 
     tok = load_tokenizer(tiny_model_dir)
     eos = tok.eos_token_id

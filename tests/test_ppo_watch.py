@@ -139,7 +139,7 @@ def test_a_single_reward_model_has_no_judge_but_still_the_watch(tmp_path, talker
 
 
 def test_the_best_checkpoint_by_hand():
-    from training.checkpoints import best_checkpoint
+    from training.rollouts.checkpoints import best_checkpoint
 
     rows = [
         {"step": 2, "score_mean": 1.0, "heldout_score_mean": 0.5},

@@ -44,9 +44,9 @@ def test_auto_resolves_to_this_machine_unless_pinned(monkeypatch):
 
 def test_every_dtype_defaults_to_auto_and_auto_is_checked():
     from app.studies.demo_config import DemoConfig
-    from training.generation import SamplingConfig
     from training.ppo.config import PPOConfig
     from training.reward.config import RewardConfig
+    from training.sampling.generation import SamplingConfig
 
     assert {c().dtype for c in (DemoConfig, SamplingConfig, PPOConfig, RewardConfig)} == {"auto"}
     check_dtype("auto")
@@ -63,7 +63,7 @@ def test_the_sampler_says_which_dtype_it_picked_and_stores_it(db, tiny_model_dir
     from store.db import write
     from store.prompts import add_prompts
     from tests.conftest import query
-    from training.generation import Sampler, SamplingConfig
+    from training.sampling.generation import Sampler, SamplingConfig
 
     monkeypatch.setenv("RLHF_DTYPE", "bf16")
     with write(db) as con:

@@ -1,10 +1,10 @@
-"""Prefix sharing (training/prefix.py): the split worked out by hand, and the two-pass forward giving the same
+"""Prefix sharing (training/pairwise/prefix.py): the split worked out by hand, and the two-pass forward giving the same
 outputs and gradients as running every sequence whole, on a tiny random Llama."""
 
 import pytest
 import torch
 
-from training.prefix import common_prefix, forward, prefix_lengths, split
+from training.pairwise.prefix import common_prefix, forward, prefix_lengths, split
 
 PAD = 0
 
@@ -99,7 +99,7 @@ def test_shared_forward_gives_the_reward_models_scores():
 
 
 def ranked_batch():
-    from training.pairs import Tokenised
+    from training.pairwise.pairs import Tokenised
 
     # ranking r1: prompt [5, 6, 7], three responses (two pairs share a chosen one); r2: prompt [20, 21]
     return [
@@ -110,8 +110,8 @@ def ranked_batch():
 
 
 def test_dpo_log_probs_with_the_prompt_run_once_equal_the_whole_sequences():
-    from training.reference import response_logprobs, shared_logprobs
-    from training.sequences import collate, shared_rows
+    from training.pairwise.reference import response_logprobs, shared_logprobs
+    from training.pairwise.sequences import collate, shared_rows
 
     model = tiny("lm", "eager")
     batch = ranked_batch()
@@ -141,7 +141,7 @@ def test_reward_scores_with_the_prompt_run_once_equal_the_whole_sequences():
 def _agree_on_rank(rank: int, init: str, have: list[bool], out: str) -> None:
     import json
 
-    from training.prefix import agree
+    from training.pairwise.prefix import agree
 
     torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     got = [agree("split" if h[rank] else None, "cpu") for h in have]

@@ -1,11 +1,11 @@
-"""training/profile.py: the parts of a step, each summed over the step, taken once."""
+"""training/rollouts/profile.py: the parts of a step, each summed over the step, taken once."""
 
 import itertools
 
 import pytest
 
-from training import profile
-from training.profile import OFF, Clock
+from training.rollouts import profile
+from training.rollouts.profile import OFF, Clock
 
 
 @pytest.fixture

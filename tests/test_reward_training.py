@@ -41,7 +41,7 @@ def train_rm(tmp, model, n_pairs: int, *flags: str, db: str | None = None, stren
 def rescore_eval_pairs(run: Path, model, tok) -> tuple[dict, list, object]:
     """The saved model's score of every held-out pair's two sides, as the trainer encodes them, in this process:
     {(prompt, side): score}, the pairs, the encoder."""
-    from training.pairs import load_pairs
+    from training.pairwise.pairs import load_pairs
     from training.reward.data import PairEncoder
 
     config = json.loads((run / "config.json").read_text())

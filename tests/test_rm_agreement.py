@@ -48,7 +48,7 @@ def _expected(pairs, scores) -> float:
 
 def test_each_annotators_share_of_pairs_the_model_orders_as_they_did(db, tmp_path, liked_rm, cli):
     from annotation.dashboard import annotator_rows
-    from training.scoring import score_texts
+    from training.pairwise.scoring import score_texts
 
     seed_store(db, 3, k=3)
     texts = [t for (t,) in query(db, "SELECT text FROM responses ORDER BY response_id")]

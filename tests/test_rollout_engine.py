@@ -1,11 +1,11 @@
-"""training/rollout_engine.py's weights: what vLLM is sent is the actor as a plain transformers checkpoint, LoRA
-merged in exactly as PEFT merges it."""
+"""training/sampling/rollout_engine.py's weights: what vLLM is sent is the actor as a plain transformers checkpoint,
+LoRA merged in exactly as PEFT merges it."""
 
 import copy
 
 import torch
 
-from training.rollout_engine import actor_weights
+from training.sampling.rollout_engine import actor_weights
 
 
 def test_a_plain_actor_is_sent_by_its_own_names_once(tiny_model_dir):

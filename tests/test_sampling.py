@@ -9,8 +9,8 @@ from store.db import write
 from store.errors import UserError
 from store.prompts import add_prompts
 from tests.conftest import query, store_rows
-from training.generation import Sampler, SamplingConfig
 from training.models import ModelError
+from training.sampling.generation import Sampler, SamplingConfig
 
 
 def _add(db, texts):

@@ -285,7 +285,7 @@ def test_a_pairs_file_is_frozen_into_a_snapshot_by_the_stores_split_rule(db, tmp
     """`--pairs FILE` trains on a snapshot of the file, made as the store's are: split by prompt with split_of,
     read-only, recorded; margin and ranking_id kept where given; editing the file later changes no run."""
     from app.jobs.training import prepare_pairs_run
-    from training.pairs import load_pairs
+    from training.pairwise.pairs import load_pairs
     from training.reward.config import RewardConfig
 
     rows = [

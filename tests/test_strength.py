@@ -14,8 +14,9 @@ from store.snapshot import freeze_snapshot
 from store.strengths import steps_problem, strength_pairs
 from tests.builders import seed_store
 from tests.conftest import query, store_rows, write_jsonl
+from training.pairwise.pairs import STRENGTH_MARGINS
 from training.reward.config import RewardConfig
-from training.reward.losses import STRENGTH_MARGINS, accuracy_by_strength
+from training.reward.losses import accuracy_by_strength
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ def test_accuracy_by_strength_by_hand():
 
 def test_the_reward_models_margin_from_strength(tiny_model_dir):
     from training.loaders import load_tokenizer
-    from training.pairs import PairEncoder
+    from training.pairwise.pairs import PairEncoder
 
     enc = PairEncoder(load_tokenizer(tiny_model_dir), 64)
     row = {"prompt": "p", "chosen": "a", "rejected": "b", "margin": 2, "strength": 2}

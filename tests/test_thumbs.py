@@ -35,7 +35,7 @@ def test_a_snapshot_for_kto_holds_the_thumbs_beside_the_pairs_split_by_prompt(db
     from app.faces.ui import AppContext
     from store.db import read
     from store.snapshot import freeze_snapshot, verify_snapshot
-    from training.data_types import load_unpaired
+    from training.pairwise.data_types import load_unpaired
 
     seed_store(db, 4, k=3)
     ctx = AppContext(db)

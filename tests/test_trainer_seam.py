@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.conftest import query
-from training.prompts_config import PromptsConfig
 from training.registry import TRAINERS, Trainer
+from training.rollouts.prompts_config import PromptsConfig
 
 
 @dataclass

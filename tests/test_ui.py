@@ -18,7 +18,7 @@ from app.faces.ui import AppContext, build_app, is_loopback
 from bench.app_server import free_port
 from store.errors import UserError
 from tests.conftest import DATA, dead_pid, query, store_rows
-from training.generation import SamplingConfig
+from training.sampling.generation import SamplingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

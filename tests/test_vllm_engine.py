@@ -1,5 +1,5 @@
-"""vLLM as the sampling engine (training/vllm_engine.py): which engine samples a model and why, and on a tiny real
-model (head size 32, which vLLM's CPU kernels take) that its samples follow the sampling settings the way the
+"""vLLM as the sampling engine (training/sampling/vllm_engine.py): which engine samples a model and why, and on a tiny
+real model (head size 32, which vLLM's CPU kernels take) that its samples follow the sampling settings the way the
 transformers fallback does, that seeds reproduce, and that new weights really reach it."""
 
 import json
@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 import torch
 
-from training.generation import Sampler, SamplingConfig, open_sampler
 from training.models import ModelError
-from training.vllm_engine import EngineError, Settings, engine_for, open_engine, unsupported, vllm_installed
+from training.sampling.generation import Sampler, SamplingConfig, open_sampler
+from training.sampling.vllm_engine import EngineError, Settings, engine_for, open_engine, unsupported, vllm_installed
 
 
 def _config_file(folder, **over):
@@ -52,7 +52,7 @@ def test_engine_for_falls_back_with_a_reason_and_a_pin_wins(tmp_path, monkeypatc
 
 def test_open_engine_falls_back_only_where_auto_chose_vllm(tmp_path, monkeypatch):
     """An engine that cannot start: under auto, generate samples and says why; asked for by name, the error."""
-    import training.vllm_engine as ve
+    import training.sampling.vllm_engine as ve
 
     monkeypatch.delenv("RLHF_ENGINE", raising=False)
     monkeypatch.setattr(ve, "vllm_installed", lambda: True)
@@ -92,7 +92,7 @@ def test_a_sampler_that_cannot_have_vllm_says_so_in_one_line(tiny_model_dir):
 def test_request_seeds_give_each_request_a_window_of_its_own():
     """vLLM seeds a request's j-th sample with its seed + j: the windows of 64 samples of 64 prompts in each of
     3 calls (seeds 0, 1, 2) never overlap, and all stay below 2**31."""
-    from training.vllm_engine import request_seed
+    from training.sampling.vllm_engine import request_seed
 
     starts = sorted(request_seed(seed, i) for seed in range(3) for i in range(64))
     assert len(set(starts)) == len(starts) and starts[-1] + 64 < 2**31
@@ -146,8 +146,8 @@ def _first_tokens(sampler, prompt_ids, settings, n, seed):
 
 def _expected(model, prompt_ids, settings) -> torch.Tensor:
     """The distribution sampling draws the first token from: the model's fp32 logits through the HF path's rules
-    (training/decode.py's filter_logits: temperature, then top-k, then top-p)."""
-    from training.decode import filter_logits
+    (training/sampling/decode.py's filter_logits: temperature, then top-k, then top-p)."""
+    from training.sampling.decode import filter_logits
 
     with torch.no_grad():
         logits = model(torch.tensor([prompt_ids])).logits[:, -1].float()
@@ -254,7 +254,7 @@ def test_an_owner_killed_with_sigkill_leaves_no_engine_behind(graded, tmp_path):
     script.write_text(
         "import sys, time\n"
         "if __name__ == '__main__':\n"
-        "    from training.vllm_engine import VllmEngine\n"
+        "    from training.sampling.vllm_engine import VllmEngine\n"
         f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256)\n"
         "    print('ready', flush=True)\n"
         "    time.sleep(300)\n"
@@ -274,12 +274,12 @@ def test_an_owner_killed_with_sigkill_leaves_no_engine_behind(graded, tmp_path):
 @pytest.mark.integration
 @needs_vllm
 def test_the_chat_streams_from_the_engine_what_it_samples(engines):
-    """The Compare chat on vLLM (training/chat.py's VllmChatModel over the module's engine): the two sides of one
-    model, read in turns, stream the replies `sample` draws with the same seed (EOS cut off); best-of-N's N replies
+    """The Compare chat on vLLM (training/sampling/chat.py's VllmChatModel over the module's engine): the two sides of
+    one model, read in turns, stream the replies `sample` draws with the same seed (EOS cut off); best-of-N's N replies
     come from one n=N request; a stream closed early aborts its request, and the engine serves the next."""
     from dataclasses import replace
 
-    from training.chat import ChatParams, VllmChatModel, chat_ids, stream_pair
+    from training.sampling.chat import ChatParams, VllmChatModel, chat_ids, stream_pair
 
     ours, _ = engines
     chat = VllmChatModel(ours.folder, "as configured", vllm=ours.vllm)
@@ -314,7 +314,7 @@ def test_the_apps_chat_process_streams_on_vllm_in_its_own_process(graded, monkey
     import psutil
 
     from app.jobs.chat_worker import ChatWorker
-    from training.chat import ChatParams
+    from training.sampling.chat import ChatParams
 
     monkeypatch.delenv("RLHF_ENGINE", raising=False)
     worker = ChatWorker(max_loaded=1)
@@ -335,7 +335,7 @@ def test_rollouts_under_auto_use_the_own_decode_on_a_cpu(tiny_model_dir, monkeyp
     """bench/ppo.py measured vLLM rollouts no faster than the trainers' own decode on this CPU: `auto` keeps the
     faster path there and says why; asking for vLLM by name (or RLHF_ENGINE) still gets it where it loads."""
     from training.ppo.config import PPOConfig
-    from training.prompt_run import CPU_ROLLOUTS, rollout_engine
+    from training.rollouts.prompt_run import CPU_ROLLOUTS, rollout_engine
 
     if torch.cuda.is_available():
         pytest.skip("on a GPU auto takes vLLM")

@@ -1,6 +1,6 @@
-"""PPO and RLOO with vLLM rollouts (training/rollout_engine.py): the engine beside the DeepSpeed actor samples, and
-after every update the actor's new weights reach it. Checked by the trainers' own probe: after each sync the
-engine's next-token log-probs equal the actor's forward (fp32, to 1e-4) while the actor moves away from its start.
+"""PPO and RLOO with vLLM rollouts (training/sampling/rollout_engine.py): the engine beside the DeepSpeed actor
+samples, and after every update the actor's new weights reach it. Checked by the trainers' own probe: after each sync
+the engine's next-token log-probs equal the actor's forward (fp32, to 1e-4) while the actor moves away from its start.
 On a tiny talker with head size 32 (vLLM's CPU kernels take 32 and up)."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.builders import ppo, rows_of, steps_of
-from training.vllm_engine import vllm_installed
+from training.sampling.vllm_engine import vllm_installed
 
 pytestmark = [
     pytest.mark.integration,

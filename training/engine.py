@@ -282,11 +282,11 @@ def deepspeed_engine(model, opt, sched, config: dict):
     flattens every gradient into one buffer, all-reduces it over a group of one, and copies it back: 0.56 s of a
     5.9 s reward-model backward (SmolLM2-135M, fp32, 24 sequences of 128 tokens), for an identity (the average over
     one rank). ZeRO 1-3 keep it: their optimizers move the gradients into their partitions there. A bf16 model at
-    ZeRO 0 steps through training/mixed_step.py's lean step (DeepSpeed's math, fewer fp32 copies)."""
+    ZeRO 0 steps through training/kernels/mixed_step.py's lean step (DeepSpeed's math, fewer fp32 copies)."""
     use_local_extensions_dir()  # a process that set up its own process group (a test) loads the op built at install
     import deepspeed
 
-    from training.mixed_step import lean_bf16_step
+    from training.kernels.mixed_step import lean_bf16_step
 
     engine = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=config)[0]
     lean_bf16_step(engine.optimizer)

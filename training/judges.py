@@ -1,8 +1,8 @@
 """The reward model as a judge: its backbone and scalar head read one score at the last response token (the EOS
 the RM was trained to score on, or the last token of a cut response), an ensemble's members and their held-out
 statistics, and `Judges`, the optimised members and the held-out judges that only watch. Used by PPO and the next
-trainer on prompts, chat, best-of-N and batched scoring (training/scoring.py); PPO's critic reads through the same
-`unwrap` and `backbone`."""
+trainer on prompts, chat, best-of-N and batched scoring (training/pairwise/scoring.py); PPO's critic reads through the
+same `unwrap` and `backbone`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from training.logprobs import position_ids
+from training.kernels.logprobs import position_ids
 from training.models import reward_folder
 
 

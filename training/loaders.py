@@ -1,7 +1,7 @@
 """Loading the models a trainer on prompts reads: the tokenizer (left padding, pad distinct from EOS), causal LMs
 (actor, reference) and scalar-head models (reward, critic), dropout off in all of them, and a fingerprint that
 proves a frozen model never changed. Used by PPO and the next trainer on prompts, chat, best-of-N and batched
-scoring (training/scoring.py)."""
+scoring (training/pairwise/scoring.py)."""
 
 from __future__ import annotations
 

@@ -48,16 +48,16 @@ def training_attention() -> dict:
     as from_pretrained arguments. On a CPU: eager attention's matmuls (SDPA's flash kernel is slower there: its
     backward alone took a fifth of a reward-model step; on SmolLM2-135M, 128 tokens, bf16, a forward and backward of
     24 sequences took 3.37 s against 4.17 s with a reward head, 5.42 against 6.53 s with the LM head on the
-    response), as training/attention.py's "lean" kernel, which keeps only q, k and v for the backward: PPO's actor
-    (8 sequences of 64 + 64 tokens) holds 1781 MB with its graph against eager's 2086 (SDPA 1458), and its forward
+    response), as training/kernels/attention.py's "lean" kernel, which keeps only q, k and v for the backward: PPO's
+    actor (8 sequences of 64 + 64 tokens) holds 1781 MB with its graph against eager's 2086 (SDPA 1458), and its forward
     and backward take 1.26 s against eager's 1.35 and SDPA's 1.65 in bf16, 3.87 against 4.15 s in fp32. On a GPU
     SDPA stays (its fused kernels win there). Same math either way, rounded differently in bf16: the rollout's
-    decode runs its prompt's pass in SDPA for that reason (training/decode.py)."""
+    decode runs its prompt's pass in SDPA for that reason (training/sampling/decode.py)."""
     import torch
 
     if torch.cuda.is_available():
         return {}
-    from training.attention import NAME, register
+    from training.kernels.attention import NAME, register
 
     register()
     return {"attn_implementation": NAME}

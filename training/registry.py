@@ -32,7 +32,7 @@ class Trainer:
     plots: tuple[str, ...]  # metric keys the Train tab plots against the step
     headline: Callable[[dict], str]  # a finished run's final metrics -> one line
     progress: Callable[[dict], str | None]  # a metrics row -> the CLI's progress line (None: nothing to say)
-    data: str  # what it trains on, one of training/data_types.py's DATA_TYPES: pairs, unpaired, prompts
+    data: str  # what it trains on, one of training/pairwise/data_types.py's DATA_TYPES: pairs, unpaired, prompts
     command: str  # its `rlhf` command
     summary: str  # what it is, in a few words (the app's and the CLI's help say it)
 
@@ -70,7 +70,7 @@ def _ppo_headline(final: dict) -> str:
     if "reward/score_mean" not in final:
         return ""
     line = f"score {final['reward/score_mean']:.3f}, KL {final['reward/kl']:.3f}"
-    if "best/step" in final:  # the checkpoint the held-out judge scores best (training/checkpoints.py)
+    if "best/step" in final:  # the checkpoint the held-out judge scores best (training/rollouts/checkpoints.py)
         judge = final.get("best/heldout_score_mean", final.get("best/score_mean"))
         line += f", best checkpoint: step {final['best/step']} (held-out {judge:.3f})"
     return line

@@ -9,7 +9,7 @@ what RLHF gains on several datasets. So, every step:
   judges it never sees the gradient of (`split_members`, `combine`);
 - the correlation between response length and the optimised score within the batch (`pearson`);
 - an alarm (`Watch`) that decides on evidence: at each checkpoint evaluation (the same held-out prompts and
-  sampling seed every time, training/checkpoints.py) it compares the held-out judge's per-prompt scores with
+  sampling seed every time, training/rollouts/checkpoints.py) it compares the held-out judge's per-prompt scores with
   those of the best evaluation so far, paired by prompt, and fires when the fall is beyond noise while the
   optimised score rose (`fell`); or when KL passes a budget. The per-step scores of 8 rollout replies are too few
   to tell a fall from noise (the demo's earlier step-wise alarm fired at step 7 on a run whose judge rose at every

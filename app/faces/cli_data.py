@@ -12,8 +12,8 @@ from pathlib import Path
 from app.faces.config_args import add_dataclass_args, dataclass_from_args
 from app.faces.limits import ServeLimits
 from store.errors import UserError
-from training.generation import SamplingConfig
 from training.models import resolve_model
+from training.sampling.generation import SamplingConfig
 
 
 def cmd_init(args: argparse.Namespace) -> None:
@@ -34,7 +34,7 @@ def cmd_sample(args: argparse.Namespace) -> None:
     from app.jobs.sampling import run_sampling
     from store.db import read
     from store.prompts import pending_prompts
-    from training.generation import open_sampler
+    from training.sampling.generation import open_sampler
 
     config = dataclass_from_args(SamplingConfig, args)
     resolve_model(config.model)  # a bad --model is an error even when there is nothing to sample
@@ -48,11 +48,11 @@ def cmd_sample(args: argparse.Namespace) -> None:
 
 
 def cmd_best_of_n(args: argparse.Namespace) -> None:
-    """`rlhf best-of-n`: best-of-N of a policy under a reward model, for each N (training/best_of_n.py)."""
+    """`rlhf best-of-n`: best-of-N of a policy under a reward model, for each N (training/sampling/best_of_n.py)."""
     from annotation.prompt_files import read_prompts
     from app.jobs.training import heldout_prompts
-    from training import best_of_n
-    from training.generation import open_sampler
+    from training.sampling import best_of_n
+    from training.sampling.generation import open_sampler
 
     try:
         ns = best_of_n.parse_ns(args.n)

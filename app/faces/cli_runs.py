@@ -12,7 +12,7 @@ from app.faces.config_args import add_dataclass_args, dataclass_from_args, given
 from app.jobs.round_config import RoundConfig
 from app.studies.demo_config import QUICK, ROUNDS, DemoConfig
 from store.errors import UserError
-from training.data_types import takes_snapshot
+from training.pairwise.data_types import takes_snapshot
 from training.precision import with_resolved_dtype
 from training.registry import TRAINERS
 

@@ -33,8 +33,8 @@ from app.jobs.compare import (
     win_rows,
 )
 from store.errors import UserError
-from training.chat import ChatParams
 from training.models import ModelError
+from training.sampling.chat import ChatParams
 
 # the send handler's inputs, in its parameters' order
 SEND_INPUTS = "message state actor reference blind temperature top_p max_new seed reward best_of".split()

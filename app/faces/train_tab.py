@@ -16,7 +16,7 @@ from app.faces.rounds_ui import build_next_round
 from app.jobs.train_view import log_tail, plot_frames, runs_rows, samples_rows, snapshot_choices
 from app.jobs.train_view import status_line as run_status_line
 from store.errors import UserError
-from training.data_types import takes_snapshot
+from training.pairwise.data_types import takes_snapshot
 from training.registry import TRAINERS
 
 RM_SKIP, PPO_SKIP = TRAINERS["reward"].form_skip, TRAINERS["ppo"].form_skip

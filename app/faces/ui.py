@@ -19,7 +19,7 @@ from app.faces.limits import ServeLimits
 from app.faces.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, StoreRef, store_of
 from store.errors import UserError
-from training.generation import Sampler, SamplingConfig, VllmSampler, open_sampler
+from training.sampling.generation import Sampler, SamplingConfig, VllmSampler, open_sampler
 
 
 class AppContext:
@@ -47,7 +47,7 @@ class AppContext:
         from app.jobs.chat_worker import ChatWorker
         from app.jobs.compare import LocalChat
         from app.jobs.train_view import Runs
-        from training.chat import Models
+        from training.sampling.chat import Models
 
         self.db = store_of(db)
         self.limits = limits or ServeLimits()  # every size a request may ask for (app/faces/limits.py)

@@ -17,9 +17,9 @@ from store.db import StoreRef, read, write
 from store.errors import UserError
 from store.prompts import conversation_prompts, find_prompt
 from store.runs import runs_of_kinds
-from training.chat import ChatParams, Models, best_of_reply, model_folder, score_reply, stream_pair
 from training.models import DEFAULT_MODEL, model_id
 from training.registry import TRAINERS, policy_folder, run_config
+from training.sampling.chat import ChatParams, Models, best_of_reply, model_folder, score_reply, stream_pair
 
 VOTES = {"left": "left", "right": "right", "tie": "tie", "both_bad": "both_bad"}
 BLIND_LINE = "Blind: the reward model's scores are shown with the names after your vote."
@@ -59,11 +59,11 @@ def tuned_runs(db: StoreRef) -> list[tuple[str, str]]:
 
 
 def checkpoint_choices(run_id: str, run: str) -> list[tuple[str, str]]:
-    """A PPO run's evaluated checkpoints (training/checkpoints.py) still on disk, the best one marked, besides
+    """A PPO run's evaluated checkpoints (training/rollouts/checkpoints.py) still on disk, the best one marked, besides
     the run's own actor: (label, folder)."""
     from pathlib import Path
 
-    from training.checkpoints import best_checkpoint, read_checkpoints
+    from training.rollouts.checkpoints import best_checkpoint, read_checkpoints
 
     rows = [r for r in read_checkpoints(run) if Path(r.get("actor", "")).is_dir()]
     best = best_checkpoint(rows)

@@ -41,7 +41,7 @@ def score_store(
     progress: Callable[[int], None] | None = None,
 ) -> tuple[str, int]:
     """Score the ranked responses the run has not scored yet; returns (run id, responses scored now)."""
-    from training.scoring import load_scorer
+    from training.pairwise.scoring import load_scorer
 
     run = recorded_run(db, run_name, runs_dir)
     if run_kind(run) != "reward":

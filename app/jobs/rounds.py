@@ -121,8 +121,8 @@ def scorer(db, cfg: RoundConfig) -> list[Path]:
 
 def selection_values(models: list[Path], cfg: RoundConfig, prompts: list[str], replies: list[list[str]]) -> list:
     """Per candidate: the mean score gap of its replies (uncertain) or the ensemble's order disagreement."""
+    from training.pairwise.scoring import score_texts
     from training.reward.config import RewardConfig
-    from training.scoring import score_texts
 
     max_length = RewardConfig().max_length
     per_member = [score_texts(m, prompts, replies, cfg.dtype, max_length) for m in models]
@@ -137,7 +137,7 @@ def draw(
     """k replies per prompt from one model: (Generated lists, its model id, the stored sampling parameters).
     `samplers(config)`: a context manager giving a sampler (the app's, kept warm between rounds); else a sampler
     opened for this call."""
-    from training.generation import SamplingConfig, open_sampler
+    from training.sampling.generation import SamplingConfig, open_sampler
 
     config = SamplingConfig(
         model=ref, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, dtype=cfg.dtype, seed=cfg.seed
@@ -216,8 +216,8 @@ def start_round(db, cfg: RoundConfig, log: Callable[[str], None] = print, sample
 
 def round_accuracy(db, round_: int, model: Path, dtype: str = "fp32") -> tuple[float, int]:
     """(share of round `round_`'s pairs the reward model orders as the annotators did, pairs); a tie is wrong."""
+    from training.pairwise.scoring import score_texts
     from training.reward.config import RewardConfig
-    from training.scoring import score_texts
 
     with read(db) as con:
         pairs = round_pairs(con, round_)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from annotation.sampling import SampleReport, sample_pending
 from store.db import StoreRef
-from training.generation import Sampler, VllmSampler
+from training.sampling.generation import Sampler, VllmSampler
 
 
 def run_sampling(

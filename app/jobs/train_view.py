@@ -20,9 +20,9 @@ from store.snapshot import list_snapshots
 from training.config_file import ConfigFile
 from training.dpo.config import DPOConfig
 from training.precision import with_resolved_dtype
-from training.prompts_config import PromptsConfig
 from training.registry import TRAINERS, kind_of, run_config, step_rows, trainer
 from training.reward.config import RewardConfig
+from training.rollouts.prompts_config import PromptsConfig
 from training.runs import STOP_FILE, effective_status, read_metrics, read_status, request_stop, write_json_atomic
 
 RM_PLOTS = trainer("reward").plots

@@ -25,14 +25,14 @@ from store.prompts import all_prompts
 from store.runs import record_run, run_by_id
 from store.snapshot import freeze_pairs_file, freeze_snapshot, freeze_unpaired_file, record_snapshot, split_of
 from training.config_file import ConfigFile
-from training.data_types import load_unpaired, read_data_file, snapshot_type, takes_snapshot
 from training.launcher import host_failures, launch
 from training.models import DataError, resolve_model
-from training.pairs import load_pairs
-from training.pairs_config import round_numbers
-from training.prompt_data import read_prompts
-from training.prompts_config import PromptsConfig
+from training.pairwise.data_types import load_unpaired, read_data_file, snapshot_type, takes_snapshot
+from training.pairwise.pairs import load_pairs
+from training.pairwise.pairs_config import round_numbers
 from training.registry import kind_of, trainer
+from training.rollouts.prompt_data import read_prompts
+from training.rollouts.prompts_config import PromptsConfig
 from training.runs import STOP_FILE, read_metrics, read_status, write_json_atomic
 
 
@@ -245,7 +245,8 @@ def heldout_prompts(db: StoreRef) -> list[str]:
 
 
 def _prompts_jsonl(texts: list[str]) -> str:
-    """The form the ranks read (training.prompt_data.read_prompts): one {"prompt": text} per line, ASCII-escaped."""
+    """The form the ranks read (training.rollouts.prompt_data.read_prompts): one {"prompt": text} per line,
+    ASCII-escaped."""
     return "".join(json.dumps({"prompt": t}) + "\n" for t in texts)
 
 

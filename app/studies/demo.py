@@ -55,12 +55,12 @@ from app.studies.demo_rm import rm_report, within_prompt_std
 from app.studies.demo_taste import off_topic_share
 from store.db import StoreRef
 from store.errors import UserError
-from training.generation import open_sampler
+from training.pairwise.scoring import score_texts
 from training.ppo.config import PPOConfig
 from training.registry import step_rows, trainer
 from training.reward.config import RewardConfig
 from training.runs import read_metrics, read_status
-from training.scoring import score_texts
+from training.sampling.generation import open_sampler
 
 SAMPLE_KEYS = (
     ("reference", "reference"),

@@ -173,9 +173,9 @@ def train_arm(
     from annotation.winrate import ratio_bootstrap_ci
     from app.jobs.training import prepare_run, run_training
     from app.studies.demo_common import demo_taste, pair_counts
+    from training.pairwise.scoring import score_texts
     from training.registry import run_config
     from training.reward.config import RewardConfig
-    from training.scoring import score_texts
 
     rm_cfg = RewardConfig(
         model=reward_base,

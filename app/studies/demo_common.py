@@ -22,8 +22,8 @@ from store.errors import UserError
 from store.prompts import add_prompts
 from store.rankings import RankedItem, RankingIn
 from store.responses import responses_by_prompt
-from training.generation import Sampler, SamplingConfig
 from training.ppo.config import PPOConfig
+from training.sampling.generation import Sampler, SamplingConfig
 
 DEMO_PROMPTS = "demo_prompts.txt"
 

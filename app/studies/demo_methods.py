@@ -24,7 +24,7 @@ from training.runs import read_status
 
 METHODS = ("ppo", "dpo", "kto", "rloo", "rloo_pairwise", "online_dpo")
 # The methods on the reward model's own snapshot: (title, sampling-seed offset). KTO reads the pairs as thumbs
-# (training/data_types.py::unpaired_from_pairs).
+# (training/pairwise/data_types.py::unpaired_from_pairs).
 ON_SNAPSHOT = {"dpo": ("DPO", 3 * 10**6), "kto": ("KTO", 8 * 10**6)}
 
 CHECKPOINTING = ("save_every", "keep_best", "eval_limit")  # PPO's, so RLOO's points sit on the same plot
@@ -55,7 +55,7 @@ def train_and_sample(
     then sample its policy on the held-out prompts into texts[key or kind]; returns the run's final status."""
     from app.studies.demo_common import sample_texts, sampling_config
     from app.studies.demo_stages import train_run
-    from training.generation import open_sampler
+    from training.sampling.generation import open_sampler
 
     spec = trainer(kind)
 
@@ -94,7 +94,7 @@ def run_on_snapshot(
 ) -> dict:
     """Train DPO or KTO on the reward model's own snapshot, sample the policy on the held-out prompts, and judge it
     against the reference and against PPO's actor. texts: held-out samples of 'reference' and 'ppo'. Its KL is
-    measured as PPO's checkpoints' is (training/prompt_run.py::evaluate_policy with PPO's run settings)."""
+    measured as PPO's checkpoints' is (training/rollouts/prompt_run.py::evaluate_policy with PPO's run settings)."""
     from app.studies.demo_common import compare, judging, mean_words
 
     title, seed = ON_SNAPSHOT[method]
@@ -195,7 +195,7 @@ def policy_point(policy: Path, ppo_run: Path, samples: list, reference: list, se
     from the demo's held-out samples."""
     from app.studies.demo_common import compare
     from training.ppo.config import PPOConfig
-    from training.prompt_run import evaluate_policy
+    from training.rollouts.prompt_run import evaluate_policy
 
     row = evaluate_policy(str(policy), PPOConfig.load(ppo_run / "config.json"))
     keep = ("kl", "score_mean", "heldout_score_mean", "length_mean")

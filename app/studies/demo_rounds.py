@@ -126,8 +126,8 @@ def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:
     """The reward model's held-out accuracy and the actor's win rate over the SFT model, on the held-out prompts."""
     from annotation.winrate import ratio_bootstrap_ci
     from app.studies.demo_common import compare, judging, pair_counts, sample_texts, sampling_config
-    from training.generation import open_sampler
-    from training.scoring import score_texts
+    from training.pairwise.scoring import score_texts
+    from training.sampling.generation import open_sampler
 
     cfg, heldout, reference = ctx["cfg"], ctx["heldout"], ctx["reference"]
     scores = score_texts(rm / "model", heldout, reference, cfg.dtype, ctx["max_length"])
@@ -160,9 +160,9 @@ def ppo_steps(cfg: DemoConfig, train_prompts: int) -> int:
 def run_rounds_study(cfg: DemoConfig, folder: Path, quick: bool, log: Callable[[str], None]) -> dict:
     """Every arm; results.json and report.md in `folder`."""
     from app.studies.demo_common import sample_texts, sampling_config, set_up
-    from training.generation import open_sampler
     from training.precision import with_resolved_dtype
     from training.reward.config import RewardConfig
+    from training.sampling.generation import open_sampler
 
     t0 = time.time()
     cfg, dtype_line = with_resolved_dtype(cfg)

@@ -2,7 +2,7 @@
 
 - PPO trains against member 0 of a two-member reward ensemble (alternate halves of the training prompts); member 1
   is the held-out judge it never optimises (training/watch.py), and PPO checkpoints every `save_every` steps, each
-  scored by both on the store's held-out prompts (training/checkpoints.py), which names the chosen one.
+  scored by both on the store's held-out prompts (training/rollouts/checkpoints.py), which names the chosen one.
 - Here every checkpoint also samples the demo's held-out prompts and the scripted annotator judges it against the
   reference: the true win rate, against the KL the run measured for that checkpoint.
 - Best-of-N of the reference (N = 1, 2, 4, ...), picked by the same reward model PPO optimised, is the baseline at
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.studies.demo_config import DemoConfig
-from training.checkpoints import best_checkpoint, read_checkpoints
+from training.rollouts.checkpoints import best_checkpoint, read_checkpoints
 from training.runs import read_metrics
 from training.watch import best_index, best_of_n_kl
 
@@ -80,7 +80,7 @@ def checkpoint_samples(
     """A checkpoint's samples of the held-out prompts: the run's final actor's are `final`, the ones the demo drew;
     any other is sampled with the seed every checkpoint shares, so a resumed demo draws the same ones again."""
     from app.studies.demo_common import sample_texts, sampling_config
-    from training.generation import open_sampler
+    from training.sampling.generation import open_sampler
 
     if Path(actor).resolve() == (run / "actor").resolve():
         return final
@@ -142,8 +142,8 @@ def best_of_n_points(
     prompt, the pick among the first n by the reward model PPO optimised, judged against the reference's samples."""
     from app.studies.demo_common import compare, judging, mean_words, sample_texts, sampling_config
     from app.studies.demo_taste import off_topic_share
-    from training.generation import open_sampler
-    from training.scoring import score_texts
+    from training.pairwise.scoring import score_texts
+    from training.sampling.generation import open_sampler
 
     judge = judging(cfg, heldout)
     with open_sampler(sampling_config(cfg, model)) as sampler:
@@ -411,8 +411,8 @@ it as 0. Best-of-N picks, among N samples of the reference, the one the optimise
 KL is the bound log N - (N - 1)/N.
 
 RLOO's checkpoints are measured as PPO's are; DPO's policy is one point, its KL measured with PPO's settings on the
-same held-out prompts (`training/prompt_run.py::evaluate_policy`). At equal KL, each method's curve runs from the
-reference (KL 0, win rate 50%) through its points, linear in sqrt(KL).
+same held-out prompts (`training/rollouts/prompt_run.py::evaluate_policy`). At equal KL, each method's curve runs from
+the reference (KL 0, win rate 50%) through its points, linear in sqrt(KL).
 
 {lines}
 

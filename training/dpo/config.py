@@ -1,13 +1,13 @@
 """DPO settings: one dataclass, the source of `rlhf train-dpo`'s flags, the app's form and every run's config.json.
 Defaults follow TRL's DPOTrainer where it has one (beta 0.1, sigmoid loss, no label smoothing, linear decay), with
 the reward model's data options (a snapshot, a pairs file, or the store) and its ranking-aware batches: the
-settings every trainer on pairs shares are training/pairs_config.py's."""
+settings every trainer on pairs shares are training/pairwise/pairs_config.py's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.pairs_config import PairsConfig
+from training.pairwise.pairs_config import PairsConfig
 
 LOSSES = ("sigmoid", "ipo")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from training import prefix
 from training.dpo.config import DPOConfig
 from training.dpo.losses import dpo_loss, implicit_rewards, ipo_loss, preference_logits
 from training.engine import run_main
-from training.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
-from training.reference import (
+from training.pairwise import prefix
+from training.pairwise.pairs import PairEncoder, batches, load_pairs, rank_batches, step_plan
+from training.pairwise.reference import (
     head_position,
     heldout_terms,
     policy_engine,
@@ -26,7 +26,7 @@ from training.reference import (
     shared_logprobs,
     train_policy,
 )
-from training.sequences import collate, key_groups, shared_rows
+from training.pairwise.sequences import collate, key_groups, shared_rows
 
 
 def pair_terms(engine, raw, pad: int, ref: dict, cfg: DPOConfig, device, head: int) -> tuple[torch.Tensor, dict]:
@@ -64,7 +64,8 @@ def summary(loss: float, terms: list[dict], prefix: str) -> dict:
 
 
 def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head) -> dict:
-    """The held-out pairs' loss, accuracy and margins (training/reference.py::heldout_terms: all ranks get all)."""
+    """The held-out pairs' loss, accuracy and margins (training/pairwise/reference.py::heldout_terms: all ranks get
+    all)."""
     terms, loss, n = heldout_terms(
         engine, eval_batches, rank, world, lambda batch, spare: pair_terms(engine, batch, pad, ref, cfg, device, head)
     )

@@ -1,13 +1,13 @@
 """KTO settings: one dataclass, the source of `rlhf train-kto`'s flags, the app's form and every run's config.json.
 Defaults follow TRL's KTOConfig (beta 0.1, desirable and undesirable weights 1, the KL reference point from
 mismatched prompt-completion pairs), with the data options every trainer on a snapshot shares
-(training/pairs_config.py): here a "pair" of the batch size is one unpaired row."""
+(training/pairwise/pairs_config.py): here a "pair" of the batch size is one unpaired row."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.pairs_config import PairsConfig
+from training.pairwise.pairs_config import PairsConfig
 
 
 @dataclass

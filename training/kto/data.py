@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from training.pairs import PairEncoder
-from training.sequences import Key
+from training.pairwise.pairs import PairEncoder
+from training.pairwise.sequences import Key
 
 
 @dataclass

@@ -3,8 +3,8 @@
     deepspeed --num_accelerators N --module training.kto.train --config RUN/config.json
 
 Reads unpaired rows from a snapshot (never the database; a pairs snapshot through the one conversion,
-training/data_types.py), scores every sequence and its KL partner once under the frozen reference (the shared
-machinery of training/reference.py, then frees it), trains the policy with KTO's loss, evaluates how well the
+training/pairwise/data_types.py), scores every sequence and its KL partner once under the frozen reference (the shared
+machinery of training/pairwise/reference.py, then frees it), trains the policy with KTO's loss, evaluates how well the
 implicit reward orders held-out thumbs up above thumbs down, checkpoints, resumes, and saves the policy as a plain
 HF folder in RUN/policy."""
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from training import prefix
-from training.data_types import load_unpaired
 from training.engine import run_main
 from training.kto.config import KTOConfig
 from training.kto.data import distinct, encode_rows, key_groups
 from training.kto.losses import kl_reference_point, kto_loss, ranking_accuracy
-from training.pairs import PairEncoder, batches, rank_batches, step_plan
-from training.reference import (
+from training.pairwise import prefix
+from training.pairwise.data_types import load_unpaired
+from training.pairwise.pairs import PairEncoder, batches, rank_batches, step_plan
+from training.pairwise.reference import (
     head_position,
     heldout_terms,
     key_logprobs,
@@ -73,7 +73,7 @@ def summary(loss: float, terms: list[dict], prefix_: str) -> dict:
 
 
 def evaluate(engine, eval_batches, pad, ref, cfg, rank, world, device, head) -> dict:
-    """The held-out rows' loss and accuracy (training/reference.py::heldout_terms: all ranks get all)."""
+    """The held-out rows' loss and accuracy (training/pairwise/reference.py::heldout_terms: all ranks get all)."""
     terms, loss, n = heldout_terms(
         engine,
         eval_batches,

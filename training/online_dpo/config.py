@@ -1,5 +1,5 @@
 """Online DPO settings (Guo et al. 2024; iterative DPO, Xiong et al. 2024): the fields every trainer on prompts
-shares are training/prompts_config.py's (its kl_ctl only shapes what the metrics call the KL penalty: here beta
+shares are training/rollouts/prompts_config.py's (its kl_ctl only shapes what the metrics call the KL penalty: here beta
 anchors the policy to the reference); these are its own. Each step samples k responses per prompt from the current
 policy, the reward model picks the best and the worst of each prompt, and DPO learns from those pairs. Defaults:
 k = 4 (the paper's K of the demo's rankings too), beta = 0.1 (DPO's), every pair kept, one pass."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.prompts_config import PromptsConfig
+from training.rollouts.prompts_config import PromptsConfig
 
 
 @dataclass

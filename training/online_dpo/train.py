@@ -7,20 +7,20 @@ Each step: 1. rollout (k responses for each of this rank's prompts, from the cur
 log-probs and the reward model's scores), 3. each prompt's best against its worst response as a DPO pair
 (training/online_dpo/losses.py), 4. update_epochs passes of DPO's loss over the pairs, 5. metrics, 6. the watch,
 checkpoints and Stop as PPO and RLOO have them. Three models (actor, reference, reward), one trained: RLOO's loop
-and models (training/critic_free.py) with these step functions. Saves RUN/actor as an HF folder."""
+and models (training/rollouts/critic_free.py) with these step functions. Saves RUN/actor as an HF folder."""
 
 from __future__ import annotations
 
 import torch
 
-from training.critic_free import finish_row, run_loop
 from training.engine import run_main
-from training.logprobs import response_logprobs
+from training.kernels.logprobs import response_logprobs
 from training.online_dpo.config import OnlineDPOConfig
 from training.online_dpo.losses import best_worst_pairs, online_dpo_loss
-from training.policy_losses import approx_kl
-from training.prompt_run import seed_rollout, watch_stats
-from training.rollout import Experience, rollout, score
+from training.rollouts.critic_free import finish_row, run_loop
+from training.rollouts.policy_losses import approx_kl
+from training.rollouts.prompt_run import seed_rollout, watch_stats
+from training.rollouts.rollout import Experience, rollout, score
 
 
 def make_experience(m, cfg: OnlineDPOConfig, prompts: list[list[int]], step: int, rank: int, stats):

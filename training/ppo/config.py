@@ -1,7 +1,7 @@
 """PPO settings: one dataclass, the source of `rlhf train-ppo`'s flags, the app's form and every run's config.json.
-The fields every trainer on prompts shares are training/prompts_config.py's; these are PPO's own (the critic, GAE,
-the PPO epochs over a buffer, the EMAs, PPO-ptx). Defaults follow DeepSpeed-Chat step 3 (reward clip 5, clip ranges 0.2,
-gamma 1, lambda 0.95, one PPO epoch, critic learning rate 5e-6) except four, chosen by measurement on the
+The fields every trainer on prompts shares are training/rollouts/prompts_config.py's; these are PPO's own (the critic,
+GAE, the PPO epochs over a buffer, the EMAs, PPO-ptx). Defaults follow DeepSpeed-Chat step 3 (reward clip 5, clip
+ranges 0.2, gamma 1, lambda 0.95, one PPO epoch, critic learning rate 5e-6) except four, chosen by measurement on the
 default-model demo (docs/results/ppo-settings.md, "The defaults"): 32 prompts a rollout batch (DS-Chat 8), advantages
 whitened per batch, the KL coefficient 0.05 (DS-Chat 0.1) and the actor's learning rate 2e-5 (DS-Chat 9.65e-6). The
 rest beyond DS-Chat is off by default."""
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training.models import reward_folder
-from training.prompts_config import PromptsConfig
+from training.rollouts.prompts_config import PromptsConfig
 
 
 @dataclass

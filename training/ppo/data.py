@@ -1,4 +1,4 @@
-"""PPO-ptx's unlabelled text: read from a .txt or .jsonl file (with training/prompt_data.py's readers) and cut
+"""PPO-ptx's unlabelled text: read from a .txt or .jsonl file (with training/rollouts/prompt_data.py's readers) and cut
 into language-modelling batches."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from training.models import DataError
-from training.prompt_data import file_texts, guarded
+from training.rollouts.prompt_data import file_texts, guarded
 
 
 def read_texts(source: str) -> list[str]:

@@ -1,13 +1,13 @@
-"""PPO's rewards and advantages on a scored rollout (training/rollout.py's Experience): DeepSpeed-Chat's
+"""PPO's rewards and advantages on a scored rollout (training/rollouts/rollout.py's Experience): DeepSpeed-Chat's
 `train_rlhf`, per-token rewards then GAE."""
 
 from __future__ import annotations
 
 import torch
 
-from training.policy_losses import compute_rewards, masked_whiten, zero_after_end
 from training.ppo.losses import get_advantages_and_returns
-from training.rollout import Experience
+from training.rollouts.policy_losses import compute_rewards, masked_whiten, zero_after_end
+from training.rollouts.rollout import Experience
 
 
 def add_advantages(exp: Experience, kl_ctl: float, cfg) -> Experience:

@@ -1,15 +1,15 @@
 """PPO's own math, as pure functions: GAE and the clipped value loss (imports only torch, and the shared policy
-math in training/policy_losses.py, which imports only torch).
+math in training/rollouts/policy_losses.py, which imports only torch).
 
-Index convention as in training/policy_losses.py: position t of `values` and `rewards` (B, L) refers to the action
-`seq[t+1]`; the trainer passes the response positions only (start = 0). Shapes: B sequences, L positions,
+Index convention as in training/rollouts/policy_losses.py: position t of `values` and `rewards` (B, L) refers to the
+action `seq[t+1]`; the trainer passes the response positions only (start = 0). Shapes: B sequences, L positions,
 T = L - start response positions."""
 
 from __future__ import annotations
 
 import torch
 
-from training.policy_losses import masked_mean
+from training.rollouts.policy_losses import masked_mean
 
 
 def get_advantages_and_returns(

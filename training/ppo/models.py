@@ -1,13 +1,13 @@
 """PPO's critic: the reward model's backbone and scalar head, without any LM head, reading a value at every
 response position. The other three models load and read through the shared modules: training/loaders.py,
-training/logprobs.py (actor, reference) and training/judges.py (reward)."""
+training/kernels/logprobs.py (actor, reference) and training/judges.py (reward)."""
 
 from __future__ import annotations
 
 import torch
 
 from training.judges import backbone, unwrap
-from training.logprobs import position_ids
+from training.kernels.logprobs import position_ids
 
 
 class Critic(torch.nn.Module):

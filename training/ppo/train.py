@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 
-from training.checkpoints import evaluate
 from training.engine import (
     drop_older,
     initialize,
@@ -28,19 +27,20 @@ from training.engine import (
     tensors_mb,
 )
 from training.engine import save_checkpoint as save_engine_checkpoint
-from training.linear import onednn_linears
+from training.kernels.linear import onednn_linears
+from training.kernels.logprobs import response_logprobs
 from training.loaders import fingerprints_by_rank, load_scalar_model, load_tokenizer, param_fingerprint
-from training.logprobs import response_logprobs
 from training.models import add_lora, training_attention
-from training.policy_losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, masked_mean
 from training.ppo.config import PPOConfig
 from training.ppo.data import read_texts, unsup_batch
 from training.ppo.experience import add_advantages
 from training.ppo.losses import critic_loss_fn
 from training.ppo.models import Critic
-from training.profile import Clock
-from training.prompt_data import encode_prompts, fitted_batch, prompt_batches, read_prompts
-from training.prompt_run import (
+from training.rollouts.checkpoints import evaluate
+from training.rollouts.policy_losses import actor_loss_fn, adaptive_kl_update, approx_kl, clip_fraction, masked_mean
+from training.rollouts.profile import Clock
+from training.rollouts.prompt_data import encode_prompts, fitted_batch, prompt_batches, read_prompts
+from training.rollouts.prompt_run import (
     after_step,
     alarm_field,
     eval_prompts,
@@ -56,7 +56,7 @@ from training.prompt_run import (
     tensorboard_writer,
     watch_stats,
 )
-from training.rollout import Experience, rollout, score
+from training.rollouts.rollout import Experience, rollout, score
 from training.runs import RunFiles, read_metrics
 from training.watch import Watch
 
@@ -68,7 +68,7 @@ class Models:
         self.cfg = cfg
         actor, ref, judges, folders = load_policy_models(cfg)
         critic = Critic(load_scalar_model(cfg.critic or cfg.reward, cfg.dtype, training_attention()))
-        onednn_linears(critic)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
+        onednn_linears(critic)  # fp32 on a CPU: linear layers through oneDNN (training/kernels/linear.py)
         if cfg.gradient_checkpointing:
             critic.model.gradient_checkpointing_enable()
         if cfg.critic_lora_rank:
@@ -78,15 +78,19 @@ class Models:
             for model, lr in ((actor, cfg.actor_lr), (critic, cfg.critic_lr))
         )
         self.device = self.actor.device
-        self.clock = Clock(self.device)  # the step's parts, timed (training/profile.py)
+        self.clock = Clock(self.device)  # the step's parts, timed (training/rollouts/profile.py)
         self.ref_fingerprint = param_fingerprint(ref) if cfg.zero_stage < 3 else None
         self.ref = self._frozen(ref)
         self.judges = frozen_judges(cfg, judges, folders, self.device)
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.ema = [p.detach().float().clone() for p in self.actor.module.parameters()] if cfg.ema_beta else None
-        self.eval_prompts: list[list[int]] = []  # held-out prompts for the checkpoints (training/checkpoints.py)
+        self.eval_prompts: list[
+            list[int]
+        ] = []  # held-out prompts for the checkpoints (training/rollouts/checkpoints.py)
         self.tokenizer = None
-        self.rollouts = None  # the vLLM engine of the rollouts (training/rollout_engine.py), set up with the tokenizer
+        self.rollouts = (
+            None  # the vLLM engine of the rollouts (training/sampling/rollout_engine.py), set up with the tokenizer
+        )
         self.unsup: list[list[int]] = []  # PPO-ptx texts, tokenised (empty: off)
 
     def _frozen(self, model):

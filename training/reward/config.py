@@ -1,12 +1,12 @@
 """Reward-model training settings: one dataclass, the source of the CLI flags, the app's form and the saved
 `config.json` of every run (so any run can be launched again as it was). The settings every trainer on pairs
-shares are training/pairs_config.py's."""
+shares are training/pairwise/pairs_config.py's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.pairs_config import PairsConfig
+from training.pairwise.pairs_config import PairsConfig
 
 
 @dataclass

@@ -1,9 +1,9 @@
-"""Reward-model batches: each distinct sequence of a batch scored once (training/pairs.py reads and tokenises the
-pairs, shared with DPO)."""
+"""Reward-model batches: each distinct sequence of a batch scored once (training/pairwise/pairs.py reads and tokenises
+the pairs, shared with DPO)."""
 
 from __future__ import annotations
 
-from training.pairs import PairEncoder, Tokenised, batches
+from training.pairwise.pairs import PairEncoder, Tokenised, batches
 
 __all__ = ["PairEncoder", "Tokenised", "batches", "collate"]
 
@@ -32,10 +32,10 @@ def collate(batch: list[Tokenised], pad_id: int):
 
 
 def shared_rows(batch: list[Tokenised], pad_id: int):
-    """collate's rows (same order) split for prefix sharing (training/prefix.py), a ranking's responses sharing
+    """collate's rows (same order) split for prefix sharing (training/pairwise/prefix.py), a ranking's responses sharing
     their prompt; the score is read at a row's last token, so each chunk keeps at least that one. None when no two
     rows of a ranking share a prefix."""
-    from training.prefix import split
+    from training.pairwise.prefix import split
 
     rows: dict[tuple[int, ...], object] = {}
     for p in batch:

@@ -34,11 +34,6 @@ def pair_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
     return (chosen > rejected).float().mean()
 
 
-# Llama 2's margins by preference strength (Touvron et al. 2023, table 27, "margin small"): negligibly better or
-# unsure 0, slightly better 1/3, better 2/3, significantly better 1 (levels of store/strengths.py)
-STRENGTH_MARGINS = (0.0, 1 / 3, 2 / 3, 1.0)
-
-
 def accuracy_by_strength(
     chosen: list[float], rejected: list[float], strengths: list[int | None]
 ) -> dict[int, tuple[float, int]]:

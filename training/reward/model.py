@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from training.linear import onednn_linears
+from training.kernels.linear import onednn_linears
 from training.models import SAFE_LOAD, SAFE_WEIGHTS, dropout_off, pick_pad_token, training_attention
 
 
@@ -31,7 +31,7 @@ def load_reward_model(folder: str | Path, dtype: torch.dtype = torch.float32, tr
     model.config.pad_token_id = tokenizer.pad_token_id
     dropout_off(model)
     if training:
-        onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
+        onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/kernels/linear.py)
     return model, tokenizer
 
 

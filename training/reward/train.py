@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from training import prefix
 from training.engine import finish_pairs, initialize, pair_loop, run_main, setup_distributed
 from training.models import add_lora, resolve_model
-from training.pairs import load_pairs, rank_batches, step_plan
+from training.pairwise import prefix
+from training.pairwise.pairs import load_pairs, rank_batches, step_plan
 from training.reward.config import RewardConfig
 from training.reward.data import PairEncoder, batches, collate, shared_rows
 from training.reward.ensemble import half_of, train_ensemble

@@ -1,12 +1,13 @@
-"""RLOO settings (Ahmadian et al. 2024): the fields every trainer on prompts shares are training/prompts_config.py's;
-these are RLOO's own: k responses per prompt, the loss (PPO's clipped ratio or plain REINFORCE) and the passes over
-each rollout. Defaults follow TRL's RLOOTrainer where it has one (k = 4 in the paper's strongest setting, one pass)."""
+"""RLOO settings (Ahmadian et al. 2024): the fields every trainer on prompts shares are
+training/rollouts/prompts_config.py's; these are RLOO's own: k responses per prompt, the loss (PPO's clipped ratio or
+plain REINFORCE) and the passes over each rollout. Defaults follow TRL's RLOOTrainer where it has one (k = 4 in the
+paper's strongest setting, one pass)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.prompts_config import PromptsConfig
+from training.rollouts.prompts_config import PromptsConfig
 
 LOSSES = ("clipped", "reinforce")
 REWARDS = ("score", "win_fraction", "quantile")

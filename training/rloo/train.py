@@ -14,16 +14,10 @@ import random
 
 import torch
 
-from training.critic_free import Models, finish_row, run_loop
 from training.engine import (
     run_main,
 )
-from training.logprobs import response_logprobs
-from training.policy_losses import actor_loss_fn, approx_kl, clip_fraction, kl_estimate
-from training.prompt_run import (
-    seed_rollout,
-    watch_stats,
-)
+from training.kernels.logprobs import response_logprobs
 from training.rloo.config import RLOOConfig
 from training.rloo.losses import (
     leave_one_out_advantages,
@@ -33,7 +27,13 @@ from training.rloo.losses import (
     token_advantages,
     win_fractions,
 )
-from training.rollout import Experience, rollout, score, shape_scores
+from training.rollouts.critic_free import Models, finish_row, run_loop
+from training.rollouts.policy_losses import actor_loss_fn, approx_kl, clip_fraction, kl_estimate
+from training.rollouts.prompt_run import (
+    seed_rollout,
+    watch_stats,
+)
+from training.rollouts.rollout import Experience, rollout, score, shape_scores
 
 
 def make_experience(

@@ -1,12 +1,12 @@
 """Sequences as the trainers on pairs and unpaired data score them (DPO, KTO, and the frozen reference of
-training/reference.py): each distinct sequence of a batch goes through the model once (the C(K,2) pairs of a K-way
-ranking need K rows), with a mask over the response tokens whose log-probabilities the losses compare."""
+training/pairwise/reference.py): each distinct sequence of a batch goes through the model once (the C(K,2) pairs of a
+K-way ranking need K rows), with a mask over the response tokens whose log-probabilities the losses compare."""
 
 from __future__ import annotations
 
 import torch
 
-from training.pairs import Tokenised
+from training.pairwise.pairs import Tokenised
 
 Key = tuple[int, tuple[int, ...]]  # (response start, token ids): one sequence
 
@@ -49,10 +49,10 @@ def key_groups(pairs: list[Tokenised]) -> dict[Key, object]:
 
 
 def shared_split(keys: list[Key], groups: list, pad_id: int):
-    """Rows `keys` of one ranking group each, split for prefix sharing (training/prefix.py): a group's sequences
-    share their prompt up to the position whose logits predict the first response token, which stays in every
+    """Rows `keys` of one ranking group each, split for prefix sharing (training/pairwise/prefix.py): a group's
+    sequences share their prompt up to the position whose logits predict the first response token, which stays in every
     chunk. None when no two rows of a group share a prefix."""
-    from training.prefix import split
+    from training.pairwise.prefix import split
 
     limits = [min(max(start, 1) - 1, len(seq) - 1) for start, seq in keys]
     return split([seq for _, seq in keys], groups, limits, pad_id)

@@ -1,9 +1,9 @@
 """Chat with two models side by side (the Compare tab): both replies stream token by token in lockstep with the
 same sampling parameters and the same seed, and a reward model can score each reply.
 
-A chat model samples on the engine training/vllm_engine.py's open_engine picks for its folder: vLLM (the reply
+A chat model samples on the engine training/sampling/vllm_engine.py's open_engine picks for its folder: vLLM (the reply
 streamed from the engine's process; best-of-N's N replies as n=N over one prefill) or the trainers' own decode
-(training/decode.py) over a transformers model. Models load on first use; the cache keeps the few used last
+(training/sampling/decode.py) over a transformers model. Models load on first use; the cache keeps the few used last
 (`Models(max_loaded)`) and drops them all on `release()` (the app frees them when a training run starts)."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from training.decode import decode_steps
 from training.judges import reward_scores
 from training.loaders import load_scalar_model, load_tokenizer
 from training.models import SAFE_WEIGHTS, ModelError, resolve_model, reward_folder
 from training.registry import policy_folder
+from training.sampling.decode import decode_steps
 
 
 @dataclass
@@ -40,7 +40,7 @@ def model_folder(ref: str) -> Path:
 
 
 class HfChatModel:
-    """A transformers model sampled with the trainers' decode (training/decode.py), on this process's CPU."""
+    """A transformers model sampled with the trainers' decode (training/sampling/decode.py), on this process's CPU."""
 
     engine = "hf"
 
@@ -86,9 +86,9 @@ class VllmChatModel:
     engine = "vllm"
 
     def __init__(self, folder: Path, why: str = "as configured", vllm=None):
-        from training.generation import context_window, stop_ids
         from training.precision import resolve_dtype
-        from training.vllm_engine import VllmEngine
+        from training.sampling.generation import context_window, stop_ids
+        from training.sampling.vllm_engine import VllmEngine
 
         self.tokenizer = load_tokenizer(folder)
         self.why = why
@@ -99,7 +99,7 @@ class VllmChatModel:
 
     @staticmethod
     def settings(params: ChatParams):
-        from training.vllm_engine import Settings
+        from training.sampling.vllm_engine import Settings
 
         # EOS held back at the first min_new_tokens - 1 positions, as the trainers' decode holds it
         return Settings(
@@ -132,7 +132,7 @@ class VllmChatModel:
 
 def open_chat_model(folder: Path, engine: str = "auto"):
     """The chat model over `folder` on the engine open_engine picks (`engine`: auto, vllm or hf)."""
-    from training.vllm_engine import EngineError, open_engine
+    from training.sampling.vllm_engine import EngineError, open_engine
 
     try:
         return open_engine(folder, engine, lambda why: VllmChatModel(folder, why), lambda why: HfChatModel(folder, why))
@@ -266,7 +266,7 @@ def sample_reply(model, messages: list[dict], params: ChatParams) -> str:
 
 def best_of_reply(model, reward: tuple, messages: list[dict], params: ChatParams, n: int) -> tuple:
     """(the pick, every reply, their scores): n replies of a chat model, the reward model's favourite
-    (training/best_of_n.py's rule: the first of the highest)."""
+    (training/sampling/best_of_n.py's rule: the first of the highest)."""
     from training.watch import best_index
 
     ids = chat_ids(model.tokenizer, messages)

@@ -48,7 +48,7 @@ def evaluate(m, prompts: list[list[int]], tokenizer, cfg, step: int) -> dict:
     """One reply per held-out prompt from the actor as it is now (seeded the same way at every step, so checkpoints
     differ only by the actor), scored by the judges, with its sampled KL (k1, nats per sequence) from the
     reference. Every rank evaluates every prompt (identical work keeps ZeRO-3's collective decode in step)."""
-    from training.rollout import rollout, score
+    from training.rollouts.rollout import rollout, score
 
     rng = torch.get_rng_state()
     m.actor.eval()

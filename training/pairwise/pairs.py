@@ -76,6 +76,11 @@ def load_pairs(data: str) -> tuple[list[dict], list[dict]]:
     return train, (check_pairs(evals, f"{path.name} eval") if evals else [])
 
 
+# Llama 2's margins by preference strength (Touvron et al. 2023, table 27, "margin small"): negligibly better or
+# unsure 0, slightly better 1/3, better 2/3, significantly better 1 (levels of store/strengths.py)
+STRENGTH_MARGINS = (0.0, 1 / 3, 2 / 3, 1.0)
+
+
 @dataclass
 class Tokenised:
     chosen: list[int]
@@ -116,8 +121,6 @@ class PairEncoder:
     def pair(self, row: dict, margin_scale: float, margin_from: str = "rank") -> Tokenised:
         """margin_from: 'rank' (scale x the rank gap, 1 where none is given) or 'strength' (scale x Llama 2's
         margin for the pair's strength, 0 where none is given)."""
-        from training.reward.losses import STRENGTH_MARGINS
-
         c, cs, tc = self.encode_response(row["prompt"], row["chosen"])
         r, rs, tr = self.encode_response(row["prompt"], row["rejected"])
         strength = row.get("strength")

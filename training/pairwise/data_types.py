@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from training.models import DataError
-from training.pairs import check_pairs, number_or_none, read_table, snapshot_file
+from training.pairwise.pairs import check_pairs, number_or_none, read_table, snapshot_file
 
 DATA_TYPES = {
     "pairs": "prompt, chosen, rejected: a ranking's C(K,2) pairs, a vote, a pairs file",
@@ -108,7 +108,7 @@ def load_unpaired(data: str) -> tuple[list[dict], list[dict]]:
     `unpaired_from_pairs` (each split on its own: the split is by prompt, so no ranking straddles it)."""
     folder = Path(data)
     if snapshot_type(folder) == "pairs":
-        from training.pairs import load_pairs
+        from training.pairwise.pairs import load_pairs
 
         train, evals = load_pairs(data)
         train, evals = unpaired_from_pairs(train) + thumbs_of(folder, "train"), unpaired_from_pairs(evals)

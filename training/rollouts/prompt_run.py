@@ -1,11 +1,11 @@
 """The loop around a trainer on prompts, shared by PPO and the critic-free trainers: the reward model's statistics,
 the rollout seeds, the step's watch numbers and logging, the over-optimisation watch (training/watch.py) fed by the
-steps and by the checkpoint evaluations (training/checkpoints.py), Stop, and the best checkpoint kept.
+steps and by the checkpoint evaluations (training/rollouts/checkpoints.py), Stop, and the best checkpoint kept.
 
 `m`, a trainer's models, provides: `actor` (a DeepSpeed engine), `ref`, `judges` (training/judges.py), `synced`,
-`generator()`, `engine()` (the vLLM engine with the actor's current weights, or None: training/rollout_engine.py),
-`tokenizer`, `eval_prompts` (held-out prompts, tokenised; empty: no evaluation) and `save(folder, step, state)`,
-which checkpoints everything the trainer trains (its `load` is its own)."""
+`generator()`, `engine()` (the vLLM engine with the actor's current weights, or None:
+training/sampling/rollout_engine.py), `tokenizer`, `eval_prompts` (held-out prompts, tokenised; empty: no evaluation)
+and `save(folder, step, state)`, which checkpoints everything the trainer trains (its `load` is its own)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,21 @@ from pathlib import Path
 
 import torch
 
-from training.checkpoints import CHECKPOINTS_FILE, best_checkpoint, checkpoint_folder, evaluate, read_checkpoints
 from training.engine import ds_config, save_hf
 from training.judges import Judges, held_stats, judge_folders
-from training.linear import onednn_linears
+from training.kernels.linear import onednn_linears
 from training.loaders import load_causal_lm, load_scalar_model
 from training.models import add_lora, reward_folder, training_attention
-from training.prompt_data import encode_prompts, read_prompts
-from training.prompts_config import PromptsConfig
-from training.rollout import Experience
+from training.rollouts.checkpoints import (
+    CHECKPOINTS_FILE,
+    best_checkpoint,
+    checkpoint_folder,
+    evaluate,
+    read_checkpoints,
+)
+from training.rollouts.prompt_data import encode_prompts, read_prompts
+from training.rollouts.prompts_config import PromptsConfig
+from training.rollouts.rollout import Experience
 from training.runs import RunFiles, link_tree, read_metrics, request_stop, stop_requested
 from training.watch import Watch, pearson
 
@@ -118,8 +124,8 @@ def watch_step(watch: Watch, step: int, row: dict) -> str | None:
 
 
 def watch_checkpoint(watch: Watch, row: dict) -> str | None:
-    """Feed a checkpoint evaluation (training/checkpoints.py's row); the alarm's reason if it fires now. Without
-    a held-out judge there is nothing to compare."""
+    """Feed a checkpoint evaluation (training/rollouts/checkpoints.py's row); the alarm's reason if it fires now.
+    Without a held-out judge there is nothing to compare."""
     if "heldout_scores" not in row:
         return None
     return watch.evaluated(row["step"], row["scores"], row["heldout_scores"])
@@ -191,7 +197,7 @@ def step_end(
 
 
 def evaluate_checkpoint(m, cfg: PromptsConfig, run: RunFiles, step: int) -> dict | None:
-    """The actor on the held-out prompts (training/checkpoints.py), saved as RUN/checkpoints/actor-stepN; the
+    """The actor on the held-out prompts (training/rollouts/checkpoints.py), saved as RUN/checkpoints/actor-stepN; the
     evaluation's row (None without held-out prompts)."""
     if not m.eval_prompts:
         return None
@@ -257,9 +263,9 @@ def judge_last(run: RunFiles, cfg: PromptsConfig, step: int, watch: Watch, last:
 
 def load_policy_models(cfg: PromptsConfig):
     """The actor (gradient checkpointing and LoRA as `cfg` says), its reference and the reward models, loaded with
-    the trainers' attention and, in fp32 on a CPU, oneDNN's linear layers (training/linear.py). Returns
+    the trainers' attention and, in fp32 on a CPU, oneDNN's linear layers (training/kernels/linear.py). Returns
     (actor, ref, judges, the judges' folders)."""
-    kernel = training_attention()  # on a CPU training/attention.py's: faster and leaner than SDPA there
+    kernel = training_attention()  # on a CPU training/kernels/attention.py's: faster and leaner than SDPA there
     actor = load_causal_lm(cfg.actor, cfg.dtype, kernel)
     ref = load_causal_lm(cfg.reference or cfg.actor, cfg.dtype, kernel)
     folders = judge_folders(cfg.reward)
@@ -285,10 +291,10 @@ def rollout_engine(cfg: PromptsConfig, eos_id: int, clock=None):
     why, for the run's start event). cfg.dtype is resolved by now. Under `auto` on a CPU: the own decode
     (CPU_ROLLOUTS)."""
     from training.models import resolve_model
-    from training.vllm_engine import EngineError, open_engine
+    from training.sampling.vllm_engine import EngineError, open_engine
 
     def vllm(why):
-        from training.rollout_engine import EngineRollouts
+        from training.sampling.rollout_engine import EngineRollouts
 
         max_len = cfg.max_prompt_length + cfg.max_new_tokens
         engine = EngineRollouts(folder, cfg.dtype, eos_id, max_len, cfg.seed, cfg.zero_stage == 3, clock)

@@ -66,9 +66,9 @@ def summary(lines: list[dict], ns: list[int]) -> list[dict]:
 def score_samples(reward_ref: str, prompts: list[str], samples: list[list[str]], dtype: str = "fp32") -> list:
     """The reward model's score of every sample, read where it was trained to read (chat template + reply +
     EOS, at EOS), as the Compare tab scores a reply."""
-    from training.chat import score_reply
     from training.loaders import load_scalar_model, load_tokenizer
     from training.models import prompt_messages, reward_folder
+    from training.sampling.chat import score_reply
 
     folder = reward_folder(reward_ref)
     reward = (load_scalar_model(str(folder), dtype).eval(), load_tokenizer(folder))
@@ -79,8 +79,8 @@ def score_samples(reward_ref: str, prompts: list[str], samples: list[list[str]],
 
 
 def run(policy_sampler, reward_ref: str, prompts: list[str], ns: list[int], out: Path, seed: int = 0) -> list[dict]:
-    """Sample max(ns) replies per prompt with `policy_sampler` (training/generation.py::Sampler), score them, write
-    the file; returns the per-n summary."""
+    """Sample max(ns) replies per prompt with `policy_sampler` (training/sampling/generation.py::Sampler), score them,
+    write the file; returns the per-n summary."""
     k = max(ns)
     samples: list[list[str]] = []
     step = policy_sampler.config.batch_prompts

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from training.models import DataError, chat_prompt
-from training.pairs import snapshot_file
+from training.pairwise.pairs import snapshot_file
 
 
 def jsonl_texts(path: Path, key: str) -> list[str]:

@@ -1,5 +1,5 @@
 """Sampling K responses per prompt from the SFT model, the model's chat template applied, on one of two engines
-(training/vllm_engine.py's engine_for picks): vLLM (the K samples of a prompt as n=K over one shared prefill,
+(training/sampling/vllm_engine.py's engine_for picks): vLLM (the K samples of a prompt as n=K over one shared prefill,
 several prompts per call) or transformers' `generate` (all K samples of a prompt in one call, several prompts per
 call, left padding). `open_sampler(config)` returns the one the config and the machine call for."""
 
@@ -57,9 +57,9 @@ class Generated:
 
 
 def open_sampler(config: SamplingConfig) -> Sampler | VllmSampler:
-    """The sampler for `config` on the engine training/vllm_engine.py's open_engine picks (vLLM, else transformers'
-    generate)."""
-    from training.vllm_engine import EngineError, open_engine
+    """The sampler for `config` on the engine training/sampling/vllm_engine.py's open_engine picks (vLLM, else
+    transformers' generate)."""
+    from training.sampling.vllm_engine import EngineError, open_engine
 
     try:
         return open_engine(
@@ -153,7 +153,7 @@ class Sampler(_Base):
         """K samples for each prompt, from one generate call; out[i][j] is sample j of prompts[i]."""
         import torch
 
-        from training.linear import packed_linears
+        from training.kernels.linear import packed_linears
 
         c = self.config
         enc = self.tokenizer(
@@ -180,13 +180,13 @@ class Sampler(_Base):
 
 
 class VllmSampler(_Base):
-    """vLLM over one model (training/vllm_engine.py); `__call__` samples K responses for each prompt of a batch,
-    the K of a prompt as n=K over its one prefill. Prompt i of a call draws from seed + i."""
+    """vLLM over one model (training/sampling/vllm_engine.py); `__call__` samples K responses for each prompt of a
+    batch, the K of a prompt as n=K over its one prefill. Prompt i of a call draws from seed + i."""
 
     engine = "vllm"
 
     def __init__(self, config: SamplingConfig, engine_why: str = "as configured"):
-        from training.vllm_engine import Settings, VllmEngine
+        from training.sampling.vllm_engine import Settings, VllmEngine
 
         super().__init__(config, engine_why)
         self.settings = Settings(
@@ -196,7 +196,7 @@ class VllmSampler(_Base):
         self.vllm = VllmEngine(self.folder, self.dtype, sorted(self.eos_ids), context_window(self.folder), config.seed)
 
     def __call__(self, prompts: list[str], k: int, seed: int) -> list[list[Generated]]:
-        from training.vllm_engine import EngineError
+        from training.sampling.vllm_engine import EngineError
 
         ids = [self.tokenizer(self.chat_prompt(p), add_special_tokens=False)["input_ids"] for p in prompts]
         try:

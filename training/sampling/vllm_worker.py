@@ -1,5 +1,5 @@
 """Runs inside vLLM's worker process (LLM(worker_extension_cls=...)): the weight reload that
-training/vllm_engine.py's load_weights asks for. Imports nothing of rlhf-studio's."""
+training/sampling/vllm_engine.py's load_weights asks for. Imports nothing of rlhf-studio's."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ step was 25-30 ms; the rest was its per-step machinery and a growing cache re-co
 preallocates the cache, keeps the raw logits' log-probability of each sampled token (the old log-probs, when the
 caller wants them), and stops when every sequence has emitted EOS. Its model calls: a Llama on a CPU takes
 llama_step.py's steps (about 23 ms a token, weights packed), any other model transformers' forward over a
-StaticCache. `sample` reads packed weights (training/linear.py).
+StaticCache. `sample` reads packed weights (training/kernels/linear.py).
 
-The prompt's pass runs SDPA even where the trainers load their kernel (training/attention.py's "lean", eager's
+The prompt's pass runs SDPA even where the trainers load their kernel (training/kernels/attention.py's "lean", eager's
 rounding), so the sampler does not round as the scoring forward does. In bf16 that matters: once the actor's
 weights differ from the reference's, even by a change too small to matter, the two models round differently, and
 a sampler that shares the actor's roundings favours the tokens they favour, so the sampled KL (k1) counts them as
@@ -25,10 +25,10 @@ import contextlib
 
 import torch
 
-from training.hf_cache import with_cache
-from training.linear import packed_linears
-from training.llama_step import LlamaSteps, covers
-from training.logprobs import position_ids, without_eos
+from training.kernels.hf_cache import with_cache
+from training.kernels.linear import packed_linears
+from training.kernels.llama_step import LlamaSteps, covers
+from training.kernels.logprobs import position_ids, without_eos
 
 
 def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
@@ -103,7 +103,7 @@ def decode_steps(
 def prompt_pass_kernel(model):
     """SDPA for the prompt's pass of a model loaded with eager's rounding (eager, or the trainers' "lean"); any
     other kernel stays. The model's own setting is back when the pass is done."""
-    from training.attention import NAME
+    from training.kernels.attention import NAME
 
     config = getattr(model, "config", None)
     kernel = getattr(config, "_attn_implementation", None)
@@ -167,7 +167,7 @@ def sample(
     T <= cfg.max_new_tokens (fewer when all rows stop early). While EOS is held back (min_new_tokens) the
     log-probs are those of the distribution drawn from, EOS removed (models.logprobs_of's `held`)."""
     tokens, logprobs = [], []
-    with packed_linears(model, prompt_ids.shape[0]):  # weights read at memory speed (training/linear.py)
+    with packed_linears(model, prompt_ids.shape[0]):  # weights read at memory speed (training/kernels/linear.py)
         for t, (token, logits) in enumerate(decode_steps(model, prompt_ids, prompt_mask, cfg, eos_id, pad_id, synced)):
             tokens.append(token)
             if want_logprobs:

@@ -1,7 +1,7 @@
 """The frozen reference of the trainers on pairs and unpaired data (DPO, KTO, the next one): the log-probability of
 every distinct sequence under the reference, computed once before training (each rank scores its share, all ranks
 get all), then the reference is freed. Also the policy's own sequence log-probs, with the prompt run once per group
-where prefix sharing is on (training/prefix.py): both sides score a sequence the same way, so the first update
+where prefix sharing is on (training/pairwise/prefix.py): both sides score a sequence the same way, so the first update
 starts from log-ratios of exactly 0."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import math
 
 import torch
 
-from training import prefix
-from training.linear import onednn_linears
+from training.kernels.linear import onednn_linears
 from training.models import SAFE_WEIGHTS, dropout_off, last_positions, resolve_model, training_attention
-from training.pairs import pack
-from training.sequences import Key, chunk_response, collate, sequence_logprobs, shared_split
+from training.pairwise import prefix
+from training.pairwise.pairs import pack
+from training.pairwise.sequences import Key, chunk_response, collate, sequence_logprobs, shared_split
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -26,7 +26,7 @@ def load_causal(ref: str, dtype: torch.dtype = torch.float32):
     kernel = training_attention()
     model = AutoModelForCausalLM.from_pretrained(resolve_model(ref), dtype=dtype, **SAFE_WEIGHTS, **kernel)
     dropout_off(model)
-    return onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/linear.py)
+    return onednn_linears(model)  # fp32 on a CPU: linear layers through oneDNN (training/kernels/linear.py)
 
 
 def response_logprobs(model, ids, attention, response, head: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,7 +41,7 @@ def response_logprobs(model, ids, attention, response, head: int) -> tuple[torch
 
 
 def shared_logprobs(model, shared, keys: list, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """`response_logprobs` with the prompts run once (training/prefix.py): the prefix pass keeps one position's
+    """`response_logprobs` with the prompts run once (training/pairwise/prefix.py): the prefix pass keeps one position's
     logits, the chunks (the prompt's last token and the response) keep all of theirs."""
     out = prefix.forward(model, shared, device, prefix_kwargs={"logits_to_keep": 1})
     response = chunk_response(keys, shared.offset.tolist(), shared.chunk_ids.shape[1]).to(device)
@@ -87,7 +87,7 @@ def key_logprobs(model, keys: list[Key], groups: list, pad: int, share: bool, he
     `model`, each a row of its own (a trainer on unpaired data has no pairs to collate): with `share`, the prompt
     runs once per group (`groups`: one per key). `in_step`: a training engine on several ranks, where all must
     make the same passes (prefix.agree)."""
-    from training.pairs import Tokenised
+    from training.pairwise.pairs import Tokenised
 
     shared = shared_split(keys, groups, pad) if share else None
     if in_step and share:

@@ -12,7 +12,7 @@ the cache is gathered to one row per sequence (the backward sums a prefix's grad
 sequences' remaining tokens (the chunks, right-padded) run on top of it with position ids that continue the prefix.
 A group's prefix stops before every sequence's `limit` (a position the caller needs an output at), so every chunk
 holds the positions the loss reads. Gradient checkpointing turns the cache off in training, so it turns sharing
-off too. A prompt cut to fit --max-length is cut per response (training/pairs.py), so responses of different
+off too. A prompt cut to fit --max-length is cut per response (training/pairwise/pairs.py), so responses of different
 lengths keep different cuts and share only what their cuts have in common (often nothing)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from training.hf_cache import cache_of, with_cache
+from training.kernels.hf_cache import cache_of, with_cache
 
 
 @dataclass

@@ -7,19 +7,19 @@ model's own forward once, in SDPA (decode.py says why), its keys and values copi
 each step then calls the model's modules directly (norms, projections, rotary embedding, MLP) with eager attention
 over only the positions filled so far, each key/value head serving its query heads without a copy, and keys
 stored transposed so a step reads k^T in place. The same operations in the same order and dtypes as transformers'
-eager attention, whose forward the trainers' kernel (training/attention.py) also computes; a model loaded with SDPA
-(the Compare tab's) rounds differently by about 1e-6 in fp32 (tests/test_decode.py compares the logits with
+eager attention, whose forward the trainers' kernel (training/kernels/attention.py) also computes; a model loaded with
+SDPA (the Compare tab's) rounds differently by about 1e-6 in fp32 (tests/test_decode.py compares the logits with
 transformers').
 
-On SmolLM2-135M, bf16, 8 rows, 64 + 64 tokens, weights packed (training/linear.py): 1.45 s a decode against
+On SmolLM2-135M, bf16, 8 rows, 64 + 64 tokens, weights packed (training/kernels/linear.py): 1.45 s a decode against
 transformers' 1.70. Models it does not cover take the transformers path (decode.py)."""
 
 from __future__ import annotations
 
 import torch
 
-from training.hf_cache import with_cache
-from training.logprobs import position_ids
+from training.kernels.hf_cache import with_cache
+from training.kernels.logprobs import position_ids
 
 
 def covers(model) -> bool:

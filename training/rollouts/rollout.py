@@ -1,7 +1,7 @@
 """Rollouts on prompts: sample one response per prompt, then score it (old and reference log-probs, values, the
 judges' scores) into an Experience (DeepSpeed-Chat's `generate_experience`). Shapes: B sequences, P padded prompt
 tokens, T response slots. Used by PPO (which adds rewards and advantages, training/ppo/experience.py), the next
-trainer on prompts, and the checkpoints' evaluation (training/checkpoints.py)."""
+trainer on prompts, and the checkpoints' evaluation (training/rollouts/checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
-from training.decode import sample
-from training.logprobs import held_eos, response_logprobs
-from training.profile import OFF, Clock
-from training.rollout_engine import engine_response
+from training.kernels.logprobs import held_eos, response_logprobs
+from training.rollouts.profile import OFF, Clock
+from training.sampling.decode import sample
+from training.sampling.rollout_engine import engine_response
 
 
 @dataclass
@@ -77,8 +77,8 @@ def rollout(
     actor, prompts: list[list[int]], tokenizer, cfg, synced: bool = False, want_logprobs: bool = False, engine=None
 ) -> dict:
     """Sample one response per prompt (EOS stops it; pad never equals EOS): from `engine` (a vLLM engine holding
-    the actor's current weights, training/rollout_engine.py) where there is one, else with the trainers' own decode
-    of `actor`. With want_logprobs (own decode only) the old log-probs are read off the decode's raw logits (one
+    the actor's current weights, training/sampling/rollout_engine.py) where there is one, else with the trainers' own
+    decode of `actor`. With want_logprobs (own decode only) the old log-probs are read off the decode's raw logits (one
     actor forward saved; exact up to float rounding, so the trainer asks for them in fp32 only)."""
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad)
@@ -112,7 +112,7 @@ def score(
     models); judges(ids, attention, last) gives (score, held-out score or None), see training/judges.py.
     With live=True the actor and critic forwards keep their graphs (Experience.live) for the update to reuse: in
     single-pass PPO these forwards are the update's own. critic=None skips the values (zeros): an evaluation
-    needs no critic. `clock` times each model's forward (training/profile.py)."""
+    needs no critic. `clock` times each model's forward (training/rollouts/profile.py)."""
     P, ids, attn, held = batch["prompt_len"], batch["ids"], batch["attention_mask"], batch.get("held")
     logprobs = batch.pop("logprobs", None)
     with torch.set_grad_enabled(live):

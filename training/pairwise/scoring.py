@@ -1,6 +1,6 @@
 """Scoring many replies with a reward model, batched: the demo's evaluation, best-of-N's picks and a round's
-selection read scores the way the model was trained (training/pairs.py's PairEncoder: chat template + reply + EOS,
-cut as in training, read at EOS)."""
+selection read scores the way the model was trained (training/pairwise/pairs.py's PairEncoder: chat template + reply +
+EOS, cut as in training, read at EOS)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def load_scorer(reward_model: str | Path, dtype: str, max_length: int):
 
     from training.judges import reward_scores
     from training.loaders import load_scalar_model, load_tokenizer
-    from training.pairs import PairEncoder
+    from training.pairwise.pairs import PairEncoder
 
     model, tok = load_scalar_model(str(reward_model), dtype), load_tokenizer(reward_model)
     encoder = PairEncoder(tok, max_length)

@@ -1,15 +1,15 @@
-"""vLLM as the engine that samples: the K responses annotators rank, best-of-N, and (training/rollout.py) the
+"""vLLM as the engine that samples: the K responses annotators rank, best-of-N, and (training/rollouts/rollout.py) the
 rollouts of the trainers on prompts, on the CPU here and on GPUs unchanged.
 
 The engine holds one model. Its core runs in a process of its own (vLLM's V1 engine), so its torch threads and its
 torch.distributed group never meet the trainer's. New weights reach it through a safetensors file in shared memory
 (/dev/shm where there is one): the trainer writes its tensors once, the engine's worker reads them and reloads in
-place (training/vllm_worker.py). On a CPU vLLM packs the linear layers' weights for oneDNN when it loads them; the
-reload repacks them.
+place (training/sampling/vllm_worker.py). On a CPU vLLM packs the linear layers' weights for oneDNN when it loads them;
+the reload repacks them.
 
 `engine_for(model folder, choice)` says which engine samples a model and why: `vllm` where vLLM is installed and
-loads the model, else `hf` (transformers' generate, training/generation.py; the trainers' own decode for rollouts).
-RLHF_ENGINE=hf|vllm pins what `auto` means, as RLHF_DTYPE pins the dtype."""
+loads the model, else `hf` (transformers' generate, training/sampling/generation.py; the trainers' own decode for
+rollouts). RLHF_ENGINE=hf|vllm pins what `auto` means, as RLHF_DTYPE pins the dtype."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def open_engine(folder: Path, choice: str, vllm, hf):
 
 @dataclass
 class Settings:
-    """What sampling draws from: the same rules as the HF path (training/decode.py's filter_logits)."""
+    """What sampling draws from: the same rules as the HF path (training/sampling/decode.py's filter_logits)."""
 
     temperature: float
     top_p: float
@@ -172,7 +172,7 @@ class VllmEngine:
                 max_model_len=max_model_len,
                 enforce_eager=True,  # compiled graphs sampled no faster here and start 45 s later
                 enable_prefix_caching=True,  # the K samples of a prompt share its prefill
-                worker_extension_cls="training.vllm_worker.WeightSync",
+                worker_extension_cls="training.sampling.vllm_worker.WeightSync",
                 disable_log_stats=True,
                 use_tqdm_on_load=False,  # the app's and the trainer's progress is what users watch
                 **extra,

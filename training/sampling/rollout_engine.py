@@ -1,11 +1,11 @@
 """Rollouts from vLLM beside the DeepSpeed actor (OpenRLHF's hybrid engine, TRL's colocate mode): each rank holds an
 engine over the actor's starting folder, and before it samples, the actor's weights after its latest update reach
-the engine. The trainer still reads the old log-probs with its own forward (training/rollout.py's score), so the
-engine only picks the tokens.
+the engine. The trainer still reads the old log-probs with its own forward (training/rollouts/rollout.py's score), so
+the engine only picks the tokens.
 
 How the weights travel, per step: the actor's parameters by their transformers names (LoRA merged into its base
 weights; under ZeRO-3 gathered once, not once per decoded token), written to one safetensors file in shared memory
-and reloaded by the engine's worker in place (training/vllm_engine.py). The step's clock names the cost
+and reloaded by the engine's worker in place (training/sampling/vllm_engine.py). The step's clock names the cost
 ("weight_sync")."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 
 import torch
 
-from training.vllm_engine import Settings, VllmEngine
+from training.sampling.vllm_engine import Settings, VllmEngine
 
 
 def _gathered(module, zero3: bool):
@@ -110,8 +110,8 @@ class EngineRollouts:
 
 def engine_response(engine: VllmEngine, prompts: list[list[int]], cfg, eos_id: int, pad_id: int) -> torch.Tensor:
     """(B, T) responses sampled by the engine, pad after EOS; T is the longest. EOS is held back at the first
-    min_new_tokens - 1 positions, as the trainers' own decode holds it (training/logprobs.py's held_eos). The seed
-    is drawn from torch's generator, which seed_rollout set: a resumed run samples what the first one would."""
+    min_new_tokens - 1 positions, as the trainers' own decode holds it (training/kernels/logprobs.py's held_eos). The
+    seed is drawn from torch's generator, which seed_rollout set: a resumed run samples what the first one would."""
     seed = int(torch.randint(0, 2**31 - 1, (1,)))
     settings = Settings(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens, max(0, cfg.min_new_tokens - 1))
     outs = [row[0] for row in engine.sample(prompts, 1, settings, seed)]

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import torch
 
-from training.checkpoints import evaluate
 from training.engine import initialize, optimizer_mb, peak_memory, save_hf, setup_distributed, tensors_mb
 from training.engine import save_checkpoint as save_engine_checkpoint
 from training.loaders import load_tokenizer
 from training.models import resolve_model
-from training.profile import Clock
-from training.prompt_data import encode_prompts, prompt_batches, read_prompts
-from training.prompt_run import (
+from training.rollouts.checkpoints import evaluate
+from training.rollouts.profile import Clock
+from training.rollouts.prompt_data import encode_prompts, prompt_batches, read_prompts
+from training.rollouts.prompt_run import (
     after_step,
     alarm_field,
     eval_prompts,
@@ -34,7 +34,7 @@ from training.prompt_run import (
     rollout_engine,
     tensorboard_writer,
 )
-from training.prompts_config import PromptsConfig
+from training.rollouts.prompts_config import PromptsConfig
 from training.runs import RunFiles, read_metrics
 from training.watch import Watch
 
@@ -53,7 +53,9 @@ class Models:
         self.synced = cfg.zero_stage == 3 and world > 1  # every rank must join each generate step under ZeRO-3
         self.eval_prompts: list[list[int]] = []
         self.tokenizer = None
-        self.rollouts = None  # the vLLM engine of the rollouts (training/rollout_engine.py), set up with the tokenizer
+        self.rollouts = (
+            None  # the vLLM engine of the rollouts (training/sampling/rollout_engine.py), set up with the tokenizer
+        )
 
     def generator(self):
         return self.actor.module
