@@ -65,6 +65,8 @@ test:
 	# the fast lane first (it fails in a minute where it fails), then the runs, servers and browser, each file on one
 	# of two workers (a module's server or trained model is made once)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
+	# the same tests that have a store, on the second backend (store.db.MemoryStore; tests/conftest.py)
+	RLHF_TEST_STORE=memory $(TEST_ENV) $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "integration or browser"
 
 # Two pytest workers, and one torch thread in each process they start. Run one at a time, the integration tests

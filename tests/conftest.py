@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.faces.cli import main
-from store.db import connect
+from store.db import MemoryStore, connect
 from tests.builders import build_liked_token_rm, build_share_rm, hand_ensemble
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -53,6 +53,15 @@ def pytest_configure(config):
     multiprocessing.process.BaseProcess.start = marked_start
 
 
+def pytest_collection_modifyitems(config, items):
+    """RLHF_TEST_STORE=memory runs the tests that have a store (the `db` fixture) and leaves out the rest, which
+    the file run covers the same."""
+    if ON_MEMORY:
+        kept = [i for i in items if "db" in getattr(i, "fixturenames", ())]
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     _running["item"] = item  # before its fixtures are set up: a module's server fixture is checked too
@@ -87,8 +96,18 @@ def _empty_store(tmp_path_factory) -> Path:
     return path
 
 
+# RLHF_TEST_STORE=memory: every test's store is the second backend (store.db.MemoryStore, an in-memory DuckDB behind
+# the same connection protocol) instead of a file; a test that needs a file (the CLI's --db, a copy, a second
+# process) is skipped there. `make test` runs the store's suite this way too (Makefile, STORE_SUITE).
+ON_MEMORY = os.environ.get("RLHF_TEST_STORE") == "memory"
+
+
 @pytest.fixture
-def db(tmp_path, _empty_store) -> str:
+def db(request, tmp_path, _empty_store):
+    if ON_MEMORY:
+        if request.node.get_closest_marker("store_file"):
+            pytest.skip("needs the store as a file")
+        return MemoryStore()
     path = tmp_path / "store.duckdb"
     shutil.copyfile(_empty_store, path)
     return str(path)
@@ -110,7 +129,8 @@ def cli(db, capsys):
     """Run `rlhf --db <db> ARGS` in-process; returns (exit code, stdout, stderr)."""
 
     def run(*args: str) -> tuple[int, str, str]:
-        code = main(["--db", db, *args])
+        # on the in-memory backend the command runs on the test's store object; --db only satisfies the parser
+        code = main(["--db", ":memory:", *args], store=db) if ON_MEMORY else main(["--db", db, *args])
         out = capsys.readouterr()
         return code, out.out, out.err
 

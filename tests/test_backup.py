@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from store.backup import _id_sequences
 from store.db import schema_scripts
@@ -29,6 +30,7 @@ def rehash(bk: Path) -> None:
     manifest.write_text(json.dumps(m))
 
 
+@pytest.mark.store_file
 def test_backup_then_restore_gives_back_every_row_and_continues_the_ids(cli, db, tmp_path):
     seed(cli, tmp_path)
     before = store_rows(db)
@@ -53,6 +55,7 @@ def test_backup_then_restore_gives_back_every_row_and_continues_the_ids(cli, db,
     assert query(restored, "SELECT max(ranking_id) FROM rankings") == [(6,)]  # 5 backed up, the next is 6
 
 
+@pytest.mark.store_file
 def test_backup_and_restore_refuse_to_overwrite_and_reject_a_folder_that_is_not_a_backup(cli, db, tmp_path):
     seed(cli, tmp_path)
     (tmp_path / "taken").mkdir()
@@ -79,6 +82,7 @@ def test_a_backup_whose_data_was_tampered_with_restores_nothing(cli, db, tmp_pat
     assert not target.exists() and not list(tmp_path.glob("new.duckdb*"))
 
 
+@pytest.mark.store_file
 def test_restore_runs_no_sql_from_the_backup_folder(cli, db, tmp_path, monkeypatch):
     """A backup handed over by someone else: its schema.sql and load.sql ask to write files; the restore builds our
     own schema, reads only our tables' Parquet files, and writes nothing but the new store."""
@@ -117,6 +121,7 @@ def test_a_backup_whose_sequence_is_behind_its_data_restores_nothing(cli, db, tm
     assert not list(tmp_path.glob("new.duckdb*"))
 
 
+@pytest.mark.store_file
 def test_a_sequence_behind_the_ids_an_undo_record_keeps_restores_nothing(cli, db, tmp_path):
     """Rankings 1..5 and an undo record of a ranking 7, written past ranking_ids (at 6): restored, the store would
     hand out 6 and then 7 again, the id the undo record names."""
@@ -160,6 +165,7 @@ def test_a_backup_whose_parquet_file_was_rewritten_restores_nothing(cli, db, tmp
     assert "nothing restored" in err and not list(tmp_path.glob("new.duckdb*"))
 
 
+@pytest.mark.store_file
 def test_a_listed_file_that_is_gone_restores_nothing_and_an_old_manifest_still_restores(cli, db, tmp_path):
     seed(cli, tmp_path)
     before = store_rows(db)

@@ -116,6 +116,7 @@ def test_db_is_accepted_after_every_command(command, tmp_path):
     assert parse(["--db", "before.duckdb", *DB_AFTER[command]]).db == "before.duckdb"  # before still works
 
 
+@pytest.mark.store_file
 def test_db_after_the_command_runs_on_that_store(db, tmp_path, capsys):
     from app.faces.cli import main
 

@@ -38,6 +38,7 @@ def test_every_number_of_the_dashboard_by_hand(campaign):
     assert table([cy])[0] == ["cy", cy.watch[0], 5, 0, 0, 0, "", 30.0, 120, -0.78, 5, "0%", "0%", "", 0, ""]
 
 
+@pytest.mark.store_file
 def test_rlhf_annotators_prints_the_table_and_json(campaign, capsys):
     assert main(["--db", campaign, "annotators"]) == 0
     out = capsys.readouterr().out

@@ -139,6 +139,7 @@ def _finished_demo(folder, db_file, **settings):
     return folder
 
 
+@pytest.mark.store_file
 def test_a_fork_keeps_the_reward_stage_and_the_dpo_run_under_its_own_folder_and_leaves_its_source_alone(tmp_path, db):
     from app.studies.demo_stages import fork_demo, fork_settings
     from tests.conftest import query, store_rows
@@ -202,6 +203,7 @@ def test_a_fork_keeps_the_reward_stage_and_the_dpo_run_under_its_own_folder_and_
         (["--ppo-settings", "whiten=1"], "'whiten=1' is not key=value"),
     ],
 )
+@pytest.mark.store_file
 def test_a_fork_that_would_change_the_kept_stages_is_one_error_line_and_no_folder(tmp_path, db, capsys, flags, message):
     from app.faces.cli import main
 
@@ -213,6 +215,7 @@ def test_a_fork_that_would_change_the_kept_stages_is_one_error_line_and_no_folde
     assert not (tmp_path / "forks").exists() or not any((tmp_path / "forks").iterdir())
 
 
+@pytest.mark.store_file
 def test_only_a_demo_whose_reward_stage_finished_can_be_forked(tmp_path, db):
     from app.studies.demo_stages import fork_settings
 

@@ -46,6 +46,7 @@ def test_gold_accuracy_pools_an_annotators_pairs():
     assert gold_accuracy(answers) == {"bob": (pytest.approx(3 / 4), 2)}  # (2 + 1) / (3 + 1)
 
 
+@pytest.mark.store_file
 def test_marking_gold_and_the_dashboard_scores_everyone_against_it(campaign, capsys):
     """ann's 5 rankings [1, 2, 3, 4] become gold: bob's [2, 1, 3, 4] gets 5 of 6 pairs each (83%), dee's
     [1, 2, 4, 3] 5 of 6, cy's reversed 0 of 6; ann's own are the gold ones, not scored."""

@@ -41,6 +41,7 @@ def refusal(db: str, version: int) -> str:
     [["prompts", "add", "PROMPTS"], ["pairs", "--stats"], ["init"], ["backup", "OUT"]],
     ids=lambda a: " ".join(a[:2]),
 )
+@pytest.mark.store_file
 def test_every_command_refuses_a_newer_store_with_one_line_and_leaves_it_as_it_was(cli, db, tmp_path, args):
     (tmp_path / "p.txt").write_text("a new prompt\n")
     args = [{"PROMPTS": str(tmp_path / "p.txt"), "OUT": str(tmp_path / "bk")}.get(a, a) for a in args]
@@ -51,6 +52,7 @@ def test_every_command_refuses_a_newer_store_with_one_line_and_leaves_it_as_it_w
     assert sha256(db) == before and not Path(db + ".wal").exists() and not (tmp_path / "bk").exists()
 
 
+@pytest.mark.store_file
 def test_a_store_one_version_newer_is_refused_and_our_latest_is_not(db):
     with connect(db) as con:  # our own latest: fine
         assert con.execute("SELECT count(*) FROM prompts").fetchone() == (0,)

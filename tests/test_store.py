@@ -134,6 +134,7 @@ def test_a_store_held_by_another_process_is_one_clear_error(db, tmp_path):
         pass
 
 
+@pytest.mark.store_file
 def test_lock_is_released_between_commands(cli, db, tmp_path):
     """A CLI command holds the file only for its transaction: another connection opens right after."""
     write_jsonl(tmp_path / "r.jsonl", [{"prompt": "p", "responses": ["a", "b"], "ranks": [1, 2]}])
@@ -255,6 +256,7 @@ def test_a_holding_process_hands_the_store_to_a_command_and_takes_it_back(db):
         store.release()
 
 
+@pytest.mark.store_file
 def test_a_store_object_is_its_path_and_owns_its_locks(db):
     """The CLI and the app pass one Store down; it names its file wherever a path is taken, and no lock or
     connection lives at module level (two Stores of one file share nothing but DuckDB's open database)."""

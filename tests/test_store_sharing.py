@@ -6,6 +6,8 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
+
 import store.snapshot
 from annotation.actions import write_pairs_file
 from annotation.imports import import_native
@@ -101,6 +103,7 @@ def test_a_submit_lands_while_a_pairs_export_is_written(db, tmp_path, monkeypatc
         held.release()
 
 
+@pytest.mark.store_file
 def test_the_handoff_waits_for_every_use_and_a_nested_use_never_deadlocks(db):
     held = Store(db).hold()
     handoff = Path(db + ".handoff")
@@ -128,6 +131,7 @@ def test_the_handoff_waits_for_every_use_and_a_nested_use_never_deadlocks(db):
         held.release()
 
 
+@pytest.mark.store_file
 def test_a_dead_commands_handoff_file_does_not_hold_up_the_app(db):
     """Issue 51 item 10: a CLI command killed while it waited for the store left its handoff file, and the app let
     go of the store and waited until the file was 30 s old. The file names its asker's process: one that is gone

@@ -63,7 +63,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, store=None) -> int:
+    """`rlhf ARGS`; returns the exit code. store: a Store to run on instead of the file --db names (the test suite's
+    second backend, RLHF_TEST_STORE=memory)."""
     # what a command creates (the store and its write-ahead log, backups, snapshots, run folders, exports) is
     # readable by this user only: another local user of a shared host reads none of it
     umask = os.umask(0o077)
@@ -76,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             from annotation.questions import load_questions
 
             load_questions(os.environ["RLHF_QUESTIONS"])
-        if getattr(args, "db", None) is not None:  # one Store per command, passed down (store/db.py)
+        if store is not None and hasattr(args, "db"):
+            args.db = store
+        elif getattr(args, "db", None) is not None:  # one Store per command, passed down (store/db.py)
             from store.db import Store
 
             args.db = Store(args.db)
