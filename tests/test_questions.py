@@ -136,10 +136,10 @@ def test_a_bad_label_studio_answer_is_one_line_and_nothing_is_stored(db, cli, tm
 
 def test_the_ranker_template_asks_every_question_for_the_tasks_k():
     config = ranker_config(3)
-    assert [q.name for q in QUESTIONS] == ["strengths", "edit", "tags", "all_bad"]
+    assert [q.name for q in QUESTIONS] == ["strengths", "edit", "tags", "best_good", "all_bad"]
     assert config.count('<Choices name="strength_') == 2 and config.count('<Choices name="tags_') == 3
     assert '<Choices name="all_bad" toName="prompt" choice="single"' in config
-    assert '<TextArea name="edit" toName="prompt"' in config and config.count("<Choice value=") == 2 * 4 + 3 * 4 + 1
+    assert '<TextArea name="edit" toName="prompt"' in config and config.count("<Choice value=") == 2 * 4 + 3 * 4 + 2 + 1
     from annotation.labelstudio import parse_label_config
 
     parse_label_config(config)  # well-formed XML, as the importer reads it

@@ -66,6 +66,9 @@ def test_the_ranker_value_carries_each_responses_html_beside_its_text():
         "strengths": [],
         "edit_ok": False,
         "edit": "",
-        "more": [],  # no other question registered
+        # the questions asked as a row of choices (best_good.py)
+        "more": [
+            {"name": "best_good", "title": "Is the response you ranked best good as it is?", "choices": ["yes", "no"]}
+        ],
     }
     assert widget_value([7, 3], ["a", "b"], [2, 1], ask_strength=True)["strengths"] == [None]  # one step to ask

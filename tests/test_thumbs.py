@@ -84,3 +84,36 @@ def test_rlhf_train_kto_on_the_store_freezes_its_thumbs_and_dpo_does_not(db, tmp
         )
         has = {s: "thumbs" in manifest["splits"][s] for s in ("train", "eval")}
         assert has == ({"train": True, "eval": True} if config.KIND == "kto" else {"train": False, "eval": False})
+
+
+def test_best_good_is_a_thumbs_up_or_down_on_what_was_ranked_first_and_an_edit_is_not_it(db, cli, tmp_path):
+    """annotation/questions/best_good.py through the one write path: "yes" is a thumbs up on the response ranked
+    first, "no" a thumbs down on each of two tied first; with an edit ranked above them, the thumbs go to the shown
+    response ranked first, not the edit. A native line's `best_good: true` is one more up; an answer that is
+    neither is one line and nothing stored."""
+    from app.faces.annotate_tab import on_load, on_submit
+    from app.faces.ui import AppContext
+    from tests.conftest import store_rows, write_jsonl
+
+    seed_store(db, 3, k=3)
+    ctx = AppContext(db, allow_edits=True)
+    view = on_load(ctx, "ann")
+
+    def answer(view, ranks: list[int], **more):
+        items = [{**it, "rank": r} for it, r in zip(view.ranker["items"], ranks, strict=True)]
+        best = sorted(it["text"] for it in items if it["rank"] == 1)
+        return on_submit(ctx, "ann", view.task, {**view.ranker, "items": items, **more}, True), best
+
+    view, up = answer(view, [2, 1, 3], best_good="yes")
+    view, down = answer(view, [1, 1, 2], best_good="no")
+    view, edited = answer(view, [3, 1, 2], best_good="no", edit="A corrected answer.")
+    rows = query(db, "SELECT completion, label FROM thumbs WHERE source = 'ui' ORDER BY label DESC, completion")
+    assert rows == [(up[0], True), *sorted((t, False) for t in down + edited)]
+    assert query(db, "SELECT count(*) FROM thumbs WHERE completion = 'A corrected answer.'") == [(0,)]
+    line = {"prompt": "Name a fruit.", "responses": ["A pear.", "Rocks."], "ranks": [1, 2], "annotator": "kim"}
+    assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", [{**line, "best_good": True}])))[0] == 0
+    assert query(db, "SELECT completion, label FROM thumbs WHERE source = 'native'") == [("A pear.", True)]
+    before = store_rows(db)
+    code, _, err = cli("import", str(write_jsonl(tmp_path / "bad.jsonl", [{**line, "prompt": "x", "best_good": 2}])))
+    assert code == 1 and err.strip() == "error: bad.jsonl line 1: 'best_good' must be yes or no (true or false), got 2"
+    assert store_rows(db) == before

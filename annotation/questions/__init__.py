@@ -1,13 +1,13 @@
-"""The questions a ranking task asks besides the order (issue 30's "answers as kinds"): how much better each step
-down the order is (strength.py), a correction of the best response (edit.py), tags on single responses (tags.py),
-and the outcome "none of them is good" (all_bad.py). Each kind is one module holding one `Question`: how its
-answer is read from the ranking widget's value, from a native line and from a Label Studio annotation, the
-labeling-config controls that ask it in Label Studio, the check of an answer against the ranking it goes with, what
-it does to the ranking once every answer is in (`settle`), and what it does to pairs. The Annotate tab, the native
-importer (annotation/native.py) and the Label Studio importer and exporter (annotation/labelstudio*.py) go through
-QUESTIONS and know no kind by name; annotation/judgement.py is the one write path, where each question's `write`
-adds its answer's rows (or, without one, a JSON row in ranking_answers that the pairs view carries as `answers`).
-docs/questions.md is the recipe for the next kind.
+"""The questions a ranking task asks besides the order (issue 30's "answers as kinds"): how much better each step down
+the order is (strength.py), a correction of the best response (edit.py), tags on single responses (tags.py), whether
+the best one is good as it is (best_good.py), and the outcome "none of them is good" (all_bad.py). Each kind is one
+module holding one `Question`: how its answer is read from the ranking widget's value, from a native line and from a
+Label Studio annotation, the labeling-config controls that ask it in Label Studio, the check of an answer against the
+ranking it goes with, what it does to the ranking once every answer is in (`settle`), and what it does to pairs. The
+Annotate tab, the native importer (annotation/native.py) and the Label Studio importer and exporter
+(annotation/labelstudio*.py) go through QUESTIONS and know no kind by name; annotation/judgement.py is the one write
+path, where each question's `write` adds its answer's rows (or, without one, a JSON row in ranking_answers that the
+pairs view carries as `answers`). docs/questions.md is the recipe for the next kind.
 
 The ranking itself (ranks, ties, skips) is the answer every task has, and a Compare vote's outcome (left, right,
 tie, both bad) is stored apart from rankings (store/compare.py)."""
@@ -19,14 +19,14 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from annotation.questions import all_bad, edit, strength, tags
+from annotation.questions import all_bad, best_good, edit, strength, tags
 from annotation.questions.base import Campaign, Question, Shown
 from store.errors import UserError
 from store.rankings import RankingIn
 
 # every question a task asks, in the order the files and the widget list them; `register` adds one (a list kept in
 # place, so every module that imported it sees the same questions)
-QUESTIONS: list[Question] = [strength.QUESTION, edit.QUESTION, tags.QUESTION, all_bad.QUESTION]
+QUESTIONS: list[Question] = [strength.QUESTION, edit.QUESTION, tags.QUESTION, best_good.QUESTION, all_bad.QUESTION]
 __all__ = [
     "QUESTIONS",
     "load_questions",
