@@ -10,22 +10,8 @@ from __future__ import annotations
 from annotation.questions import QUESTIONS
 from annotation.questions.base import Written
 from store.answers import add_answers
-from store.errors import UserError
 from store.protocol import Connection
 from store.rankings import InsertResult, RankingIn, insert_rankings
-
-
-def check_answers(answers: dict[str, object], ranks: list[int]) -> None:
-    """The one check of answers against the shown ranks where a ranking is submitted (the readers check their
-    shape); an answer no question asks is refused too."""
-    asked = {q.name: q for q in QUESTIONS}
-    for name, answer in answers.items():
-        if answer is None:
-            continue
-        if name not in asked:
-            raise UserError(f"no question is called {name!r} (asked: {', '.join(asked)})")
-        if asked[name].check is not None and (problem := asked[name].check(answer, ranks)):
-            raise UserError(problem)
 
 
 def write_answers(con: Connection, written: Written, answers: dict[str, object]) -> None:

@@ -7,8 +7,8 @@
 prompt: a string, or a conversation ([{"role", "content"}, ...], the last turn the user's; store/conversations.py).
 ranks[i] is the rank of responses[i]; 1 = best; equal numbers are a tie. strengths: how much better each group of
 equal rank is than the next one down, best first (one fewer than the distinct ranks), each a level 0..3
-(store/strengths.py: negligibly better or unsure, slightly better, better, significantly better). edit: the
-annotator's correction of the best-ranked response, stored ranked above all of them (store/edits.py). tags: one
+(annotation/questions/strength.py: negligibly better or unsure, slightly better, better, significantly better). edit:
+the annotator's correction of the best-ranked response, stored ranked above all of them (store/edits.py). tags: one
 list per response, of unsafe, factually wrong, off topic, other (store/guidelines.py). all_bad: none of the responses
 is good; without an edit the line ranks nothing (kept as a skip), with one the responses tie below the edit (its
 ranks are then not read). These are the questions of annotation/questions/, read by their modules."""

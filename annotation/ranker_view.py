@@ -32,9 +32,9 @@ def widget_value(
     edit: str | None = None,
     tags: list[list[str]] | None = None,
 ) -> dict:
-    """ask_strength: the widget asks how much better each group is than the next (store/strengths.py); edit_ok: it
-    offers to correct the best response (store/edits.py), starting from `edit` (an undone answer's); tags: each
-    response's tags so far (store/guidelines.py; an undone answer's), in shown order. ids: the items' ids
+    """ask_strength: the widget asks how much better each group is than the next (annotation/questions/strength.py);
+    edit_ok: it offers to correct the best response (store/edits.py), starting from `edit` (an undone answer's); tags:
+    each response's tags so far (store/guidelines.py; an undone answer's), in shown order. ids: the items' ids
     (`item_ids`), in shown order."""
     ranks = ranks or list(range(1, len(ids) + 1))
     tags = tags or [[] for _ in ids]

@@ -8,9 +8,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from annotation.judgement import check_answers, write_answers
+from annotation.judgement import write_answers
+from annotation.questions import check_answers
 from annotation.questions.all_bad import ALL_BAD
-from annotation.questions.base import Written
+from annotation.questions.base import Shown, Written
 from annotation.ranker_view import is_shown_order
 from store.assignments import (
     annotation_counts,
@@ -28,7 +29,7 @@ from store.assignments import (
     undos_in_last_hour,
 )
 from store.db import StoreRef, read, write
-from store.edits import add_edit, edit_in, edit_problem
+from store.edits import add_edit, edit_in
 from store.errors import UserError
 from store.guidelines import current_guideline, tags_of
 from store.prompts import prompt_text
@@ -193,9 +194,10 @@ def _submit(
             raise UserError("all bad with a ranking takes an edit, and the shown responses tie below it")
     else:
         check_ranks(ranks, len(order))
-    check_answers(answers, ranks)
+    texts = response_texts(con, order)
+    check_answers(answers, Shown(texts=[texts[i] for i in order], ranks=list(ranks)))
     version = _guideline_version(con, guideline_version)
-    edit_id = _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit, all_bad) if edit else None
+    edit_id = _edit(con, annotator, assignment_id, prompt_id, order, ranks, edit) if edit else None
     flags = ["shown_order"] if is_shown_order(ranks) else []  # an edit is no flag: --drop-flagged keeps its pairs
     key = f"ui:{assignment_id}"
     ranking_id = add_ranking(
@@ -225,16 +227,11 @@ def _edit(
     order: list[int],
     ranks: list[int],
     edit: str,
-    all_bad: bool = False,
 ) -> int:
-    """Store the edit of the best-ranked response (checked against the shown texts; all bad: of the first shown, as
-    they tie); returns its response id."""
-    texts = response_texts(con, order)
-    edit = edit.strip()
-    if problem := edit_problem(edit, ranks, [texts[i] for i in order], ties_ok=all_bad):
-        raise UserError(problem)
+    """Store the edit of the best-ranked response (checked with the other answers: annotation/questions/edit.py;
+    all bad: of the first shown, as they tie); returns its response id."""
     best = order[ranks.index(min(ranks))]
-    return add_edit(con, prompt_id, best, annotator, edit, assignment_round(con, assignment_id))
+    return add_edit(con, prompt_id, best, annotator, edit.strip(), assignment_round(con, assignment_id))
 
 
 def skip(

@@ -8,20 +8,6 @@ from __future__ import annotations
 from store.protocol import Connection
 
 EDIT_MODEL = "edit"  # an edit's model_id: what the pairs view's policy columns show for it
-MAX_EDIT_CHARS = 20_000  # the longest edit a server takes (as long as a prompt may be: annotation/prompt_files.py)
-
-
-def edit_problem(edit: str, ranks: list[int], texts: list[str], ties_ok: bool = False) -> str | None:
-    """Why `edit` cannot go with this ranking of these shown texts (None: it can). ranks and texts in shown order.
-    ties_ok: an all-bad answer's edit, over shown responses that tie (annotation/questions/all_bad.py)."""
-    if len(edit) > MAX_EDIT_CHARS:
-        return f"the edit has {len(edit):,} characters; the most is {MAX_EDIT_CHARS:,}"
-    if not ties_ok and ranks.count(min(ranks)) != 1:
-        return "rank one response best to edit it (the best rank is tied)"
-    same = next((i for i, t in enumerate(texts) if t.strip() == edit), None)
-    if same is not None:
-        return f"the edit is the same as response {same + 1}: change it, or clear it"
-    return None
 
 
 def add_edit(con: Connection, prompt_id: int, edit_of: int, annotator: str, text: str, round_: int) -> int:

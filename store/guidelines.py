@@ -1,7 +1,8 @@
 """Guidelines and tags (migration 0013; issue 30). The guideline is the campaign's Markdown, set by an admin and
 kept in numbered versions; each ranking made in the Annotate tab records the version shown with its task. Tags are
 an annotator's marks on single responses of their ranking (TAGS), stored per ranking and counted on the dashboard.
-All functions but the pure checks run inside the caller's transaction."""
+All functions but the guideline's check run inside the caller's transaction. The tags' rules are the tags
+question's (annotation/questions/tags.py)."""
 
 from __future__ import annotations
 
@@ -17,21 +18,6 @@ def guideline_problem(text: str) -> str | None:
         return "the guideline is empty: write what annotators should prefer, in Markdown"
     if len(text) > MAX_GUIDELINE_CHARS:
         return f"the guideline has {len(text):,} characters; the most is {MAX_GUIDELINE_CHARS:,}"
-    return None
-
-
-def tags_problem(tags: list[list[str]], k: int) -> str | None:
-    """Why `tags` (one list per shown response, in shown order) cannot go with a ranking of k responses."""
-    if len(tags) != k:
-        return f"tags for {len(tags)} responses, but {k} were shown"
-    for i, given in enumerate(tags, 1):
-        if not isinstance(given, list):
-            return f"the tags of response {i} are not a list"
-        bad = next((t for t in given if t not in TAGS), None)
-        if bad is not None:
-            return f"response {i}: {bad!r} is not a tag ({', '.join(TAGS)})"
-        if len(set(given)) != len(given):
-            return f"response {i} has a tag twice"
     return None
 
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store.edits import EDIT_MODEL, add_edit_row, edit_problem, ranks_with_edit
-from store.guidelines import tags_problem
+from store.edits import EDIT_MODEL, add_edit_row, ranks_with_edit
 from store.prompts import next_ids, prompt_ids
 from store.protocol import Connection
-from store.strengths import steps_problem, strength_pairs
 from store.tasks import count_rankings, pairs_of_ranks, refresh_tasks
 
 
@@ -65,7 +63,7 @@ class RankingIn:
     # rest of what each answer means once the ranking is stored
     answers: dict[str, object] = field(default_factory=dict)
 
-    strengths = _Answer()  # how much better, per step down the order (store/strengths.py)
+    strengths = _Answer()  # how much better, per step down the order (annotation/questions/strength.py)
     edit = _Answer()  # a correction of the best-ranked item, stored ranked above all (store/edits.py)
     tags = _Answer()  # each item's tags, in items' order (store/guidelines.py)
     # none of the shown responses is good (annotation/questions/all_bad.py): a skip without an edit, else the shown
@@ -73,7 +71,8 @@ class RankingIn:
     all_bad = _Answer()
 
     def problem(self) -> str | None:
-        """Why this ranking cannot be stored, or None. Parsers prefix it with the line or task it came from."""
+        """Why this ranking cannot be stored, or None: the ranking itself (its answers are checked by their
+        questions, annotation/judgement.py::check_answers). Parsers prefix it with the line or task it came from."""
         if not self.prompt.strip():
             return "the prompt is empty"
         if self.skipped:  # a skip answers nothing: no items, no strengths, edit or tags
@@ -93,16 +92,6 @@ class RankingIn:
             seen[it.text] = i
             if isinstance(it.rank, bool) or not isinstance(it.rank, int) or not 1 <= it.rank <= k:
                 return f"rank {it.rank!r} of response {i} is out of range 1..{k}"
-        ranks = [it.rank for it in self.items]
-        if self.strengths is not None and (problem := steps_problem(ranks, self.strengths)):
-            return problem
-        if self.edit is not None and not self.edit.strip():
-            return "the edit is empty"
-        texts = [it.text for it in self.items]
-        if self.edit is not None and (problem := edit_problem(self.edit, ranks, texts, ties_ok=self.all_bad)):
-            return problem
-        if self.tags is not None:
-            return tags_problem(self.tags, k)
         return None
 
     def stored_items(self) -> list[tuple[str, int]]:
@@ -204,14 +193,9 @@ def _add_edits(con: Connection, todo: list, by_ranking: dict) -> None:
             add_edit_row(con, by_ranking[n][-1], best, r.annotator)
 
 
-def add_strengths(con: Connection, rankings: list[tuple[int, list[int], list[int], list[int]]]) -> int:
-    """(ranking id, response ids, ranks, steps) -> each ordered pair's strength (store/strengths.py), one INSERT;
-    returns the rows written."""
-    rows = [
-        (ranking_id, ids[i], ids[j], level)
-        for ranking_id, ids, ranks, steps in rankings
-        for i, j, level in strength_pairs(ranks, steps)
-    ]
+def add_pair_strengths(con: Connection, rows: list[tuple[int, int, int, int]]) -> int:
+    """(ranking id, chosen response id, rejected response id, level) rows into pair_strengths, one INSERT (the
+    strength question's rows: annotation/questions/strength.py); returns the rows written."""
     if rows:
         con.execute(
             "INSERT INTO pair_strengths SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::BIGINT[]), "

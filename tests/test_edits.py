@@ -5,9 +5,9 @@ pairs it adds counted by hand, every refusal changing nothing, and undo giving t
 import duckdb
 import pytest
 
+from annotation.questions.edit import MAX_EDIT_CHARS
 from annotation.session import next_task, submit_and_next, undo_last
 from store.db import connect, migrate
-from store.edits import MAX_EDIT_CHARS
 from store.errors import UserError
 from store.tasks import drift
 from tests.builders import seed_store

@@ -1,5 +1,5 @@
-"""Preference strength (store/strengths.py; Llama 2's four levels): a ranking's steps expanded into its pairs,
-stored and read back through the pairs view and snapshots, and used by the reward model as a margin and to report
+"""Preference strength (annotation/questions/strength.py; Llama 2's four levels): a ranking's steps expanded into its
+pairs, stored and read back through the pairs view and snapshots, and used by the reward model as a margin and to report
 accuracy by strength, against values worked out by hand."""
 
 import pytest
@@ -7,11 +7,11 @@ import pytest
 from annotation.imports import import_native
 from annotation.judgement import write_answers
 from annotation.questions.base import Written
+from annotation.questions.strength import steps_problem, strength_pairs
 from store.db import connect, write
 from store.errors import UserError
 from store.rankings import add_ranking
 from store.snapshot import freeze_snapshot
-from store.strengths import steps_problem, strength_pairs
 from tests.builders import seed_store
 from tests.conftest import query, store_rows, write_jsonl
 from training.pairwise.pairs import STRENGTH_MARGINS

@@ -33,6 +33,7 @@ __all__ = [
     "register",
     "Campaign",
     "answered_alone",
+    "check_answers",
     "Question",
     "Shown",
     "from_ls",
@@ -104,13 +105,32 @@ def from_ls(results: list[dict], shown: Shown, where: str) -> dict[str, object]:
 
 
 def settle(ranking: RankingIn, where: str) -> None:
-    """Each answer's effect on the ranking it came with (RankingIn), once all of them are set on it."""
+    """Each answer's effect on the ranking it came with (RankingIn), once all of them are set on it; then every
+    answer checked against the ranking as settled (check_answers)."""
     for q in QUESTIONS:
         if q.settle is not None:
             try:
                 q.settle(ranking)
             except UserError as e:
                 raise UserError(f"{where}: {e}") from None
+    if not ranking.skipped:
+        shown = Shown(texts=[it.text for it in ranking.items], ranks=[it.rank for it in ranking.items])
+        check_answers(ranking.answers, shown, where)
+
+
+def check_answers(answers: dict[str, object], shown: Shown, where: str = "") -> None:
+    """The one check of every answer against the ranking it goes with, once all of them are in (the readers check
+    their shape): the Annotate tab's submit, and each parser after `settle`. An answer no question asks is refused
+    too. where: the line or task a parser's error names."""
+    asked = {q.name: q for q in QUESTIONS}
+    for name, answer in answers.items():
+        if answer is None:
+            continue
+        problem = f"no question is called {name!r} (asked: {', '.join(asked)})" if name not in asked else None
+        if problem is None and asked[name].check is not None:
+            problem = asked[name].check(answer, shown, answers)
+        if problem:
+            raise UserError(f"{where}: {problem}" if where else problem)
 
 
 def answered_alone(results: list[dict], where: str) -> bool:

@@ -68,8 +68,10 @@ class Question:
     # a question the ranking widget asks as one row of choices (its value's key `name` holds the chosen text, or
     # null); empty: the widget has a control of its own for it (strengths, edit, tags, all bad)
     widget_choices: tuple[str, ...] = ()
-    # why an answer cannot go with these shown ranks (None: it can), checked once where a ranking is submitted
-    check: Callable[[object, list[int]], str | None] | None = None
+    # why an answer cannot go with the shown responses and ranks, and the ranking's other answers (None: it can);
+    # checked once every answer is in (annotation/judgement.py::check_answers: the Annotate tab's submit and every
+    # parser after `settle`)
+    check: Callable[[object, Shown, dict], str | None] | None = None
 
 
 def choices_of(result: dict | None, control: str) -> list[str]:

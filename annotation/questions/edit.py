@@ -5,8 +5,22 @@ as any ranked item (K more pairs from the ranking view)."""
 from __future__ import annotations
 
 from annotation.questions.base import Campaign, Question, Shown, kept_in_ranking
-from store.edits import MAX_EDIT_CHARS, edit_problem
 from store.errors import UserError
+
+MAX_EDIT_CHARS = 20_000  # the longest edit a server takes (as long as a prompt may be: annotation/prompt_files.py)
+
+
+def edit_problem(edit: str, ranks: list[int], texts: list[str], ties_ok: bool = False) -> str | None:
+    """Why `edit` cannot go with this ranking of these shown texts (None: it can). ranks and texts in shown order.
+    ties_ok: an all-bad answer's edit, over shown responses that tie (annotation/questions/all_bad.py)."""
+    if len(edit) > MAX_EDIT_CHARS:
+        return f"the edit has {len(edit):,} characters; the most is {MAX_EDIT_CHARS:,}"
+    if not ties_ok and ranks.count(min(ranks)) != 1:
+        return "rank one response best to edit it (the best rank is tied)"
+    same = next((i for i, t in enumerate(texts) if t.strip() == edit), None)
+    if same is not None:
+        return f"the edit is the same as response {same + 1}: change it, or clear it"
+    return None
 
 
 def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> str | None:
@@ -52,6 +66,12 @@ def from_ls(results: dict[str, dict], shown: Shown) -> str | None:
     return from_native("\n".join(text), shown)
 
 
+def check(edit: object, shown: Shown, answers: dict) -> str | None:
+    """The edit against the ranking once every answer is in: one best response to correct, unless all bad tied
+    them below it (annotation/questions/all_bad.py); not one of the shown texts."""
+    return edit_problem(str(edit).strip(), shown.ranks, shown.texts, ties_ok=bool(answers.get("all_bad")))
+
+
 QUESTION = Question(
     name="edit",
     title="Correct the best response (optional)",
@@ -63,4 +83,5 @@ QUESTION = Question(
     ls_names=r"edit",
     ls_kind="textarea",
     write=kept_in_ranking,
+    check=check,
 )

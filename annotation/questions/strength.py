@@ -1,14 +1,42 @@
-"""Preference strength (Llama 2's four levels, store/strengths.py): how much better each group of equal rank is than
-the next one down, best first. Pairs: each pair gets the largest step between its two responses (pair_strengths,
-the `strength` column of the pairs view), which `rlhf train-rm --margin-from strength` trains on."""
+"""Preference strength (Llama 2's four levels): how much better each group of equal rank is than the next one down,
+best first. A ranking of K responses in G groups of equal rank carries G - 1 steps. Pairs: each pair gets the
+largest step between its two responses (A slightly better than B, B significantly better than C: A is
+significantly better than C), kept per pair at write time (pair_strengths, migration 0011; the `strength` column
+of the pairs view), which `rlhf train-rm --margin-from strength` trains on."""
 
 from __future__ import annotations
 
 from annotation.questions.base import Campaign, Question, Shown, Written, choices_of
 from store.errors import UserError
 from store.protocol import Connection
-from store.rankings import add_strengths
-from store.strengths import LEVELS, steps_problem
+from store.rankings import add_pair_strengths
+
+# level -> what the annotator said; Llama 2 (Touvron et al. 2023, section 3.2.1) asked the same four
+LEVELS = ("negligibly better or unsure", "slightly better", "better", "significantly better")
+
+
+def steps_problem(ranks: list[int], steps: list[int]) -> str | None:
+    """Why `steps` cannot go with `ranks` (None: it can): one level in 0..3 per step between adjacent groups."""
+    need = len(set(ranks)) - 1
+    if len(steps) != need:
+        return f"{len(steps)} strengths for {need} steps between the {need + 1} ranks given"
+    bad = next((s for s in steps if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < len(LEVELS)), None)
+    if bad is not None:
+        return f"strength {bad!r} is not a level 0..{len(LEVELS) - 1} ({', '.join(LEVELS)})"
+    return None
+
+
+def strength_pairs(ranks: list[int], steps: list[int]) -> list[tuple[int, int, int]]:
+    """(index of the better response, index of the worse, strength) for every pair the ranking orders, indices
+    into `ranks`; the strength is the largest step between their groups."""
+    groups = sorted(set(ranks))
+    where = {r: g for g, r in enumerate(groups)}
+    return [
+        (i, j, max(steps[where[ranks[i]] : where[ranks[j]]]))
+        for i in range(len(ranks))
+        for j in range(len(ranks))
+        if ranks[i] < ranks[j]
+    ]
 
 
 def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> list[int] | None:
@@ -57,11 +85,14 @@ def from_ls(results: dict[str, dict], shown: Shown) -> list[int] | None:
 
 def write(con: Connection, written: Written, steps: list[int]) -> None:
     """Each ordered pair's strength (pair_strengths): the largest step between its two shown responses."""
-    add_strengths(con, [(written.ranking_id, written.response_ids, written.ranks, steps)])
+    ids = written.response_ids
+    add_pair_strengths(
+        con, [(written.ranking_id, ids[i], ids[j], level) for i, j, level in strength_pairs(written.ranks, steps)]
+    )
 
 
-def check(steps: object, ranks: list[int]) -> str | None:
-    return steps_problem(ranks, steps)
+def check(steps: object, shown: Shown, answers: dict) -> str | None:
+    return steps_problem(shown.ranks, steps)
 
 
 QUESTION = Question(

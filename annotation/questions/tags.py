@@ -5,8 +5,23 @@ from __future__ import annotations
 
 from annotation.questions.base import Campaign, Question, Shown, Written, choices_of
 from store.errors import UserError
-from store.guidelines import TAGS, add_tags, tags_problem
+from store.guidelines import TAGS, add_tags
 from store.protocol import Connection
+
+
+def tags_problem(tags: list[list[str]], k: int) -> str | None:
+    """Why `tags` (one list per shown response, in shown order) cannot go with a ranking of k responses."""
+    if len(tags) != k:
+        return f"tags for {len(tags)} responses, but {k} were shown"
+    for i, given in enumerate(tags, 1):
+        if not isinstance(given, list):
+            return f"the tags of response {i} are not a list"
+        bad = next((t for t in given if t not in TAGS), None)
+        if bad is not None:
+            return f"response {i}: {bad!r} is not a tag ({', '.join(TAGS)})"
+        if len(set(given)) != len(given):
+            return f"response {i} has a tag twice"
+    return None
 
 
 def from_widget(value: dict | None, shown: Shown, campaign: Campaign) -> list[list[str]] | None:
@@ -56,8 +71,8 @@ def write(con: Connection, written: Written, tags: list[list[str]]) -> None:
     add_tags(con, written.ranking_id, written.response_ids, tags)
 
 
-def check(tags: object, ranks: list[int]) -> str | None:
-    return tags_problem(tags, len(ranks))
+def check(tags: object, shown: Shown, answers: dict) -> str | None:
+    return tags_problem(tags, len(shown.ranks))
 
 
 QUESTION = Question(

@@ -4,8 +4,8 @@ Drag a card to reorder (ranks become 1..K top to bottom), or focus a card (Tab o
 give it that rank: two cards with the same number are a tie. Arrow Up/Down move the focused card.
 
 When the value asks for strengths (`ask`), a row between each group of equal rank and the next one down asks how
-much better the group above is (store/strengths.py's four levels): click a level, or focus the row (Tab) and press
-0-3. Reordering clears them (the steps are new).
+much better the group above is (annotation/questions/strength.py's four levels): click a level, or focus the row (Tab)
+and press 0-3. Reordering clears them (the steps are new).
 
 Each card has the campaign's tags (`tag_names`: unsafe, factually wrong, off topic, other; store/guidelines.py):
 click one to mark the response, or focus the card and press its key (u, f, o, x); again takes it off. Tags stay

@@ -61,7 +61,8 @@ class AppContext:
         self.sampling = sampling or SamplingConfig(model=model)  # what the Sample button uses
         self.overlap = overlap  # annotators per prompt
         self.gold_rate = gold_rate  # the share of an annotator's new tasks that are gold prompts (store/gold.py)
-        self.ask_strength = ask_strength  # the Annotate tab asks how much better, step by step (store/strengths.py)
+        # the Annotate tab asks how much better, step by step (annotation/questions/strength.py)
+        self.ask_strength = ask_strength
         self.allow_edits = allow_edits  # annotators may correct the best response (store/edits.py)
         self.auth = auth  # logins are the annotator ids
         self.admins = set(admins)  # under auth, only these logins use the Data and Train tabs

@@ -47,7 +47,7 @@ def check_pairs(rows: list[dict], where: str) -> list[dict]:
             raise DataError(f"{where} row {n}: margin must be a number and ranking_id an integer, where given")
         strength = r.get("strength")
         if strength is not None and (not number_or_none(strength, int) or not 0 <= strength <= 3):
-            raise DataError(f"{where} row {n}: strength must be a level 0..3 (store/strengths.py), where given")
+            raise DataError(f"{where} row {n}: strength must be a level 0..3 (the strength question's), where given")
     return rows
 
 
@@ -77,7 +77,7 @@ def load_pairs(data: str) -> tuple[list[dict], list[dict]]:
 
 
 # Llama 2's margins by preference strength (Touvron et al. 2023, table 27, "margin small"): negligibly better or
-# unsure 0, slightly better 1/3, better 2/3, significantly better 1 (levels of store/strengths.py)
+# unsure 0, slightly better 1/3, better 2/3, significantly better 1 (levels of annotation/questions/strength.py)
 STRENGTH_MARGINS = (0.0, 1 / 3, 2 / 3, 1.0)
 
 
@@ -90,7 +90,7 @@ class Tokenised:
     truncated: bool
     chosen_start: int = 0  # index of the first response token (DPO's log-probs are over the response only)
     rejected_start: int = 0
-    strength: int | None = None  # the annotator's preference strength (store/strengths.py), where given
+    strength: int | None = None  # the annotator's preference strength (annotation/questions/strength.py), where given
 
 
 class PairEncoder:
