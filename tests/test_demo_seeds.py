@@ -342,3 +342,66 @@ def test_one_sample_against_best_of_n_over_seeds_by_hand(tmp_path):
     # a seed that chose the settings is drawn from nothing over seeds
     chosen = write_combined(runs, tmp_path / "chose", chose=(0,))["one_sample"]
     assert {r["n"]: r for r in chosen["best_of"]}[16]["over_seeds"][0] == pytest.approx(0.85)
+
+
+def test_readmes_paragraph_says_one_sample_against_best_of_n_from_the_combination(tmp_path, capsys):
+    """README's "Does it learn?" from three seeds by hand: PPO (the default recommendation) 0.6, 0.7, 0.8 -> 70.0%
+    +- 24.84 points; best-of-16 0.7, 0.8, 0.9 -> 80.0% (55.2% to 100.0%, clipped); their difference -0.1 in every
+    seed -> -10.0 points with no spread: below. PPO over DPO 0.4 everywhere."""
+    from app.faces.cli import main
+    from app.studies.demo_seeds import README_END, README_START, readme_paragraph, write_combined
+
+    runs = [results(s, ppo, 0.9, 0.4, bon, 1.0) for s, ppo, bon in ((0, 0.6, 0.7), (1, 0.7, 0.8), (2, 0.8, 0.9))]
+    combined = write_combined(runs, tmp_path / "seeds")
+    text = readme_paragraph(combined, "docs/results/x")
+    assert text == (
+        "Under the protocol of [docs/evaluation.md](docs/evaluation.md) (the panel judge on the test split, seeds "
+        "0, 1, 2 declared before running, each a whole demo), the recommended method's policy, PPO, wins 70.0% "
+        "(45.2% to 94.8%) over the reference with one sample, the mean over seeds with its 95% t interval; "
+        "best-of-16 of the reference under the reward model wins 80.0% (55.2% to 100.0%) with 16 samples. "
+        "The difference, -10.0 points (-10.0 to -10.0), puts one sample below best-of-16's sixteen. "
+        "PPO's actor over DPO's policy, head to head: 40.0% (40.0% to 40.0%). "
+        "Every seed's numbers and every method: [docs/results/x/seeds.md](docs/results/x/seeds.md)."
+        "\n\n![one sample against best-of-N over seeds](docs/results/x/one_sample_over_seeds.png)\n"
+    )
+    for s, r in enumerate(runs):
+        (tmp_path / f"seed-{s}").mkdir()
+        (tmp_path / f"seed-{s}" / "results.json").write_text(json.dumps(r))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Does it learn?\n\n{README_START}\nnothing yet\n{README_END}\n\nafter\n")
+    demos = [str(tmp_path / f"seed-{s}") for s in range(3)]
+    out = str(tmp_path / "docs" / "results" / "x")
+    assert main(["demo-seeds", *demos, "--out", out, "--readme", str(readme)]) == 0
+    written = readme.read_text()
+    assert written.startswith(f"# x\n\n## Does it learn?\n\n{README_START}\nUnder the protocol")
+    assert "[docs/results/x/seeds.md](docs/results/x/seeds.md)" in written and written.endswith(
+        f"{README_END}\n\nafter\n"
+    )
+    readme.write_text("# no block\n")
+    capsys.readouterr()
+    assert main(["demo-seeds", *demos, "--out", out, "--readme", str(readme)]) == 1
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"has no block {README_START} ... {README_END} to write the paragraph into")
+    )
+
+
+def test_the_readmes_paragraph_is_the_rendering_of_the_seeds_file_it_links():
+    """The block in README is either the note that no number exists yet (no figure in it), or exactly what
+    `rlhf demo-seeds --readme` renders from the committed seeds.json it links: no number typed by hand."""
+    import re
+    from pathlib import Path
+
+    from app.studies.demo_seeds import README_END, README_START, readme_paragraph
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "README.md").read_text()
+    block = text.split(README_START, 1)[1].split(README_END, 1)[0].strip("\n")
+    linked = re.search(r"\]\(([^)]+)/seeds\.md\)", block)
+    if linked is None:
+        assert not re.search(r"\d%", block), block
+        return
+    folder = linked.group(1)
+    combined = json.loads((root / folder / "seeds.json").read_text())
+    assert block + "\n" == readme_paragraph(combined, folder)

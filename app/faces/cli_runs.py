@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shutil
 from pathlib import Path
 
@@ -170,6 +171,12 @@ def cmd_demo_seeds(args: argparse.Namespace) -> None:
     combined = write_combined(read_results(args.demos), Path(args.out), tuple(args.chose_settings))
     print("\n".join(verdicts(combined)))
     print(f"{len(combined['seeds'])} seeds ({', '.join(map(str, combined['seeds']))}): {Path(args.out) / SEEDS_REPORT}")
+    if args.readme:
+        from app.studies.demo_seeds import write_readme
+
+        readme = Path(args.readme)
+        write_readme(readme, combined, os.path.relpath(Path(args.out).resolve(), readme.resolve().parent))
+        print(f'{readme}: its "Does it learn?" paragraph rewritten from {Path(args.out) / "seeds.json"}')
 
 
 def cmd_demo_trials(args: argparse.Namespace) -> None:
@@ -348,6 +355,11 @@ def add_demo_commands(sub) -> None:
         default=[],
         metavar="SEEDS",
         help="seeds whose numbers chose the settings (e.g. 0,1): shown apart, left out of the means over seeds",
+    )
+    s.add_argument(
+        "--readme",
+        metavar="README",
+        help='also rewrite README\'s "Does it learn?" paragraph (its marked block) from this combination',
     )
     s.set_defaults(func=cmd_demo_seeds)
 

@@ -191,6 +191,7 @@ def over_seeds(results: list[dict], chose: tuple[int, ...] = ()) -> dict:
     alarms = [(r.get("watch") or {}).get("alarm_step") for r in results]
     study = studies.pop()
     return {
+        "recommended": _recommended(results) if study == "demo" else None,
         "study": study,
         "seeds": seeds,
         "chose_settings": sorted(chose),
@@ -199,6 +200,15 @@ def over_seeds(results: list[dict], chose: tuple[int, ...] = ()) -> dict:
         "alarm_steps": alarms,
         "one_sample": one_sample_over_seeds(results, [s not in chose for s in seeds]) if study == "demo" else None,
     }
+
+
+def _recommended(results: list[dict]) -> str | None:
+    """The name of the recommended method's policy row (the config's `recommend`, declared before the runs: the
+    demos to combine share their settings), or None where no seed judged it."""
+    from app.studies.demo_samples import policy_rows
+
+    method = (results[0].get("config") or {}).get("recommend", "ppo")
+    return next((p["name"] for r in results for p in policy_rows(r) if p["method"] == method), None)
 
 
 def one_sample_over_seeds(results: list[dict], counted: list[bool]) -> dict | None:
@@ -386,6 +396,65 @@ def report(combined: dict) -> str:
     if combined.get("one_sample"):
         lines += ["", f"![one sample against best-of-N over seeds]({ONE_SAMPLE_PLOT})"]
     return "\n".join(lines + [""])
+
+
+README_START, README_END = "<!-- does-it-learn: rlhf demo-seeds --readme -->", "<!-- /does-it-learn -->"
+
+
+def readme_paragraph(combined: dict, folder: str) -> str:
+    """README's "Does it learn?" paragraph from a combination over seeds (issue 52's question): the recommended
+    method with one sample against the largest best-of-N, each over the reference, with their intervals over seeds
+    and the verdict on their difference; the off-topic shares; the PPO-against-DPO head-to-head; then the plot.
+    folder: where seeds.md and the plot are, relative to README. Every number is the combination's own, so a test
+    renders it again from the committed file and compares."""
+    rows = {row["headline"]: row for row in combined["rows"]}
+    chose = set(combined.get("chose_settings", []))
+    counted = [s for s in combined["seeds"] if s not in chose]
+    name, one = combined.get("recommended"), combined.get("one_sample") or {}
+    policy = next((p for p in one.get("policies", []) if p["name"] == name), None)
+    best = (one.get("best_of") or [None])[-1]
+    if policy is None or best is None or policy["over_seeds"] is None or best["over_seeds"] is None:
+        raise UserError("the combination has no recommended policy and best-of-N over at least two seeds to report")
+
+    def rate(o) -> str:
+        m, lo, hi = _clipped(o, "rate")
+        return f"{m:.1%} ({lo:.1%} to {hi:.1%})"
+
+    out = [
+        f"Under the protocol of [docs/evaluation.md](docs/evaluation.md) (the panel judge on the test split, seeds "
+        f"{', '.join(map(str, counted))} declared before running, each a whole demo), the recommended method's policy, "
+        f"{name}, wins {rate(policy['over_seeds'])} over the reference with one sample, the mean over seeds with its "
+        f"95% t interval; best-of-{best['n']} of the reference under the reward model wins "
+        f"{rate(best['over_seeds'])} with {best['n']} samples."
+    ]
+    diff = rows.get(f"{name} (1 sample) minus best-of-{best['n']}")
+    if diff and diff["over_seeds"]:
+        m, lo, hi = diff["over_seeds"]
+        side = "above" if lo > 0 else "below" if hi < 0 else "within"
+        out.append(
+            f"The difference, {m * 100:+.1f} points ({lo * 100:+.1f} to {hi * 100:+.1f}), puts one sample {side} "
+            f"best-of-{best['n']}'s sixteen" + ("." if side != "within" else ": no clear difference over seeds.")
+        )
+    topic = [(who, rows.get(f"off-topic share: {who}")) for who in ("reference", f"best-of-{best['n']}", name)]
+    said = [f"{who} {row['over_seeds'][0]:.1%}" for who, row in topic if row and row["over_seeds"]]
+    if said:
+        out.append(f"Answers sharing no content word with the prompt (off topic): {', '.join(said)}.")
+    ppo_dpo = rows.get("PPO actor over the DPO policy")
+    if ppo_dpo and ppo_dpo["over_seeds"]:
+        out.append(f"PPO's actor over DPO's policy, head to head: {rate(ppo_dpo['over_seeds'])}.")
+    out.append(f"Every seed's numbers and every method: [{folder}/seeds.md]({folder}/seeds.md).")
+    return " ".join(out) + f"\n\n![one sample against best-of-N over seeds]({folder}/{ONE_SAMPLE_PLOT})\n"
+
+
+def write_readme(readme: Path, combined: dict, folder: str) -> None:
+    """Replace README's block between README_START and README_END with readme_paragraph; one error line where
+    README has no such block."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise UserError(f"{readme} has no block {README_START} ... {README_END} to write the paragraph into")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_START}\n{readme_paragraph(combined, folder)}{README_END}{tail}")
 
 
 def read_results(paths: list[str | Path]) -> list[dict]:
