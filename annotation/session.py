@@ -203,7 +203,7 @@ def _submit(
     ranking_id = add_ranking(
         con, prompt_id, annotator, SOURCE, key, lead_time, order, ranks, flags, edit_id, version, all_bad
     )
-    write_answers(con, Written(ranking_id, annotator, list(order), list(ranks)), answers)
+    write_answers(con, [(Written(ranking_id, annotator, list(order), list(ranks)), answers)])
     close_assignment(con, assignment_id, ranking_id)
     return ranking_id, True
 

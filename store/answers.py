@@ -1,5 +1,6 @@
 """The answers of questions that keep no table of their own (migration 0017): one JSON value per ranking and
-question. annotation/questions/base.py's `generic_write` is the one writer; the pairs view carries them as `answers`."""
+question. annotation/judgement.py::write_answers is the one writer; the pairs view carries them as `answers`
+(exports and snapshots do not yet)."""
 
 from __future__ import annotations
 

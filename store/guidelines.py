@@ -46,13 +46,13 @@ def guideline_versions(con: Connection) -> list[tuple[int, str, object, int]]:
     ).fetchall()
 
 
-def add_tags(con: Connection, ranking_id: int, response_ids: list[int], tags: list[list[str]]) -> int:
-    """One row per (response, tag) of this ranking, response_ids and tags in shown order; returns the rows written."""
-    rows = [(rid, tag) for rid, given in zip(response_ids, tags, strict=True) for tag in given]
+def add_tags(con: Connection, rows: list[tuple[int, int, str]]) -> int:
+    """(ranking id, response id, tag) rows into response_tags, one INSERT for any number of rankings (the tags
+    question's rows: annotation/questions/tags.py); returns the rows written."""
     if rows:
         con.execute(
-            "INSERT INTO response_tags SELECT ?, unnest(?::BIGINT[]), unnest(?::VARCHAR[])",
-            [ranking_id, [r for r, _ in rows], [t for _, t in rows]],
+            "INSERT INTO response_tags SELECT unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::VARCHAR[])",
+            [list(col) for col in zip(*rows, strict=True)],
         )
     return len(rows)
 

@@ -58,9 +58,9 @@ class RankingIn:
     flags: list[str] = field(default_factory=list)
     skipped: bool = False
     skip_reason: str | None = None
-    # every question's answer by name (annotation/questions/; None or absent: not given). The store reads the four
-    # below by name to check the ranking and to place an edit among its items; annotation/judgement.py writes the
-    # rest of what each answer means once the ranking is stored
+    # every question's answer by name (annotation/questions/; None or absent: not given). The store reads the edit
+    # (an item of its own) and all bad (a column of rankings) by name; annotation/judgement.py writes the rest of
+    # what each answer means once the ranking is stored
     answers: dict[str, object] = field(default_factory=dict)
 
     strengths = _Answer()  # how much better, per step down the order (annotation/questions/strength.py)
@@ -145,8 +145,8 @@ def insert_rankings(con: Connection, rankings: list[RankingIn], import_id: int |
 
     Each item is matched to a stored response of its prompt (by id when given and the text agrees, else by text),
     and the rest become new responses. Everything is planned in Python first and written in four statements
-    (prompts, responses, rankings, items), whatever the number of rankings: a 1,000-ranking import is one short
-    write inside the caller's transaction."""
+    (prompts, responses, rankings, items), whatever the number of rankings (then, through annotation/judgement.py,
+    one per answered question's table): a 1,000-ranking import is one short write inside the caller's transaction."""
     result = InsertResult()
     todo = _not_yet_stored(con, rankings, result)
     if not todo:

@@ -359,7 +359,7 @@ def _write_thumbs(con: Connection, folder: Path, split: str, tsource: str, where
     path = folder / f"thumbs-{split}.parquet"
     query = f"""SELECT p.prompt, p.completion, p.label, CAST(NULL AS BIGINT) AS ranking_id
                 FROM {tsource} p JOIN snapshot_split s USING (prompt)
-                WHERE s.split = '{split}' {where} ORDER BY p.prompt, p.completion"""
+                WHERE s.split = '{split}' {where} ORDER BY p.prompt, p.completion, p.label, p.annotator, p.source"""
     con.execute(f"COPY ({query}) TO {sql_string(path)} (FORMAT parquet)")
     (rows,) = con.execute(f"SELECT count(*) FROM ({query})").fetchone()
     return {"file": path.name, "rows": rows, "sha256": _sha256(path)}

@@ -98,7 +98,7 @@ def _empty_store(tmp_path_factory) -> Path:
 
 # RLHF_TEST_STORE=memory: every test's store is the second backend (store.db.MemoryStore, an in-memory DuckDB behind
 # the same connection protocol) instead of a file; a test that needs a file (the CLI's --db, a copy, a second
-# process) is skipped there. `make test` runs the store's suite this way too (Makefile, STORE_SUITE).
+# process) is skipped there (the `store_file` mark). `make test` runs the store's suite this way too (Makefile).
 ON_MEMORY = os.environ.get("RLHF_TEST_STORE") == "memory"
 
 

@@ -124,7 +124,7 @@ def test_the_annotate_tabs_all_bad_button_skips_or_ranks_the_edit_first_and_undo
     # the widget's order and strengths are no answer here; a tag without an edit is refused, nothing stored
     tagged = {**first.ranker, "items": [{**it, "tags": ["unsafe"]} for it in first.ranker["items"]]}
     before = store_rows(db)
-    with pytest.raises(UserError, match="all bad without an edit ranks nothing, so it keeps no tags"):
+    with pytest.raises(UserError, match=r"all bad without an edit ranks nothing, so it keeps no other answer \(tags\)"):
         on_all_bad(ctx, "ann", first.task, tagged)
     assert store_rows(db) == before
     second = on_all_bad(ctx, "ann", first.task, {**first.ranker, "strengths": [3, 3]})

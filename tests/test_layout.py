@@ -60,19 +60,28 @@ def test_only_the_store_opens_connections_and_transactions():
 def test_a_judgement_is_written_by_one_path():
     """Outside store/, only annotation/judgement.py stores imported rankings (store.rankings.insert_rankings) and
     only the session (the Annotate tab's submit) stores one ranking (add_ranking), and it writes the answers through
-    annotation/judgement.py: every question's `write` runs for the UI and every import alike."""
+    annotation/judgement.py: every question's `write` runs for the UI and every import alike. Any mention counts
+    (an import by any form, an attribute, a name), and a star import of store.rankings is refused."""
     allowed = {"insert_rankings": {"annotation/judgement.py"}, "add_ranking": {"annotation/session.py"}}
     bad = []
     for package in ("app", "annotation", "training", "bench"):
         for path in (ROOT / package).rglob("*.py"):
             where = str(path.relative_to(ROOT))
             for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom) and node.module == "store.rankings":
-                    bad += [
-                        f"{where} imports {a.name}" for a in node.names if where not in allowed.get(a.name, {where})
-                    ]
+                names = []
+                if isinstance(node, ast.ImportFrom):
+                    names = [a.name for a in node.names]
+                    if node.module == "store.rankings" and "*" in names:
+                        bad.append(f"{where} imports * from store.rankings")
+                elif isinstance(node, ast.Name):
+                    names = [node.id]
+                elif isinstance(node, ast.Attribute):
+                    names = [node.attr]
+                bad += [f"{where} names {n}" for n in names if n in allowed and where not in allowed[n]]
     assert not bad, bad
-    assert "write_answers" in (ROOT / "annotation/session.py").read_text()
+    session = ast.parse((ROOT / "annotation/session.py").read_text())
+    calls = {n.func.id for n in ast.walk(session) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert {"add_ranking", "write_answers"} <= calls
 
 
 def test_training_never_opens_the_database():
@@ -114,7 +123,7 @@ def test_no_trainer_imports_another_trainers_package():
     for name in trainers:
         others = {f"training.{t}" for t in trainers if t != name}
         for path in (ROOT / "training" / name).rglob("*.py"):
-            bad = {m for m in _full_imports(path) if any(m == o or m.startswith(o + ".") for o in others)}
+            bad = {m for m in _named_modules(path) if any(m == o or m.startswith(o + ".") for o in others)}
             assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
@@ -158,11 +167,27 @@ ROOM_MAY = {
 
 
 def _room_of(module: str) -> str:
-    """'frame', a room's name, or 'trainer' for a module of training/ (dotted, from training. on)."""
+    """'frame', a room's name, or 'trainer' for a module or package of training/ (dotted, from training. on)."""
     parts = module.split(".")
-    if len(parts) == 2:
-        return "frame"
-    return parts[1] if parts[1] in ROOMS else "trainer"
+    if parts[1] in ROOMS:
+        return parts[1]
+    return "trainer" if (ROOT / "training" / parts[1]).is_dir() else "frame"
+
+
+def _named_modules(path: Path) -> set[str]:
+    """Every module an import in the file names, `from training.rollouts import rollout` as training.rollouts and
+    training.rollouts.rollout (a module imported from its package is a module too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            for a in node.names:
+                sub = ROOT / (node.module.replace(".", "/") + "/" + a.name)
+                if sub.with_suffix(".py").is_file() or sub.is_dir():
+                    found.add(f"{node.module}.{a.name}")
+    return found
 
 
 def test_training_is_a_frame_four_rooms_and_the_trainers():
@@ -172,6 +197,9 @@ def test_training_is_a_frame_four_rooms_and_the_trainers():
     know nothing of rollouts."""
     top = {p.stem for p in (ROOT / "training").glob("*.py")} - {"__init__"}
     assert top == FRAME
+    trainers = {p.parent.name for p in (ROOT / "training").glob("*/train.py")}
+    packages = {p.parent.name for p in (ROOT / "training").glob("*/__init__.py")}
+    assert packages == set(ROOMS) | trainers, packages - set(ROOMS) - trainers  # a new package is a room or a trainer
     for room, modules in ROOMS.items():
         assert {p.stem for p in (ROOT / "training" / room).glob("*.py")} - {"__init__"} == modules, room
     bad = []
@@ -180,7 +208,7 @@ def test_training_is_a_frame_four_rooms_and_the_trainers():
         room = _room_of(module)
         if room == "trainer" or path.stem == "__init__":
             continue
-        for m in _full_imports(path):
+        for m in _named_modules(path):
             if m.split(".")[0] != "training" or m == "training":
                 continue
             there = _room_of(m)

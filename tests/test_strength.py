@@ -70,7 +70,7 @@ def test_a_submitted_ranking_keeps_its_strengths_until_undone(db):
     ids = [r for (r,) in query(db, "SELECT response_id FROM responses ORDER BY response_id")]
     with write(db) as con:
         ranking = add_ranking(con, 1, "ann", "ui", "ui:1", 5.0, ids, [1, 2, 3, 4], [])
-        write_answers(con, Written(ranking, "ann", ids, [1, 2, 3, 4]), {"strengths": [3, 0, 1]})
+        write_answers(con, [(Written(ranking, "ann", ids, [1, 2, 3, 4]), {"strengths": [3, 0, 1]})])
     assert query(db, "SELECT count(*), max(strength) FROM pairs WHERE ranking_id = ?", [ranking]) == [(6, 3)]
     from store.assignments import delete_ranking
 
@@ -111,3 +111,38 @@ def test_the_widgets_strengths_are_all_or_nothing():
         strengths_from_value({"strengths": [2, None]}, [1, 2, 3])
     with pytest.raises(UserError, match="do not fit the ranking"):
         strengths_from_value({"strengths": [7, 1]}, [1, 2, 3])
+
+
+def test_an_import_writes_every_rankings_strengths_in_one_insert(db):
+    """annotation/judgement.py hands each question all the rankings that answered it: 3 rankings with strengths are
+    one INSERT into pair_strengths (a statement's fixed cost is most of a small insert), and all their rows."""
+    from annotation.judgement import write_rankings
+    from store.db import write
+    from store.rankings import RankedItem, RankingIn
+
+    class Counting:
+        def __init__(self, con):
+            self.con, self.sql = con, []
+
+        def execute(self, sql, *args):
+            self.sql.append(sql)
+            return self.con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    rankings = [
+        RankingIn(
+            f"p{n}",
+            [RankedItem("a", 1), RankedItem("b", 2), RankedItem("c", 3)],
+            "ann",
+            "native",
+            answers={"strengths": [n % 4, 3]},
+        )
+        for n in range(3)
+    ]
+    with write(db) as con:
+        counting = Counting(con)
+        write_rankings(counting, rankings)
+    assert sum("INSERT INTO pair_strengths" in s for s in counting.sql) == 1
+    assert query(db, "SELECT count(*) FROM pair_strengths") == [(9,)]  # 3 pairs each

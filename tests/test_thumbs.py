@@ -4,6 +4,8 @@ bad" a thumbs down on each reply; everything else gives none (its information is
 
 from pathlib import Path
 
+import pytest
+
 from store.compare import Vote, record_vote
 from store.db import write
 from tests.builders import seed_store
@@ -117,3 +119,28 @@ def test_best_good_is_a_thumbs_up_or_down_on_what_was_ranked_first_and_an_edit_i
     code, _, err = cli("import", str(write_jsonl(tmp_path / "bad.jsonl", [{**line, "prompt": "x", "best_good": 2}])))
     assert code == 1 and err.strip() == "error: bad.jsonl line 1: 'best_good' must be yes or no (true or false), got 2"
     assert store_rows(db) == before
+
+
+def test_best_good_yes_cannot_go_with_an_edit_or_all_bad_and_all_bad_alone_keeps_no_answer(db, cli, tmp_path):
+    from app.faces.annotate_tab import on_all_bad, on_load
+    from app.faces.ui import AppContext
+    from store.errors import UserError
+    from tests.conftest import store_rows, write_jsonl
+
+    line = {"prompt": "Name a fruit.", "responses": ["A pear.", "Rocks."], "ranks": [1, 2], "annotator": "kim"}
+    cli("init")
+    before = store_rows(db)
+    for extra, said in (
+        ({"edit": "A ripe pear."}, "cannot be good as it is and corrected by your edit"),
+        ({"all_bad": True, "edit": "A ripe pear."}, "cannot be good as it is when none of them is good"),
+    ):
+        path = write_jsonl(tmp_path / "r.jsonl", [{**line, "best_good": True, **extra}])
+        code, _, err = cli("import", str(path))
+        assert code == 1 and said in err, err
+    assert store_rows(db) == before
+    seed_store(db, 1, k=3)
+    ctx = AppContext(db)
+    view = on_load(ctx, "ann")
+    with pytest.raises(UserError, match=r"keeps no other answer \(best_good\)"):  # was dropped without a word
+        on_all_bad(ctx, "ann", view.task, {**view.ranker, "best_good": "no"})
+    assert query(db, "SELECT count(*) FROM rankings") == [(0,)]

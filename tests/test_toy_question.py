@@ -5,6 +5,7 @@ config and the files, and its answer lands in ranking_answers, which the pairs v
 browser test (tests/test_browser.py) answers it by clicking in the app."""
 
 import json
+import re
 
 import pytest
 
@@ -105,3 +106,34 @@ def test_rlhf_questions_loads_it_for_every_command_and_a_bad_entry_is_one_line(d
     monkeypatch.setenv("RLHF_QUESTIONS", "tests.toy_question:LEVELS")
     code, out, err = cli("import", str(tmp_path / "r.jsonl"))
     assert code == 1 and err.strip() == "error: RLHF_QUESTIONS: 'tests.toy_question:LEVELS' is a list, not a Question"
+
+
+def test_a_question_cannot_take_a_name_in_use_and_rlhf_questions_says_why_in_one_line(db, cli, monkeypatch):
+    import dataclasses
+
+    from annotation.questions import load_questions
+
+    with pytest.raises(ValueError, match="a question called 'tags' is already asked"):
+        with register(dataclasses.replace(CONFIDENCE, name="tags")):
+            pass
+    with pytest.raises(ValueError, match="a question cannot be called 'ranks': the ranking itself uses that key"):
+        with register(dataclasses.replace(CONFIDENCE, name="ranks")):
+            pass
+    for spec, said in (
+        ("tests.toy_question", "'tests.toy_question' is not module:NAME"),
+        ("tests.no_such_module:Q", "cannot load 'tests.no_such_module:Q' (ModuleNotFoundError: No module named"),
+    ):
+        with pytest.raises(UserError, match=re.escape(said)):
+            load_questions(spec)
+
+
+def test_rankings_made_in_code_with_an_answer_no_question_asks_are_refused_and_nothing_is_stored(db):
+    from annotation.judgement import write_rankings
+    from store.db import write
+    from store.rankings import RankedItem, RankingIn
+
+    ranking = RankingIn("p", [RankedItem("a", 1), RankedItem("b", 2)], "ann", "native", answers={"mood": "fine"})
+    with pytest.raises(UserError, match="no question is called 'mood'"):
+        with write(db) as con:
+            write_rankings(con, [ranking])
+    assert query(db, "SELECT count(*) FROM rankings") == [(0,)]

@@ -44,12 +44,26 @@ __all__ = [
 ]
 
 
+# keys a native line or the ranking widget's value use for the ranking itself: no question may be called so
+RESERVED = frozenset(
+    {"prompt", "responses", "ranks", "annotator", "id", "key", "items", "tag_names", "ask", "edit_ok", "more"}
+)
+
+
+def _name_problem(question: Question) -> str | None:
+    if question.name in RESERVED:
+        return f"a question cannot be called {question.name!r}: the ranking itself uses that key"
+    if any(q.name == question.name and q is not question for q in QUESTIONS):
+        return f"a question called {question.name!r} is already asked"
+    return None
+
+
 @contextmanager
 def register(question: Question) -> Iterator[Question]:
     """Ask one more question while the block runs (a plugin, or a test's toy question), then stop asking it; a name
-    already asked is refused."""
-    if any(q.name == question.name for q in QUESTIONS):
-        raise ValueError(f"a question called {question.name!r} is already asked")
+    already asked, or one the ranking itself uses, is refused."""
+    if problem := _name_problem(question):
+        raise ValueError(problem)
     QUESTIONS.append(question)
     try:
         yield question
@@ -60,17 +74,22 @@ def register(question: Question) -> Iterator[Question]:
 def load_questions(spec: str) -> list[Question]:
     """Ask a team's own questions from now on: `spec` is "module:NAME" entries, comma-separated, each naming a
     Question (the `RLHF_QUESTIONS` variable of every `rlhf` command: the app, its imports and exports alike). One
-    that cannot be loaded is one UserError line; one already asked is left as it is."""
+    that cannot be loaded, or whose name is taken, is one UserError line; the same one loaded again is left as it
+    is."""
     loaded = []
     for entry in filter(None, (e.strip() for e in spec.split(","))):
-        module, _, name = entry.partition(":")
+        module, colon, name = entry.partition(":")
+        if not colon or not module or not name:
+            raise UserError(f"RLHF_QUESTIONS: {entry!r} is not module:NAME")
         try:
             question = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise UserError(f"RLHF_QUESTIONS: cannot load {entry!r} ({e})") from None
+        except Exception as e:  # noqa: BLE001 - a team's module: whatever it raises is one line
+            raise UserError(f"RLHF_QUESTIONS: cannot load {entry!r} ({type(e).__name__}: {e})") from None
         if not isinstance(question, Question):
             raise UserError(f"RLHF_QUESTIONS: {entry!r} is a {type(question).__name__}, not a Question")
-        if all(q.name != question.name for q in QUESTIONS):
+        if problem := _name_problem(question):
+            raise UserError(f"RLHF_QUESTIONS: {entry!r}: {problem}")
+        if question not in QUESTIONS:
             QUESTIONS.append(question)
         loaded.append(question)
     return loaded

@@ -40,7 +40,7 @@ class Written:
     ranks: list[int]
 
 
-def kept_in_ranking(con: Connection, written: Written, answer: object) -> None:
+def kept_in_ranking(con: Connection, answered: list[tuple[Written, object]]) -> None:
     """The `write` of a question whose answer the ranking's own rows hold (an edit is one of its items, all bad a
     column of rankings): nothing more to write."""
 
@@ -50,7 +50,7 @@ class Question:
     """One kind of answer. Every reader returns the answer, or None where it was not given (each question is
     optional), and raises UserError for one that is malformed."""
 
-    name: str  # the key in the widget's value and in a native line, and RankingIn's field
+    name: str  # the key in the widget's value, in a native line and in RankingIn.answers
     title: str  # what the question asks, in a sentence
     from_widget: Callable[[dict | None, Shown, Campaign], object]
     from_native: Callable[[object, Shown], object]  # the native line's value (not None) -> the answer
@@ -62,15 +62,16 @@ class Question:
     # what the answer does to the ranking it came with, once every answer is in (all_bad.py: ties or a skip)
     settle: Callable[[RankingIn], None] | None = None
     alone: bool = False  # an answer that needs no order beside it (all_bad.py: a Label Studio Ranker left empty)
-    # the rows an answer adds once its ranking is stored (None: one JSON row in ranking_answers under `name`, which
-    # the pairs view carries as `answers`; annotation/judgement.py is the one caller)
-    write: Callable[[Connection, Written, object], None] | None = None
+    # the rows the answers add once their rankings are stored, given (ranking as stored, answer) for every ranking
+    # of a submit or an import that answered it, so that an import writes each table once (None: one JSON row in
+    # ranking_answers under `name`, which the pairs view carries as `answers`; annotation/judgement.py calls it)
+    write: Callable[[Connection, list[tuple[Written, object]]], None] | None = None
     # a question the ranking widget asks as one row of choices (its value's key `name` holds the chosen text, or
     # null); empty: the widget has a control of its own for it (strengths, edit, tags, all bad)
     widget_choices: tuple[str, ...] = ()
     # why an answer cannot go with the shown responses and ranks, and the ranking's other answers (None: it can);
-    # checked once every answer is in (annotation/judgement.py::check_answers: the Annotate tab's submit and every
-    # parser after `settle`)
+    # checked once every answer is in (annotation/questions/__init__.py::check_answers: the Annotate tab's submit,
+    # every parser after `settle`, and annotation/judgement.py before it writes)
     check: Callable[[object, Shown, dict], str | None] | None = None
 
 

@@ -46,6 +46,15 @@ def from_ls(results: dict[str, dict], shown: Shown) -> bool | None:
     return _answer(got[0], "the best_good result") if got else None
 
 
+def check(good: object, shown: Shown, answers: dict) -> str | None:
+    """Yes says the response ranked first needs nothing: not with an edit of it, nor when none is good."""
+    if good and answers.get("all_bad"):
+        return "the best response cannot be good as it is when none of them is good (all bad): clear one of the two"
+    if good and answers.get("edit"):
+        return "the best response cannot be good as it is and corrected by your edit: clear one of the two"
+    return None
+
+
 QUESTION = Question(
     name="best_good",
     title="Is the response you ranked best good as it is?",
@@ -57,4 +66,5 @@ QUESTION = Question(
     ls_names=r"best_good",
     ls_kind="choices",
     widget_choices=CHOICES,
+    check=check,
 )

@@ -83,11 +83,16 @@ def from_ls(results: dict[str, dict], shown: Shown) -> list[int] | None:
     return [LEVELS.index(g[0]) for g in given]
 
 
-def write(con: Connection, written: Written, steps: list[int]) -> None:
-    """Each ordered pair's strength (pair_strengths): the largest step between its two shown responses."""
-    ids = written.response_ids
+def write(con: Connection, answered: list[tuple[Written, list[int]]]) -> None:
+    """Each ordered pair's strength (pair_strengths): the largest step between its two shown responses; one INSERT
+    for every ranking of an import."""
     add_pair_strengths(
-        con, [(written.ranking_id, ids[i], ids[j], level) for i, j, level in strength_pairs(written.ranks, steps)]
+        con,
+        [
+            (w.ranking_id, w.response_ids[i], w.response_ids[j], level)
+            for w, steps in answered
+            for i, j, level in strength_pairs(w.ranks, steps)
+        ],
     )
 
 

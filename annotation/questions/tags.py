@@ -66,9 +66,17 @@ def from_ls(results: dict[str, dict], shown: Shown) -> list[list[str]] | None:
     return from_native([choices_of(results.get(f"tags_{n}"), f"tags_{n}") for n in numbers], shown)
 
 
-def write(con: Connection, written: Written, tags: list[list[str]]) -> None:
-    """One row per (shown response, tag) of this ranking (response_tags)."""
-    add_tags(con, written.ranking_id, written.response_ids, tags)
+def write(con: Connection, answered: list[tuple[Written, list[list[str]]]]) -> None:
+    """One row per (shown response, tag) of each ranking (response_tags), in one INSERT."""
+    add_tags(
+        con,
+        [
+            (w.ranking_id, rid, tag)
+            for w, tags in answered
+            for rid, given in zip(w.response_ids, tags, strict=True)
+            for tag in given
+        ],
+    )
 
 
 def check(tags: object, shown: Shown, answers: dict) -> str | None:

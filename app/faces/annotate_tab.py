@@ -138,8 +138,12 @@ def on_all_bad(ctx, annotator: str, task: dict | None, value: dict | None, admin
     answers = from_widget({**(value or {}), "strengths": None, "all_bad": True}, shown, campaign)
     version = task.get("guideline_version")
     if answers["edit"] is None:
-        if answers["tags"] is not None:
-            raise UserError("all bad without an edit ranks nothing, so it keeps no tags: clear them, or write an edit")
+        kept = [q for q, a in answers.items() if a is not None and q != "all_bad"]
+        if kept:  # as a native line or Label Studio annotation saying the same is refused
+            raise UserError(
+                f"all bad without an edit ranks nothing, so it keeps no other answer ({', '.join(kept)}): clear "
+                "them, or write an edit"
+            )
         skip(ctx.db, annotator, task["assignment_id"], "", version, all_bad=True)
         nxt = next_task(ctx.db, annotator, ctx.overlap, gold_rate=ctx.gold_rate)
         return _view(ctx, annotator, nxt, "Saved as all bad. Next prompt.", admin=admin)

@@ -257,7 +257,7 @@ function renderMore() {
         trigger('change');
         setTimeout(() => {
           renderMore();
-          const row = host.querySelector(`[data-question="${q.name}"]`);
+          const row = host.querySelector(`[data-question="${CSS.escape(q.name)}"]`);
           const again = row && row.querySelectorAll('button')[q.choices.indexOf(choice)];
           if (again) again.focus();
         }, 0);

@@ -95,7 +95,8 @@ def snapshot_type(folder: str | Path) -> str:
 
 def thumbs_of(folder: Path, split: str) -> list[dict]:
     """A pairs snapshot's thumbs of one split (store/snapshot.py writes them for a trainer on unpaired data: an
-    all-bad task's responses, a both-bad vote's replies), checked; none where it has no thumbs file."""
+    all-bad task's responses and a both-bad vote's replies down, a "best good" answer's first-ranked up or down),
+    checked; none where it has no thumbs file."""
     entry = json.loads((folder / "manifest.json").read_text())["splits"][split].get("thumbs")
     if not entry:
         return []
