@@ -31,6 +31,7 @@ def widget_value(
     edit_ok: bool = False,
     edit: str | None = None,
     tags: list[list[str]] | None = None,
+    answers: dict[str, object] | None = None,
 ) -> dict:
     """ask_strength: the widget asks how much better each group is than the next (annotation/questions/strength.py);
     edit_ok: it offers to correct the best response (store/edits.py), starting from `edit` (an undone answer's); tags:
@@ -52,6 +53,10 @@ def widget_value(
         "more": [
             {"name": q.name, "title": q.title, "choices": list(q.widget_choices)} for q in QUESTIONS if q.widget_choices
         ],
+    } | {
+        q.name: (q.to_widget or str)(answers[q.name])
+        for q in QUESTIONS
+        if q.widget_choices and (answers or {}).get(q.name) is not None
     }
 
 

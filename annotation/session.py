@@ -6,13 +6,14 @@ transaction, so any number of annotators can work at once and a killed app loses
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from annotation.judgement import write_answers
 from annotation.questions import check_answers
 from annotation.questions.all_bad import ALL_BAD
 from annotation.questions.base import Shown, Written
 from annotation.ranker_view import is_shown_order
+from store.answers import answers_of
 from store.assignments import (
     annotation_counts,
     assignment_round,
@@ -54,6 +55,8 @@ class Task:
     previous_tags: list[list[str]] | None = None  # that submission's tags, per response in shown order
     guideline: tuple[int, str] | None = None  # (version, Markdown) of the campaign's guideline when it was handed out
     previous_all_bad: bool = False  # that submission said none of the responses was good (the All bad button)
+    # that submission's answers kept in ranking_answers (best_good, a registered question's), by question
+    previous_answers: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -281,6 +284,7 @@ def undo_last(db: StoreRef, annotator: str, max_per_hour: int | None = None) -> 
         ranks = ranks_of(con, ranking_id)
         tags = tags_of(con, ranking_id)
         all_bad = said_all_bad(con, ranking_id)
+        answers = answers_of(con, ranking_id)
         if current is not None:
             drop_assignment(con, current[0])
         keep_undone(con, ranking_id, assignment_id)
@@ -291,7 +295,7 @@ def undo_last(db: StoreRef, annotator: str, max_per_hour: int | None = None) -> 
         previous = [ranks[i] - (1 if edit else 0) for i in order] if ranks else None
         previous_tags = [tags.get(i, []) for i in order] if tags else None
         task = _task(con, assignment_id, prompt_id, order, previous, edit[1] if edit else None, previous_tags)
-        task.previous_all_bad = all_bad
+        task.previous_all_bad, task.previous_answers = all_bad, answers
         return task
 
 

@@ -144,3 +144,17 @@ def test_best_good_yes_cannot_go_with_an_edit_or_all_bad_and_all_bad_alone_keeps
     with pytest.raises(UserError, match=r"keeps no other answer \(best_good\)"):  # was dropped without a word
         on_all_bad(ctx, "ann", view.task, {**view.ranker, "best_good": "no"})
     assert query(db, "SELECT count(*) FROM rankings") == [(0,)]
+
+
+def test_an_undone_best_good_comes_back_to_the_widget_as_its_choice(db):
+    from app.faces.annotate_tab import on_load, on_submit, on_undo
+    from app.faces.ui import AppContext
+
+    seed_store(db, 2, k=3)
+    ctx = AppContext(db)
+    view = on_load(ctx, "ann")
+    items = [{**it, "rank": r} for it, r in zip(view.ranker["items"], (2, 1, 3), strict=True)]
+    on_submit(ctx, "ann", view.task, {**view.ranker, "items": items, "best_good": "no"}, True)
+    assert query(db, "SELECT count(*) FROM thumbs WHERE NOT label") == [(1,)]
+    back = on_undo(ctx, "ann")
+    assert back.ranker["best_good"] == "no" and query(db, "SELECT count(*) FROM thumbs") == [(0,)]

@@ -62,8 +62,7 @@ def test_label_studio_asks_it_and_its_annotation_brings_it(db, cli, tmp_path, co
 
 
 def test_the_annotate_tab_stores_it_from_the_widgets_value_and_undo_removes_it(db, confidence):
-    from annotation.session import undo_last
-    from app.faces.annotate_tab import on_load, on_submit
+    from app.faces.annotate_tab import on_load, on_submit, on_undo
     from app.faces.ui import AppContext
 
     seed_store(db, 2, k=3)
@@ -80,7 +79,8 @@ def test_the_annotate_tab_stores_it_from_the_widgets_value_and_undo_removes_it(d
     with pytest.raises(UserError, match="'confidence' must be a whole number from 1 to 5, got 'sure'"):
         on_submit(ctx, "ann", after.task, {**ranked(after.ranker), "confidence": "sure"}, True)
     assert query(db, "SELECT count(*) FROM rankings") == [(1,)]
-    undo_last(db, "ann")
+    back = on_undo(ctx, "ann")
+    assert back.ranker["confidence"] == "5"  # the undone answer's, given back to the widget as its choice
     assert query(db, "SELECT count(*) FROM ranking_answers") == [(0,)]
 
 

@@ -69,6 +69,8 @@ class Question:
     # a question the ranking widget asks as one row of choices (its value's key `name` holds the chosen text, or
     # null); empty: the widget has a control of its own for it (strengths, edit, tags, all bad)
     widget_choices: tuple[str, ...] = ()
+    # a stored answer as the widget's choice again (an undone submission reopened); None: its text (str(answer))
+    to_widget: Callable[[object], str] | None = None
     # why an answer cannot go with the shown responses and ranks, and the ranking's other answers (None: it can);
     # checked once every answer is in (annotation/questions/__init__.py::check_answers: the Annotate tab's submit,
     # every parser after `settle`, and annotation/judgement.py before it writes)

@@ -66,5 +66,6 @@ QUESTION = Question(
     ls_names=r"best_good",
     ls_kind="choices",
     widget_choices=CHOICES,
+    to_widget=lambda good: "yes" if good else "no",
     check=check,
 )

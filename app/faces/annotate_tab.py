@@ -92,6 +92,7 @@ def _view(
             ctx.allow_edits,
             task.previous_edit if ctx.allow_edits else None,  # an app restarted without --edits shows no box for it
             task.previous_tags,
+            task.previous_answers,
         ),
         p,
         status,
