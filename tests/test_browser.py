@@ -344,8 +344,9 @@ def test_a_whole_task_by_keyboard_with_strengths_a_tag_and_an_edit(browser, db):
 @pytest.mark.browser
 def test_a_question_registered_by_a_team_is_asked_and_stored_without_a_tab_knowing_it(browser, db):
     """tests/toy_question.py's `confidence`, loaded by RLHF_QUESTIONS alone: the widget shows its row of choices
-    under the cards; clicking "4" and submitting a ranking stores it with the ranking, and each of the ranking's
-    C(4,2) = 6 pairs carries it (annotation/judgement.py)."""
+    under the cards; "2" clicked and then the order changed is cleared (it was said of the old order, as the
+    strengths are); clicking "4" and submitting stores it with the ranking, and each of the ranking's C(4,2) = 6
+    pairs carries it (annotation/judgement.py)."""
     seed_store(db, 2)
     app = AppServer(db, env={"RLHF_QUESTIONS": "tests.toy_question:CONFIDENCE"})
     page = browser.new_page(viewport={"width": 1200, "height": 1200})
@@ -356,8 +357,11 @@ def test_a_question_registered_by_a_team_is_asked_and_stored_without_a_tab_knowi
         page.click("#annotate-start")
         page.wait_for_selector("#ranker .more [data-question='confidence'] button", timeout=30_000)
         assert page.locator("#ranker .more [data-question='confidence'] button").all_inner_texts() == list("12345")
+        page.click(":nth-match(#ranker .more [data-question='confidence'] button, 2)")
+        page.wait_for_selector("#ranker .more [data-question='confidence'] button.on", timeout=10_000)
         page.focus(":nth-match(#ranker .card, 1)")
-        page.keyboard.press("ArrowDown")  # not the shown order: no warning to confirm
+        page.keyboard.press("ArrowDown")  # not the shown order: no warning to confirm; the answer was of the old one
+        page.wait_for_selector("#ranker .more [data-question='confidence'] button.on", state="detached", timeout=10_000)
         page.click(":nth-match(#ranker .more [data-question='confidence'] button, 4)")
         page.wait_for_selector("#ranker .more [data-question='confidence'] button.on", timeout=10_000)
         page.click("#annotate-submit")

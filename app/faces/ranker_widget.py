@@ -17,7 +17,8 @@ is built once and kept across renders, so typing in it keeps its focus and caret
 
 Any other question asked as one choice (annotation/questions/: a registered question with `widget_choices`; the
 value's `more` lists them) gets a row of buttons under the edit box, titled by the question: click a choice to
-answer, again to take it back; the answer is the value's key of the question's name.
+answer, again to take it back; the answer is the value's key of the question's name. Reordering clears them, as
+it clears the strengths: they were said of the order before (which response is best, how sure).
 
 A card shows the item's `html`: the response as Markdown, rendered on the server with the response's own HTML
 escaped and only http(s)/mailto links (annotation/response_html.py). Without it the text goes in as textContent."""
@@ -76,9 +77,10 @@ function groupsOf(list) { return new Set(list.map(x => x.rank)).size; }
 function commit(list, focusId) {
   const old = props.value || {};
   const steps = old.ask ? Array(Math.max(groupsOf(list) - 1, 0)).fill(null) : (old.strengths || []);
-  props.value = {...old, items: list, strengths: steps};
+  const cleared = Object.fromEntries((old.more || []).map(q => [q.name, null]));  // said of the order before
+  props.value = {...old, ...cleared, items: list, strengths: steps};
   trigger('change');
-  setTimeout(() => { render(); if (focusId !== undefined) focusCard(focusId); }, 0);
+  setTimeout(() => { render(); renderMore(); if (focusId !== undefined) focusCard(focusId); }, 0);
 }
 function focusCard(id) {
   const card = root() && root().querySelector(`[data-id="${id}"]`);
