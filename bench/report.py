@@ -327,6 +327,14 @@ def _gpu(report: dict) -> list[str]:
     return out
 
 
+def _clicks(rows: list[dict]) -> list[str]:
+    from bench.sample_click import __doc__ as about
+    from bench.sample_click import table
+
+    intro = " ".join(about.split("\n\n")[0].split())
+    return ["## The Sample button, first and second click", "", intro, "", *table(rows)]
+
+
 def _rloo(rows: list[dict]) -> list[str]:
     from bench.rloo import __doc__ as about
     from bench.rloo import table
@@ -338,6 +346,7 @@ def _rloo(rows: list[dict]) -> list[str]:
 SECTIONS = {
     "pairs": _pairs,
     "sampling": _sampling,
+    "clicks": _clicks,
     "annotation": _annotation,
     "reward": _reward,
     "dpo": _dpo,

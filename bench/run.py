@@ -10,7 +10,7 @@ import datetime as dt
 import json
 import sys
 
-from bench import annotation_latency, dpo, pairs, ppo, reward, rloo, sampling
+from bench import annotation_latency, dpo, pairs, ppo, reward, rloo, sample_click, sampling
 from bench import report as page
 from bench.repeat import repeated
 
@@ -57,7 +57,7 @@ def print_pairs_trainer(title: str, rows: list[dict]) -> None:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", choices=["pairs", "sampling", "annotation", "reward", "dpo", "ppo", "rloo"])
+    p.add_argument("--only", choices=["pairs", "sampling", "clicks", "annotation", "reward", "dpo", "ppo", "rloo"])
     p.add_argument("--reward-rankings", type=int, default=64, help="K = 4 rankings (6 pairs each)")
     p.add_argument("--dpo-pairs", type=int, default=192, help="pairs per DPO run (a multiple of 12)")
     p.add_argument("--rankings", type=int, default=1_000_000)
@@ -101,6 +101,9 @@ def main() -> None:
                 f"| {r['case']} | {r['engine']} | {r['dtype']} | {r['tokens_per_s']:.0f} | "
                 f"{r['speedup_vs_per_response']:.1f}x | {r['vs_hf_one_call']:.2f}x | {r['engine_start_s']:.0f} s |"
             )
+    if args.only in (None, "clicks"):
+        report["clicks"] = sample_click.with_break_even(runs(sample_click.run))
+        print("\n" + "\n".join(sample_click.table(report["clicks"])))
     if args.only in (None, "annotation"):
         report["annotation"] = runs(
             lambda: [

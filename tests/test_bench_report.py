@@ -178,3 +178,28 @@ def test_a_repeated_timing_shows_its_range_and_the_page_numbers_are_all_in_the_r
     # the ratio is each run's own (2.00, 2.75, 1.50), not the ratio of the medians (10 / 5)
     assert "| fixed | bf16 | 5.00 (4.00-6.00) | 10.00 (9.00-11.00) | 2.00x (1.50x-2.75x) |" in page
     assert not_in_source(page, results) == []
+
+
+def test_the_sample_click_section_times_both_engines_and_where_vllms_start_pays():
+    from bench.repeat import repeated
+    from bench.sample_click import break_even, with_break_even
+    from tests.page_numbers import not_in_source
+
+    # vLLM: a 36 s start and 1 s a prompt; generate: 8 s to load and 3 s a prompt. 8 + 3n = 36 + n from n = 14 on
+    assert break_even({"vllm": 40.0, "hf": 20.0}, {"vllm": 4.0, "hf": 12.0}) == 14.0
+    assert break_even({"vllm": 40.0, "hf": 20.0}, {"vllm": 12.0, "hf": 12.0}) is None  # not faster per prompt
+    assert break_even({"vllm": 10.0, "hf": 20.0}, {"vllm": 4.0, "hf": 12.0}) == 0.0  # starts faster too
+
+    def one_run(v_first: float, h_first: float) -> list[dict]:
+        sides = {"vllm": {"first_s": v_first, "second_s": 4.0}, "hf": {"first_s": h_first, "second_s": 12.0}}
+        ratios = {"first_ratio": h_first / v_first, "second_ratio": 3.0}
+        return [{"prompts": 4, "k": 4, **sides, **ratios}]
+
+    measured = iter([one_run(40.0, 20.0), one_run(30.0, 22.0), one_run(50.0, 18.0)])
+    rows = with_break_even(repeated(lambda: next(measured), 3))
+    assert rows[0]["break_even_prompts"] == 14.0  # from the medians: 40 and 20 first, 4 and 12 second
+    results = {"machine": "m", "clicks": rows}
+    page = report.render(results)
+    assert "| first (the model loads, the engine starts) | 40.0 s (30.0 s-50.0 s) | 20.0 s (18.0 s-22.0 s) |" in page
+    assert "- A cold vLLM engine is faster than generate from 14 prompts x 4 on" in page
+    assert not_in_source(page, results) == []
