@@ -41,6 +41,14 @@ def prompt_ids(con: Connection, texts: list[str], source: str) -> dict[str, int]
     return dict(rows)
 
 
+def pending_count(con: Connection, limit: int | None = None) -> int:
+    """How many prompts have no response yet (at most `limit`): the size of the next `rlhf sample`."""
+    (n,) = con.execute(
+        "SELECT count(*) FROM prompts p WHERE NOT EXISTS (SELECT 1 FROM responses r WHERE r.prompt_id = p.prompt_id)"
+    ).fetchone()
+    return n if limit is None else min(n, limit)
+
+
 def pending_prompts(con: Connection, limit: int | None = None) -> list[tuple[int, str]]:
     """Prompts that have no response yet, oldest first: what `rlhf sample` works through."""
     sql = """

@@ -14,6 +14,7 @@ from annotation.imports import import_native
 from store.db import connect, latest_version, migrate, schema_version, write
 from store.errors import UserError
 from store.pairs import stats
+from store.prompts import pending_count, pending_prompts
 from store.snapshot import split_of, verify_snapshot, write_snapshot
 from tests.conftest import query, store_rows, write_jsonl
 
@@ -168,6 +169,11 @@ def test_stats(cli, db, tmp_path):
     # 2 prompts x 2 annotators x C(3,2) = 12 pairs; the tied ranking gives 0 pairs and 1 tied pair
     assert (s["prompts"], s["rankings"], s["pairs"], s["tied_pairs"]) == (3, 5, 12, 1)
     assert s["annotators"][0] == {"annotator": "ann", "rankings": 2, "skipped": 0, "pairs": 6}
+    (tmp_path / "new.txt").write_text("a new prompt\nanother\n")
+    assert cli("prompts", "add", str(tmp_path / "new.txt"))[0] == 0
+    with connect(db) as con:  # the size of the next `rlhf sample`: prompts with no response, at most the limit
+        assert pending_count(con) == len(pending_prompts(con)) == stats(con)["prompts_pending"] == 2
+        assert pending_count(con, 1) == 1 and pending_count(con, 5) == 2
     code, out, _ = cli("pairs", "--stats")
     assert code == 0 and "pairs 12 (tied pairs left out: 1)" in out
 

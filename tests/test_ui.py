@@ -337,6 +337,38 @@ def test_the_app_keeps_an_engine_per_model_warm_for_clicks_and_rounds(db, tiny_m
     assert closed == ["policy", "button"] and ctx._samplers == {}
 
 
+def test_a_small_job_gets_generate_unless_an_engine_is_already_up(db, tiny_model_dir, tmp_path, monkeypatch):
+    """On a CPU under `auto`, a Sample click too small to pay for starting vLLM samples with generate (kept as a
+    config of its own); a job big enough starts the engine, and from then on every job of that config, small ones
+    included, uses it (its start is paid)."""
+    import training.sampling.generation as generation
+    import training.sampling.vllm_engine as ve
+    from training.sampling.generation import Sampler
+
+    class EngineStandIn(Sampler):  # generate under the vLLM sampler's name: which engine is chosen, not how it samples
+        engine = "vllm"
+
+    monkeypatch.delenv("RLHF_ENGINE", raising=False)
+    monkeypatch.setattr(ve, "vllm_installed", lambda: True)
+    monkeypatch.setattr(ve, "unsupported", lambda folder: None)
+    monkeypatch.setattr(ve, "_on_gpu", lambda: False)
+    monkeypatch.setattr(ve, "CPU_ENGINE_PAYS_FROM", 40)
+    monkeypatch.setattr(generation, "VllmSampler", EngineStandIn)
+    ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs")
+    config = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=2)
+    with ctx.sampler(config, sequences=16) as small:
+        assert small.engine == "hf" and "16 sequences, fewer than the 40" in small.engine_line
+    with ctx.sampler(config, sequences=12) as again:
+        assert again is small  # the small jobs' generate is kept too
+    with ctx.sampler(config, sequences=64) as big:
+        assert big.engine == "vllm" and big.engine_line == f"vllm ({ve.AUTO_VLLM})"
+    with ctx.sampler(config, sequences=4) as tiny:
+        assert tiny is big  # the engine is up: a small job no longer pays for its start
+    with ctx.sampler(config) as unknown:
+        assert unknown is big
+    assert len(ctx._samplers) == 2
+
+
 def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_else(tmp_path):
     """The app's private folder (downloads, uploads, Gradio's cache) goes at a normal exit; a killed app's stayed.
     The next process to make one removes those of processes that are gone, and only those: its user's real

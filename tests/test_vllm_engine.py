@@ -77,6 +77,31 @@ def test_open_engine_falls_back_only_where_auto_chose_vllm(tmp_path, monkeypatch
     assert open_engine(small, "auto", broken, lambda why: ("hf", why)) == ("hf", "auto, pinned by RLHF_ENGINE")
 
 
+def test_auto_leaves_a_job_too_small_for_an_engines_start_to_generate_on_a_cpu(tmp_path, monkeypatch):
+    import training.sampling.vllm_engine as ve
+
+    monkeypatch.delenv("RLHF_ENGINE", raising=False)
+    monkeypatch.setattr(ve, "vllm_installed", lambda: True)
+    monkeypatch.setattr(ve, "_on_gpu", lambda: False)
+    monkeypatch.setattr(ve, "CPU_ENGINE_PAYS_FROM", 40)
+    ok = _config_file(tmp_path / "ok")
+    assert engine_for(ok, "auto", 16) == (
+        "hf",
+        "auto: 16 sequences, fewer than the 40 from which vLLM's start pays on a CPU",
+    )
+    assert engine_for(ok, "auto", 40) == ("vllm", ve.AUTO_VLLM)  # from the line on, the engine
+    assert engine_for(ok, "auto") == ("vllm", ve.AUTO_VLLM)  # a job of unknown size: the engine
+    assert engine_for(ok, "vllm", 1) == ("vllm", "as configured")  # named: whatever the size
+    monkeypatch.setenv("RLHF_ENGINE", "vllm")
+    assert engine_for(ok, "auto", 1) == ("vllm", "auto, pinned by RLHF_ENGINE")  # pinned: as good as named
+    monkeypatch.delenv("RLHF_ENGINE")
+    monkeypatch.setattr(ve, "_on_gpu", lambda: True)
+    assert engine_for(ok, "auto", 1) == ("vllm", ve.AUTO_VLLM)  # a GPU: every job on the engine
+    monkeypatch.setattr(ve, "_on_gpu", lambda: False)
+    monkeypatch.setattr(ve, "CPU_ENGINE_PAYS_FROM", None)  # not measured: no line
+    assert engine_for(ok, "auto", 1) == ("vllm", ve.AUTO_VLLM)
+
+
 def test_a_sampler_that_cannot_have_vllm_says_so_in_one_line(tiny_model_dir):
     """tiny_model_dir's head size is 8: vLLM on a CPU cannot load it, so --engine vllm is one ModelError line."""
     if torch.cuda.is_available():

@@ -33,16 +33,17 @@ def cmd_prompts_add(args: argparse.Namespace) -> None:
 def cmd_sample(args: argparse.Namespace) -> None:
     from app.jobs.sampling import run_sampling
     from store.db import read
-    from store.prompts import pending_prompts
+    from store.prompts import pending_count
     from training.sampling.generation import open_sampler
 
     config = dataclass_from_args(SamplingConfig, args)
     resolve_model(config.model)  # a bad --model is an error even when there is nothing to sample
     with read(args.db) as con:
-        if not pending_prompts(con, 1):
-            print("no prompts without responses: nothing to sample (add prompts with `rlhf prompts add`)")
-            return
-    with open_sampler(config) as sampler:
+        prompts = pending_count(con, args.limit)
+    if not prompts:
+        print("no prompts without responses: nothing to sample (add prompts with `rlhf prompts add`)")
+        return
+    with open_sampler(config, sequences=prompts * args.k) as sampler:
         report = run_sampling(args.db, sampler, k=args.k, limit=args.limit, progress=_progress_bar("sampling"))
     print(report.line())
 
@@ -65,7 +66,7 @@ def cmd_best_of_n(args: argparse.Namespace) -> None:
 
     reward_folder(args.reward)  # a bad --reward is one error line before any sampling
     out = Path(args.out)
-    with open_sampler(config) as sampler:
+    with open_sampler(config, sequences=len(prompts) * max(ns)) as sampler:
         rows = best_of_n.run(sampler, args.reward, prompts, ns, out, seed=config.seed)
     line = f"{sampler.dtype_line}, {sampler.engine_line}"
     print(f"best-of-n of {args.policy} under {args.reward} on {len(prompts)} prompts ({line}):")

@@ -20,6 +20,7 @@ from app.faces.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, StoreRef, store_of
 from store.errors import UserError
 from training.sampling.generation import Sampler, SamplingConfig, VllmSampler, open_sampler
+from training.sampling.vllm_engine import too_small
 
 
 class AppContext:
@@ -104,19 +105,24 @@ class AppContext:
             old.close()
 
     @contextlib.contextmanager
-    def sampler(self, config: SamplingConfig):
+    def sampler(self, config: SamplingConfig, sequences: int | None = None):
         """The app's sampler for `config` while the block runs: one engine per config, kept between uses (the Sample
         button, a round's policy: `rlhf ui` pays an engine's start once, not per click). A config beyond
         `max_engines` retires the least recently used one; a training launch retires all; a retired engine closes
-        once no sampling uses it."""
+        once no sampling uses it. `sequences`: the job's size; an engine already up samples any job, but a job
+        too small to pay for starting one (on a CPU, under `auto`) gets generate, kept beside it as a config of its
+        own."""
         key = repr(config)
         with self._lock:
             sampler = self._samplers.pop(key, None)
+            if sampler is None and config.engine == "auto" and too_small(sequences):
+                key += " on generate (a small job)"
+                sampler = self._samplers.pop(key, None)
             if sampler is None:
                 while len(self._samplers) >= self.max_engines:  # its memory back before the new one loads
                     self._retired.append(self._samplers.pop(next(iter(self._samplers))))
                 self._close_idle()
-                sampler = open_sampler(config)
+                sampler = open_sampler(config, sequences)
             self._samplers[key] = sampler  # the most recently used last
             self._users[id(sampler)] = self._users.get(id(sampler), 0) + 1
         try:

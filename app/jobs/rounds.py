@@ -143,7 +143,7 @@ def draw(
         model=ref, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, dtype=cfg.dtype, seed=cfg.seed
     )
     out = []
-    with (samplers or open_sampler)(config) as sampler:
+    with (samplers or open_sampler)(config, sequences=len(prompts) * k) as sampler:
         for i in range(0, len(prompts), config.batch_prompts):
             out += sampler(prompts[i : i + config.batch_prompts], k, seed + i)
         return out, sampler.model_id, sampler.params(k)

@@ -56,9 +56,10 @@ class Generated:
     finish_reason: str  # 'eos' or 'length'
 
 
-def open_sampler(config: SamplingConfig) -> Sampler | VllmSampler:
+def open_sampler(config: SamplingConfig, sequences: int | None = None) -> Sampler | VllmSampler:
     """The sampler for `config` on the engine training/sampling/vllm_engine.py's open_engine picks (vLLM, else
-    transformers' generate)."""
+    transformers' generate); `sequences`, the job's size where the caller knows it, lets `auto` leave a small job to
+    generate."""
     from training.sampling.vllm_engine import EngineError, open_engine
 
     try:
@@ -67,6 +68,7 @@ def open_sampler(config: SamplingConfig) -> Sampler | VllmSampler:
             config.engine,
             lambda why: VllmSampler(config, why),
             lambda why: Sampler(config, why),
+            sequences,
         )
     except EngineError as e:
         raise ModelError(str(e)) from None

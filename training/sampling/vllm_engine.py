@@ -9,7 +9,8 @@ the reload repacks them.
 
 `engine_for(model folder, choice)` says which engine samples a model and why: `vllm` where vLLM is installed and
 loads the model, else `hf` (transformers' generate, training/sampling/generation.py; the trainers' own decode for
-rollouts). RLHF_ENGINE=hf|vllm pins what `auto` means, as RLHF_DTYPE pins the dtype."""
+rollouts). RLHF_ENGINE=hf|vllm pins what `auto` means, as RLHF_DTYPE pins the dtype. A caller that knows its job's
+size passes it (`sequences`): on a CPU, `auto` samples a job too small to pay for an engine's start with generate."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ CPU_KV_CACHE_GB = 1
 GPU_MEMORY_SHARE = 0.3
 # Why `auto` picked vLLM: the one choice that falls back to hf when the engine cannot start (open_engine)
 AUTO_VLLM = "auto: vLLM is installed and loads this model"
+# On a CPU, the sequences (prompts x K) from which a cold engine's start pays against generate: `python -m bench.run
+# --only clicks` measures it (docs/benchmarks.md, "The Sample button"); smaller jobs under `auto` use generate. A GPU
+# runs every job on vLLM (its start is paid against a far slower generate there: not measured here).
+CPU_ENGINE_PAYS_FROM = None
 
 
 class EngineError(RuntimeError):
@@ -72,9 +77,10 @@ def unsupported(folder: Path, gpu: bool | None = None) -> str | None:
     return None
 
 
-def engine_for(folder: Path, choice: str = "auto") -> tuple[str, str]:
+def engine_for(folder: Path, choice: str = "auto", sequences: int | None = None) -> tuple[str, str]:
     """(engine, why) for sampling the model in `folder`: 'vllm' or 'hf'. A choice of 'vllm' that cannot be met is
-    an EngineError; 'auto' falls back to 'hf' and says why."""
+    an EngineError; 'auto' falls back to 'hf' and says why. `sequences`: the job's size where the caller knows it
+    (prompts x K), which `auto` on a CPU gives to generate below CPU_ENGINE_PAYS_FROM."""
     if choice not in ENGINES:
         raise EngineError(f"engine must be {', '.join(ENGINES)}, got {choice}")
     why = "as configured"
@@ -86,6 +92,9 @@ def engine_for(folder: Path, choice: str = "auto") -> tuple[str, str]:
     if choice == "hf":
         return "hf", why
     missing = "vLLM is not installed" if not vllm_installed() else unsupported(folder)
+    if missing is None and not why and too_small(sequences):
+        pays = f"fewer than the {CPU_ENGINE_PAYS_FROM} from which vLLM's start pays on a CPU"
+        return "hf", f"auto: {sequences} sequences, {pays}"
     if missing is None:
         return "vllm", why or AUTO_VLLM
     if choice == "vllm":
@@ -93,12 +102,19 @@ def engine_for(folder: Path, choice: str = "auto") -> tuple[str, str]:
     return "hf", f"auto: {missing}"
 
 
-def open_engine(folder: Path, choice: str, vllm, hf):
+def too_small(sequences: int | None) -> bool:
+    """Whether a job of `sequences` is sampled faster by generate than by an engine started for it (on a CPU)."""
+    if sequences is None or CPU_ENGINE_PAYS_FROM is None:
+        return False
+    return sequences < CPU_ENGINE_PAYS_FROM and not _on_gpu()
+
+
+def open_engine(folder: Path, choice: str, vllm, hf, sequences: int | None = None):
     """`vllm(why)` where engine_for picks vLLM for `folder`, else `hf(why)`: the one place a sampler or a trainer's
     rollouts choose their engine. Where `auto` picked vLLM because it loads the model but it cannot start here
     (`vllm` raises EngineError), `hf` samples and its why says so; vLLM asked for by name (the choice or
     RLHF_ENGINE=vllm) that cannot start is the caller's EngineError."""
-    engine, why = engine_for(folder, choice)
+    engine, why = engine_for(folder, choice, sequences)
     if engine == "hf":
         return hf(why)
     try:
