@@ -18,7 +18,7 @@ from store.protocol import Connection
 
 PAIR_COLUMNS = (
     "prompt, chosen, rejected, margin, annotator, source, prompt_id, ranking_id, chosen_id, rejected_id, flagged, "
-    "strength"
+    "strength, answers"
 )
 
 

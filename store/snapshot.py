@@ -122,6 +122,7 @@ the options, the counts and each file's sha256, to check a copy against.
 | chosen_id, rejected_id | BIGINT | the responses' ids in the store |
 | flagged | BOOLEAN | the ranking was flagged (left in the shown order, or too fast); a vote: blind or multi-turn |
 | strength | INTEGER | how much better, 0-3 (Llama 2's levels), where the annotator said |
+| answers | JSON | the ranking's other answers (a team's question, `best_good`) as `{{"question": answer}}` |
 
 Read it with `datasets` as it is:
 
@@ -221,7 +222,7 @@ def freeze_pairs_file(
         con.execute(
             """CREATE TEMP TABLE file_pairs (prompt VARCHAR, chosen VARCHAR, rejected VARCHAR, margin DOUBLE,
                annotator VARCHAR, source VARCHAR, prompt_id BIGINT, ranking_id BIGINT, chosen_id BIGINT,
-               rejected_id BIGINT, flagged BOOLEAN, strength INTEGER)"""  # PAIR_COLUMNS, typed
+               rejected_id BIGINT, flagged BOOLEAN, strength INTEGER, answers JSON)"""  # PAIR_COLUMNS, typed
         )
         con.execute(
             """INSERT INTO file_pairs (prompt, chosen, rejected, margin, ranking_id, strength, source, flagged)

@@ -42,6 +42,22 @@ def test_a_native_line_brings_it_to_the_store_and_every_pair(db, cli, tmp_path, 
     assert query(db, "SELECT count(*) FROM pairs WHERE answers IS NOT NULL") == [(3,)] and _pair_answers(db) == [4]
 
 
+def test_a_pairs_export_and_a_snapshot_carry_it(db, cli, tmp_path, confidence):
+    import pyarrow.parquet as pq
+
+    from store.db import write
+    from store.snapshot import write_snapshot
+
+    assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", [{**LINE, "confidence": 4}])))[0] == 0
+    code, _, err = cli("pairs", "--out", str(tmp_path / "pairs.jsonl"))
+    exported = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]
+    assert code == 0 and [row["answers"] for row in exported] == [{"confidence": 4}] * 3, err
+    with write(db) as con:
+        folder = write_snapshot(con, tmp_path / "snaps", eval_fraction=0.0)
+    frozen = pq.read_table(folder / "train.parquet").to_pylist()
+    assert [json.loads(row["answers"]) for row in frozen] == [{"confidence": 4}] * 3
+
+
 def test_a_bad_answer_is_one_line_and_nothing_is_stored(db, cli, tmp_path, confidence):
     cli("init")
     before = store_rows(db)
