@@ -5,9 +5,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.conftest import query
-from training.sampling.vllm_engine import vllm_installed
+from training.sampling.vllm_engine import CPU_ENGINE_PAYS_FROM, vllm_installed
 
 
 def rlhf(db, *args):
@@ -30,6 +31,8 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
     r = rlhf(db, "sample", "--k", "4", "--limit", "3", "--max-new-tokens", "32")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().startswith("sampled 12 responses for 3 prompts")
+    if vllm_installed() and not torch.cuda.is_available():  # 12 sequences do not pay for vLLM's start on a CPU
+        assert f"with hf (auto: 12 sequences, fewer than the {CPU_ENGINE_PAYS_FROM} from which" in r.stdout
     rows = query(db, "SELECT prompt_id, text, model_id, params, seed, n_tokens, finish_reason FROM responses")
     assert len(rows) == 12
     assert sorted({r[0] for r in rows}) == [1, 2, 3]  # the 4th prompt waits for the next run
@@ -45,7 +48,7 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
         "batch_prompts": 16,
         "dtype": "fp32",
         "seed": 0,
-        "engine": "vllm" if vllm_installed() else "hf",  # vLLM loads SmolLM2 (head size 64) where it is installed
+        "engine": "vllm" if vllm_installed() and torch.cuda.is_available() else "hf",
         "k": 4,
     }
     assert {r[4] for r in rows} == {1}  # one generate call for all three prompts: seed 0 + first prompt id
@@ -53,11 +56,13 @@ def test_sample_four_responses_for_three_prompts(tmp_path, default_model_dir):
     # an instruct model answers the capital question; sampled, so most (not all) samples must say Paris
     paris = [r[1] for r in rows if r[0] == 1 and "Paris" in r[1]]
     assert len(paris) >= 2
-    # resumable: the next run samples only the prompt left, here on the other engine (generate), which says so
-    r = rlhf(db, "sample", "--k", "4", "--max-new-tokens", "32", "--engine", "hf")
+    # resumable: the next run samples only the prompt left, on the engine asked for by name whatever the job's size
+    # (vLLM loads SmolLM2, head size 64, where it is installed), which says so
+    engine = "vllm" if vllm_installed() else "hf"
+    r = rlhf(db, "sample", "--k", "4", "--max-new-tokens", "32", "--engine", engine)
     assert r.stdout.strip().startswith("sampled 4 responses for 1 prompt ")
-    assert "with hf (as configured)" in r.stdout
-    assert json.loads(query(db, "SELECT params FROM responses WHERE prompt_id = 4")[0][0])["engine"] == "hf"
+    assert f"with {engine} (as configured)" in r.stdout
+    assert json.loads(query(db, "SELECT params FROM responses WHERE prompt_id = 4")[0][0])["engine"] == engine
 
 
 def test_the_converted_copy_is_named_by_the_files_content_not_its_path_or_time(tmp_path):

@@ -370,3 +370,16 @@ def test_rollouts_under_auto_use_the_own_decode_on_a_cpu(tiny_model_dir, monkeyp
     assert rollout_engine(PPOConfig(actor=str(tiny_model_dir)), 2) == (None, "hf (auto, pinned by RLHF_ENGINE)")
     with pytest.raises(ValueError, match="cannot sample with vLLM"):  # head size 8: named, it is one line
         rollout_engine(PPOConfig(actor=str(tiny_model_dir), rollout_engine="vllm"), 2)
+
+
+def test_the_cpu_line_is_the_committed_estimate_of_where_an_engines_start_pays():
+    """CPU_ENGINE_PAYS_FROM is the chromium walk's estimate (bench/sample_click.py) in the committed results, in
+    sequences: its break-even job in prompts, rounded up, times its K."""
+    import math
+    from pathlib import Path
+
+    from training.sampling.vllm_engine import CPU_ENGINE_PAYS_FROM
+
+    results = json.loads((Path(__file__).parent.parent / "docs" / "benchmarks.json").read_text())
+    (row,) = results["clicks"]
+    assert CPU_ENGINE_PAYS_FROM == math.ceil(row["break_even_prompts"]) * row["k"]

@@ -36,10 +36,10 @@ CPU_KV_CACHE_GB = 1
 GPU_MEMORY_SHARE = 0.3
 # Why `auto` picked vLLM: the one choice that falls back to hf when the engine cannot start (open_engine)
 AUTO_VLLM = "auto: vLLM is installed and loads this model"
-# On a CPU, the sequences (prompts x K) from which a cold engine's start pays against generate: `python -m bench.run
-# --only clicks` measures it (docs/benchmarks.md, "The Sample button"); smaller jobs under `auto` use generate. A GPU
-# runs every job on vLLM (its start is paid against a far slower generate there: not measured here).
-CPU_ENGINE_PAYS_FROM = None
+# On a CPU, the sequences (prompts x K) from which a cold engine's start pays against generate; smaller jobs under
+# `auto` use generate. `python -m bench.run --only clicks` estimates it (docs/benchmarks.json: the clicks section's
+# break_even_prompts x k, 2 cores here); a GPU runs every job on vLLM (not measured there).
+CPU_ENGINE_PAYS_FROM = 60
 
 
 class EngineError(RuntimeError):
