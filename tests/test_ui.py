@@ -337,10 +337,10 @@ def test_the_app_keeps_an_engine_per_model_warm_for_clicks_and_rounds(db, tiny_m
     assert closed == ["policy", "button"] and ctx._samplers == {}
 
 
-def test_a_small_job_gets_generate_unless_an_engine_is_already_up(db, tiny_model_dir, tmp_path, monkeypatch):
-    """On a CPU under `auto`, a Sample click too small to pay for starting vLLM samples with generate (kept as a
-    config of its own); a job big enough starts the engine, and from then on every job of that config, small ones
-    included, uses it (its start is paid)."""
+def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_model_dir, tmp_path, monkeypatch):
+    """On a CPU under `auto`, a Sample click too small to pay for starting vLLM samples with generate, and the
+    engine starts in the background once it is done; every job after it, small ones included, uses the engine (its
+    start is paid), which retires the small jobs' generate. A job big enough starts the engine itself."""
     import training.sampling.generation as generation
     import training.sampling.vllm_engine as ve
     from training.sampling.generation import Sampler
@@ -358,15 +358,23 @@ def test_a_small_job_gets_generate_unless_an_engine_is_already_up(db, tiny_model
     config = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=2)
     with ctx.sampler(config, sequences=16) as small:
         assert small.engine == "hf" and "16 sequences, fewer than the 40" in small.engine_line
-    with ctx.sampler(config, sequences=12) as again:
-        assert again is small  # the small jobs' generate is kept too
-    with ctx.sampler(config, sequences=64) as big:
-        assert big.engine == "vllm" and big.engine_line == f"vllm ({ve.AUTO_VLLM})"
+        assert ctx.warming is None  # not while the click samples: the two would share the cores
+    ctx.warming.join(timeout=120)
+    (engine,) = ctx._samplers.values()  # up for the next job; the small jobs' generate retired
+    assert engine.engine == "vllm" and engine.engine_line == f"vllm ({ve.AUTO_VLLM})"
     with ctx.sampler(config, sequences=4) as tiny:
-        assert tiny is big  # the engine is up: a small job no longer pays for its start
+        assert tiny is engine  # the engine is up: a small job no longer pays for its start
     with ctx.sampler(config) as unknown:
-        assert unknown is big
-    assert len(ctx._samplers) == 2
+        assert unknown is engine
+    ctx.release_models()
+    with ctx.sampler(config, sequences=64) as big:  # big enough: the engine at once
+        assert big.engine == "vllm" and big is not engine
+    monkeypatch.setenv("RLHF_ENGINE", "hf")  # generate pinned: no engine started behind a small job
+    ctx.release_models()
+    ctx.warming = None
+    with ctx.sampler(config, sequences=4) as pinned:
+        assert pinned.engine == "hf"
+    assert ctx.warming is None
 
 
 def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_else(tmp_path):

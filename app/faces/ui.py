@@ -20,7 +20,9 @@ from app.faces.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, StoreRef, store_of
 from store.errors import UserError
 from training.sampling.generation import Sampler, SamplingConfig, VllmSampler, open_sampler
-from training.sampling.vllm_engine import too_small
+from training.sampling.vllm_engine import engine_for, too_small
+
+SMALL_JOB = " on generate (a small job)"  # the key of a config's sampler for jobs too small for its engine
 
 
 class AppContext:
@@ -75,6 +77,7 @@ class AppContext:
         self._retired: list = []  # samplers dropped while in use: closed when their sampling ends
         self._users: dict[int, int] = {}  # samplings running on each sampler, by id
         self._lock = threading.Lock()
+        self.warming: threading.Thread | None = None  # the engine starting in the background after a small job
         if warm:  # rlhf ui --warm-engine
             self.warm()
 
@@ -109,16 +112,22 @@ class AppContext:
         """The app's sampler for `config` while the block runs: one engine per config, kept between uses (the Sample
         button, a round's policy: `rlhf ui` pays an engine's start once, not per click). A config beyond
         `max_engines` retires the least recently used one; a training launch retires all; a retired engine closes
-        once no sampling uses it. `sequences`: the job's size; an engine already up samples any job, but a job
-        too small to pay for starting one (on a CPU, under `auto`) gets generate, kept beside it as a config of its
-        own."""
+        once no sampling uses it.
+
+        `sequences`: the job's size. An engine already up samples any job. A job too small to pay for starting one
+        (on a CPU, under `auto`: training/sampling/vllm_engine.py's too_small) samples with generate, kept as a
+        config of its own, and once it is done the engine starts in the background for the jobs after it (the next
+        click finds it up, or waits for the rest of its start); the engine up, that generate is retired."""
         key = repr(config)
+        small = False
         with self._lock:
             sampler = self._samplers.pop(key, None)
             if sampler is None and config.engine == "auto" and too_small(sequences):
-                key += " on generate (a small job)"
+                small, key = True, key + SMALL_JOB
                 sampler = self._samplers.pop(key, None)
             if sampler is None:
+                if not small:  # the engine replaces its small jobs' generate
+                    self._retired += [self._samplers.pop(k) for k in [key + SMALL_JOB] if k in self._samplers]
                 while len(self._samplers) >= self.max_engines:  # its memory back before the new one loads
                     self._retired.append(self._samplers.pop(next(iter(self._samplers))))
                 self._close_idle()
@@ -133,14 +142,17 @@ class AppContext:
                 if not self._users[id(sampler)]:
                     del self._users[id(sampler)]
                 self._close_idle()
+        if small and engine_for(sampler.folder, config.engine)[0] == "vllm":
+            self.warming = self.warm(config)
 
-    def warm(self) -> threading.Thread:
-        """Start the Sample button's engine now, in the background (`rlhf ui --warm-engine`), so the first click
-        finds it up; a failure to start is left for that click to report."""
+    def warm(self, config: SamplingConfig | None = None) -> threading.Thread:
+        """Start `config`'s engine (the Sample button's by default) in the background: `rlhf ui --warm-engine` at
+        launch, so the first click finds it up, and after a small job sampled with generate; a failure to start is
+        left for the next click to report."""
 
         def start() -> None:
             try:
-                with self.sampler(self.sampling):
+                with self.sampler(config or self.sampling):
                     pass
             except Exception:  # noqa: BLE001 - the Sample button says what went wrong, in one line
                 pass
