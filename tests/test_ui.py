@@ -345,8 +345,16 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
     import training.sampling.vllm_engine as ve
     from training.sampling.generation import Sampler
 
+    import threading
+
+    started = threading.Event()  # the stand-in engine's start lasts until the test lets it end
+
     class EngineStandIn(Sampler):  # generate under the vLLM sampler's name: which engine is chosen, not how it samples
         engine = "vllm"
+
+        def __init__(self, *args, **kwargs):
+            assert started.wait(timeout=120)
+            super().__init__(*args, **kwargs)
 
     monkeypatch.delenv("RLHF_ENGINE", raising=False)
     monkeypatch.setattr(ve, "vllm_installed", lambda: True)
@@ -359,6 +367,10 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
     with ctx.sampler(config, sequences=16) as small:
         assert small.engine == "hf" and "16 sequences, fewer than the 40" in small.engine_line
         assert ctx.warming is None  # not while the click samples: the two would share the cores
+    assert ctx.warming.is_alive()  # the engine is starting
+    with ctx.sampler(config, sequences=12) as meanwhile:
+        assert meanwhile is small  # a small job does not wait for it: generate, kept
+    started.set()
     ctx.warming.join(timeout=120)
     (engine,) = ctx._samplers.values()  # up for the next job; the small jobs' generate retired
     assert engine.engine == "vllm" and engine.engine_line == f"vllm ({ve.AUTO_VLLM})"
@@ -367,6 +379,7 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
     with ctx.sampler(config) as unknown:
         assert unknown is engine
     ctx.release_models()
+    assert ctx._samplers == {}
     with ctx.sampler(config, sequences=64) as big:  # big enough: the engine at once
         assert big.engine == "vllm" and big is not engine
     monkeypatch.setenv("RLHF_ENGINE", "hf")  # generate pinned: no engine started behind a small job
@@ -375,6 +388,15 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
     with ctx.sampler(config, sequences=4) as pinned:
         assert pinned.engine == "hf"
     assert ctx.warming is None
+    monkeypatch.delenv("RLHF_ENGINE")
+    ctx.release_models()
+    started.clear()
+    with ctx.sampler(config, sequences=4):
+        pass
+    ctx.release_models()  # a training launches while the engine starts
+    started.set()
+    ctx.warming.join(timeout=120)
+    assert ctx._samplers == {}  # it arrived after the launch: closed, not kept
 
 
 def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_else(tmp_path):

@@ -77,7 +77,8 @@ class AppContext:
         self._retired: list = []  # samplers dropped while in use: closed when their sampling ends
         self._users: dict[int, int] = {}  # samplings running on each sampler, by id
         self._lock = threading.Lock()
-        self.warming: threading.Thread | None = None  # the engine starting in the background after a small job
+        self.warming: threading.Thread | None = None  # an engine starting in the background (warm)
+        self._released = 0  # training launches so far (release_models)
         if warm:  # rlhf ui --warm-engine
             self.warm()
 
@@ -94,6 +95,7 @@ class AppContext:
         """Free every model the app holds (a training run is starting and needs the memory)."""
         self.chat.release()
         with self._lock:
+            self._released += 1  # an engine starting in the background now is closed when it arrives
             self._retire()
 
     def _retire(self) -> None:
@@ -116,21 +118,25 @@ class AppContext:
 
         `sequences`: the job's size. An engine already up samples any job. A job too small to pay for starting one
         (on a CPU, under `auto`: training/sampling/vllm_engine.py's too_small) samples with generate, kept as a
-        config of its own, and once it is done the engine starts in the background for the jobs after it (the next
-        click finds it up, or waits for the rest of its start); the engine up, that generate is retired."""
+        config of its own, and once it is done the engine starts in the background (`warm`) for the jobs after it;
+        small jobs keep to generate until the engine is up, which then retires that generate. A bigger job waits
+        for an engine already starting rather than start a second."""
         key = repr(config)
-        small = False
+        small = config.engine == "auto" and too_small(sequences)
+        warming = self.warming
+        if not small and warming is not None and warming.is_alive():
+            warming.join()
         with self._lock:
             sampler = self._samplers.pop(key, None)
-            if sampler is None and config.engine == "auto" and too_small(sequences):
-                small, key = True, key + SMALL_JOB
+            if sampler is None and small:
+                key += SMALL_JOB
                 sampler = self._samplers.pop(key, None)
+            else:
+                small = False  # an engine (or what `auto` falls back to) is up: the job is its
             if sampler is None:
                 if not small:  # the engine replaces its small jobs' generate
                     self._retired += [self._samplers.pop(k) for k in [key + SMALL_JOB] if k in self._samplers]
-                while len(self._samplers) >= self.max_engines:  # its memory back before the new one loads
-                    self._retired.append(self._samplers.pop(next(iter(self._samplers))))
-                self._close_idle()
+                self._make_room()
                 sampler = open_sampler(config, sequences)
             self._samplers[key] = sampler  # the most recently used last
             self._users[id(sampler)] = self._users.get(id(sampler), 0) + 1
@@ -142,24 +148,42 @@ class AppContext:
                 if not self._users[id(sampler)]:
                     del self._users[id(sampler)]
                 self._close_idle()
-        if small and engine_for(sampler.folder, config.engine)[0] == "vllm":
-            self.warming = self.warm(config)
+        starting = self.warming is not None and self.warming.is_alive()
+        if small and not starting and engine_for(sampler.folder, config.engine)[0] == "vllm":
+            self.warm(config)
+
+    def _make_room(self) -> None:
+        """Retire the least recently used samplers until one more fits (its memory back before the new one loads).
+        Under the lock."""
+        while len(self._samplers) >= self.max_engines:
+            self._retired.append(self._samplers.pop(next(iter(self._samplers))))
+        self._close_idle()
 
     def warm(self, config: SamplingConfig | None = None) -> threading.Thread:
         """Start `config`'s engine (the Sample button's by default) in the background: `rlhf ui --warm-engine` at
-        launch, so the first click finds it up, and after a small job sampled with generate; a failure to start is
-        left for the next click to report."""
+        launch, so the first click finds it up, and after a small job sampled with generate. It loads outside the
+        lock (jobs go on meanwhile) and is kept when it is up, unless a training launch came first; a failure to
+        start is left for the next job to report."""
+        config = config or self.sampling
+        key, released = repr(config), self._released
 
         def start() -> None:
             try:
-                with self.sampler(config or self.sampling):
-                    pass
-            except Exception:  # noqa: BLE001 - the Sample button says what went wrong, in one line
-                pass
+                engine = open_sampler(config)
+            except Exception:  # noqa: BLE001 - the next job that needs it says what went wrong, in one line
+                return
+            with self._lock:
+                if key in self._samplers or self._released != released:
+                    self._retired.append(engine)  # opened by a job meanwhile, or a training needs the memory
+                else:
+                    self._retired += [self._samplers.pop(k) for k in [key + SMALL_JOB] if k in self._samplers]
+                    self._make_room()
+                    self._samplers[key] = engine
+                self._close_idle()
 
-        thread = threading.Thread(target=start, daemon=True, name="warm-engine")
-        thread.start()
-        return thread
+        self.warming = threading.Thread(target=start, daemon=True, name="warm-engine")
+        self.warming.start()
+        return self.warming
 
 
 def is_loopback(host: str) -> bool:
