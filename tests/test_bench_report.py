@@ -191,7 +191,11 @@ def test_the_sample_click_section_times_both_engines_and_where_vllms_start_pays(
     assert break_even({"vllm": 10.0, "hf": 20.0}, {"vllm": 4.0, "hf": 12.0}) == 0.0  # starts faster too
 
     def one_run(v_first: float, h_first: float) -> list[dict]:
-        sides = {"vllm": {"first_s": v_first, "second_s": 4.0}, "hf": {"first_s": h_first, "second_s": 12.0}}
+        sides = {
+            "vllm": {"first_s": v_first, "second_s": 4.0},
+            "hf": {"first_s": h_first, "second_s": 12.0},
+            "auto": {"first_s": h_first, "second_s": 13.0},
+        }
         ratios = {"first_ratio": h_first / v_first, "second_ratio": 3.0}
         return [{"prompts": 4, "k": 4, **sides, **ratios}]
 
@@ -200,6 +204,9 @@ def test_the_sample_click_section_times_both_engines_and_where_vllms_start_pays(
     assert rows[0]["break_even_prompts"] == 14.0  # from the medians: 40 and 20 first, 4 and 12 second
     results = {"machine": "m", "clicks": rows}
     page = report.render(results)
-    assert "| first (the model loads, the engine starts) | 40.0 s (30.0 s-50.0 s) | 20.0 s (18.0 s-22.0 s) |" in page
+    first = "| first (the model loads, the engine starts) | 40.0 s (30.0 s-50.0 s) | 20.0 s (18.0 s-22.0 s) |"
+    assert first + " 0.50x (0.36x-0.73x) | 20.0 s (18.0 s-22.0 s) |" in page
+    assert "| second, at once (kept from the first) | 4.0 s (4.0 s-4.0 s) | 12.0 s (12.0 s-12.0 s) |" in page
+    assert page.count("| 13.0 s (13.0 s-13.0 s) |") == 1  # auto's second click
     assert "- A cold vLLM engine is faster than generate from 14 prompts x 4 on" in page
     assert not_in_source(page, results) == []

@@ -341,11 +341,11 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
     """On a CPU under `auto`, a Sample click too small to pay for starting vLLM samples with generate, and the
     engine starts in the background once it is done; every job after it, small ones included, uses the engine (its
     start is paid), which retires the small jobs' generate. A job big enough starts the engine itself."""
+    import threading
+
     import training.sampling.generation as generation
     import training.sampling.vllm_engine as ve
     from training.sampling.generation import Sampler
-
-    import threading
 
     started = threading.Event()  # the stand-in engine's start lasts until the test lets it end
 
