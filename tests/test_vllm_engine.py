@@ -265,6 +265,43 @@ def test_new_weights_reach_the_engine(engines):
 
 @pytest.mark.integration
 @needs_vllm
+def test_an_owner_killed_while_its_engine_starts_leaves_no_engine_behind(graded, tmp_path):
+    """The app stopped while an engine warms in the background: the engine core already runs, vLLM has not returned,
+    and the watchdog (started before the engine) kills it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "if __name__ == '__main__':\n"
+        "    from training.sampling.vllm_engine import VllmEngine\n"
+        f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256)\n"
+        "    print('ready', flush=True)\n"
+    )
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, engine = time.monotonic() + 120, []
+    while not engine and time.monotonic() < deadline and owner.poll() is None:
+        try:
+            engine = [p for p in psutil.Process(owner.pid).children(recursive=True) if "VLLM" in p.name()]
+        except psutil.Error:
+            break
+        time.sleep(0.05)
+    assert engine, "the engine core starts in a process of its own"
+    os.kill(owner.pid, signal.SIGKILL)  # before the engine is up: it loads the model for seconds after it starts
+    owner.wait()
+    deadline = time.monotonic() + 20
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine)
+
+
+@pytest.mark.integration
+@needs_vllm
 def test_an_owner_killed_with_sigkill_leaves_no_engine_behind(graded, tmp_path):
     """vLLM's engine core is a child process nothing tells when its owner dies: the engine's watchdog kills it."""
     import os

@@ -179,7 +179,9 @@ class VllmEngine:
             if gpu
             else {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
         )
-        before = _children()
+        # watched from before it starts: an owner killed during the start (the app stopped while an engine warms)
+        # leaves no engine behind either
+        self.watchdog = _watchdog(_children())
         try:
             self.llm = LLM(
                 str(folder),
@@ -194,9 +196,10 @@ class VllmEngine:
                 **extra,
             )
         except Exception as e:  # vLLM raises many kinds; the user gets one line
+            self.close()
             raise EngineError(f"vLLM cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
-        old = {q.pid for q in before}
-        self.watchdog = _watchdog([p for p in _children() if p.pid not in old and _is_vllm(p)])
+        self.watchdog.stdin.write(b"started\n")  # the processes it has seen are this engine's: it keeps to them
+        self.watchdog.stdin.flush()
 
     def sample(self, prompts: list[list[int]], n: int, s: Settings, seed: int) -> list[list[Output]]:
         """n responses for each prompt; out[i][j] is sample j of prompts[i]. Prompt i's request is seeded with
@@ -312,17 +315,49 @@ class VllmEngine:
 
 
 # The engine's processes outlive an owner killed with SIGKILL (a stopped training rank, a killed app): vLLM's
-# engine core is a child that nothing tells. A watchdog, in a session of its own, reads a pipe only the owner
-# holds open; at EOF (the owner closed the engine, or died) it kills the engine's processes that are still the
-# ones it was given (same pid and start time: never a reused pid).
+# engine core is a child that nothing tells. A watchdog, in a session of its own, is started before the engine and
+# reads a pipe only the owner holds open. While the engine starts it notes the owner's new VLLM processes (not those
+# that were there before: another engine's); the owner's "started" line ends that. At EOF (the owner closed the
+# engine, or died, during the start or after) it kills the processes it noted that are still the ones it saw (same
+# pid and start time: never a reused pid), and, where the owner died before it could note them, the orphaned VLLM
+# processes (their parent gone) that started since the watchdog was asked for.
 _WATCHDOG = """
-import sys, psutil
-sys.stdin.read()
-for arg in sys.argv[1:]:
-    pid, born = arg.split(":")
+import select, sys, time, psutil
+owner, since, before = int(sys.argv[1]), float(sys.argv[2]), set(sys.argv[3:])
+seen, starting = {}, True
+def key(p):
+    return f"{p.pid}:{p.create_time()}"
+def note():
     try:
-        p = psutil.Process(int(pid))
-        if abs(p.create_time() - float(born)) < 1e-3:
+        for p in psutil.Process(owner).children(recursive=True):
+            try:
+                if key(p) not in before and p.name().startswith("VLLM"):
+                    seen[key(p)] = p
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+while True:
+    if starting:
+        note()
+    if not select.select([sys.stdin], [], [], 0.2 if starting else None)[0]:
+        continue
+    if not sys.stdin.readline():
+        break
+    starting = False
+if starting:  # the pipe closed before the engine was up (the owner died, or the start failed): what it left
+    time.sleep(0.5)  # a dying owner's pipe closes before its children are handed to init
+    note()
+    for p in psutil.process_iter():
+        try:
+            if p.ppid() == 1 and p.name().startswith("VLLM") and p.create_time() >= since and key(p) not in before:
+                for q in [p, *p.children(recursive=True)]:
+                    seen[key(q)] = q
+        except psutil.Error:
+            pass
+for k, p in seen.items():
+    try:
+        if abs(p.create_time() - float(k.split(":")[1])) < 1e-3:
             p.kill()
     except psutil.Error:
         pass
@@ -355,24 +390,16 @@ def _transfer_dir(tensors: dict) -> str | None:
         return None
 
 
-def _is_vllm(process) -> bool:
-    """vLLM's engine core and workers name themselves VLLM::..."""
-    import psutil
-
-    try:
-        return process.name().startswith("VLLM")
-    except psutil.Error:
-        return False
-
-
 def _children() -> list:
     import psutil
 
     return psutil.Process().children(recursive=True)
 
 
-def _watchdog(processes: list):
+def _watchdog(before: list):
+    """The watchdog of an engine about to start in this process; `before`: this process's children until now."""
     import sys
+    import time
 
-    args = [f"{p.pid}:{p.create_time()}" for p in processes]
+    args = [str(os.getpid()), str(time.time() - 1), *(f"{p.pid}:{p.create_time()}" for p in before)]
     return subprocess.Popen([sys.executable, "-c", _WATCHDOG, *args], stdin=subprocess.PIPE, start_new_session=True)
