@@ -23,6 +23,7 @@ from annotation.agreement import agreement_by_annotator
 from annotation.gold import gold_accuracy
 from annotation.labelstudio import FAST_LEAD_TIME_S
 from store.annotators import annotator_work, answer_span_s, answers_over_time
+from store.answers import answer_counts
 from store.db import StoreRef, read
 from store.gold import gold_answers
 from store.guidelines import TAGS, tag_counts
@@ -44,6 +45,7 @@ HEADERS = [  # who to look at, and why, first: the table is wider than a screen
     "all bad",
     "edits",
     "tags",
+    "answers",
     "median s",
     "tasks/h",
     "agreement",
@@ -72,6 +74,9 @@ class AnnotatorRow:
     edits: int = 0  # rankings with their edit of the best response (store/edits.py)
     all_bad: int = 0  # answers saying none of the shown was good (with or without an edit; a skip's count too)
     tags: dict[str, int] = field(default_factory=dict)  # tag -> responses they gave it (store/guidelines.py)
+    # question -> rankings that answered it, for the questions with no table of their own (store/answers.py: best_good,
+    # a team's own)
+    answers: dict[str, int] = field(default_factory=dict)
     rm_agreement: float | None = None  # share of their pairs the newest scored reward model orders as they did
     rm_pairs: int = 0  # the pairs it rests on (`rlhf rm-agreement` scores them)
     watch: list[str] = field(default_factory=list)
@@ -106,6 +111,7 @@ def annotator_rows(db: StoreRef) -> list[AnnotatorRow]:
         agreement = agreement_by_annotator(rankings_for_agreement(con))
         gold = gold_accuracy(gold_answers(con))
         tags = tag_counts(con)
+        answered = answer_counts(con)
         scored = scored_runs(con)
         rm = rm_agreement(con, scored[0][0]) if scored else {}
     rows = []
@@ -126,6 +132,7 @@ def annotator_rows(db: StoreRef) -> list[AnnotatorRow]:
             edits=w.edited,
             all_bad=w.all_bad,
             tags=tags.get(w.annotator, {}),
+            answers=answered.get(w.annotator, {}),
             rm_agreement=rm.get(w.annotator, (None, 0))[0],
             rm_pairs=rm.get(w.annotator, (None, 0))[1],
         )
@@ -154,6 +161,7 @@ def table(rows: list[AnnotatorRow]) -> list[list]:
             r.all_bad,
             r.edits,
             tag_line(r.tags),
+            ", ".join(f"{q} {n}" for q, n in sorted(r.answers.items())),
             num(r.median_s, 1),
             "" if r.tasks_per_hour is None else round(r.tasks_per_hour),
             num(r.agreement, 2),

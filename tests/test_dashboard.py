@@ -35,7 +35,7 @@ def test_every_number_of_the_dashboard_by_hand(campaign):
     assert ann.watch == ["fast: 20% of rankings under 2 s", "shown order: 100% of rankings"]
     assert bob.watch == [] and dee.watch == []
     assert cy.watch == ["low agreement: tau -0.78 on 5 prompts, others 0.11"]
-    assert table([cy])[0] == ["cy", cy.watch[0], 5, 0, 0, 0, "", 30.0, 120, -0.78, 5, "0%", "0%", "", 0, ""]
+    assert table([cy])[0] == ["cy", cy.watch[0], 5, 0, 0, 0, "", "", 30.0, 120, -0.78, 5, "0%", "0%", "", 0, ""]
 
 
 @pytest.mark.store_file

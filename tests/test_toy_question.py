@@ -58,6 +58,17 @@ def test_a_pairs_export_and_a_snapshot_carry_it(db, cli, tmp_path, confidence):
     assert [json.loads(row["answers"]) for row in frozen] == [{"confidence": 4}] * 3
 
 
+def test_the_annotators_dashboard_counts_it(db, cli, tmp_path, confidence):
+    from annotation.dashboard import annotator_rows, table
+
+    lines = [{**LINE, "confidence": 4}, {**LINE, "prompt": "Name a tree.", "confidence": 2}]
+    lines.append({**LINE, "prompt": "Name a car.", "annotator": "bob", "best_good": True})
+    assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", lines)))[0] == 0
+    ann, bob = annotator_rows(db)
+    assert ann.answers == {"confidence": 2} and bob.answers == {"best_good": 1}
+    assert [row[7] for row in table([ann, bob])] == ["confidence 2", "best_good 1"]
+
+
 def test_a_bad_answer_is_one_line_and_nothing_is_stored(db, cli, tmp_path, confidence):
     cli("init")
     before = store_rows(db)

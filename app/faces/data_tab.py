@@ -64,7 +64,10 @@ def agreement_table(db: StoreRef) -> list[list]:
 
 
 # the Annotators table's columns (annotation/dashboard.py::HEADERS): the reasons to look at someone get the room
-ANNOTATOR_WIDTHS = ["8%", "23%", "5%", "4%", "4%", "4%", "9%", "5%", "5%", "6%", "5%", "4%", "5%", "4%", "4%", "5%"]
+ANNOTATOR_WIDTHS = [
+    *("8%", "19%", "5%", "4%", "4%", "4%", "8%", "7%", "4%", "5%"),
+    *("5%", "5%", "4%", "5%", "4%", "4%", "5%"),
+]
 
 DOWNLOAD_AGE_S = 600  # Gradio copies a download into its own cache as it answers; ours can go soon after
 
@@ -168,9 +171,10 @@ def _dashboard_section() -> SimpleNamespace:
 
     gr.Markdown(
         "### Annotators (`rlhf annotators`): whom to look at and why, then how much (rankings, skips, all bad, "
-        "edits, tags), how fast (median seconds a task, tasks an hour), agreement with the others (mean Kendall "
-        "tau-b, on how many shared prompts), rankings under 2 s or left in the shown order, accuracy on gold prompts "
-        "(on how many), and agreement with the newest reward model scored (`rlhf rm-agreement`)"
+        "edits, tags, the other questions' answers), how fast (median seconds a task, tasks an hour), agreement "
+        "with the others (mean Kendall tau-b, on how many shared prompts), rankings under 2 s or left in the shown "
+        "order, accuracy on gold prompts (on how many), and agreement with the newest reward model scored "
+        "(`rlhf rm-agreement`)"
     )
     annotators_df = gr.Dataframe(
         headers=ANNOTATOR_HEADERS,
