@@ -388,6 +388,10 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
     with ctx.sampler(config, sequences=4) as pinned:
         assert pinned.engine == "hf"
     assert ctx.warming is None
+    monkeypatch.setenv("RLHF_ENGINE", "vllm")  # the engine pinned: one for every job, whatever its size
+    ctx.release_models()
+    with ctx.sampler(config, sequences=4) as first, ctx.sampler(config, sequences=64) as second:
+        assert first.engine == "vllm" and second is first
     monkeypatch.delenv("RLHF_ENGINE")
     ctx.release_models()
     started.clear()

@@ -122,7 +122,7 @@ class AppContext:
         small jobs keep to generate until the engine is up, which then retires that generate. A bigger job waits
         for an engine already starting rather than start a second."""
         key = repr(config)
-        small = config.engine == "auto" and too_small(sequences)
+        small = too_small(sequences, config.engine)
         warming = self.warming
         if not small and warming is not None and warming.is_alive():
             warming.join()

@@ -102,9 +102,10 @@ def engine_for(folder: Path, choice: str = "auto", sequences: int | None = None)
     return "hf", f"auto: {missing}"
 
 
-def too_small(sequences: int | None) -> bool:
-    """Whether a job of `sequences` is sampled faster by generate than by an engine started for it (on a CPU)."""
-    if sequences is None or CPU_ENGINE_PAYS_FROM is None:
+def too_small(sequences: int | None, choice: str = "auto") -> bool:
+    """Whether `choice` leaves a job of `sequences` to generate because an engine started for it would be slower (on
+    a CPU, under `auto` not pinned by RLHF_ENGINE)."""
+    if choice != "auto" or os.environ.get("RLHF_ENGINE") or sequences is None or CPU_ENGINE_PAYS_FROM is None:
         return False
     return sequences < CPU_ENGINE_PAYS_FROM and not _on_gpu()
 
