@@ -348,11 +348,13 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
     from training.sampling.generation import Sampler
 
     started = threading.Event()  # the stand-in engine's start lasts until the test lets it end
+    starts, closed = [], []
 
     class EngineStandIn(Sampler):  # generate under the vLLM sampler's name: which engine is chosen, not how it samples
         engine = "vllm"
 
         def __init__(self, *args, **kwargs):
+            starts.append(threading.current_thread().name)
             assert started.wait(timeout=120)
             super().__init__(*args, **kwargs)
 
@@ -368,11 +370,14 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
         assert small.engine == "hf" and "16 sequences, fewer than the 40" in small.engine_line
         assert ctx.warming is None  # not while the click samples: the two would share the cores
     assert ctx.warming.is_alive()  # the engine is starting
+    small.close = lambda: closed.append("generate")
     with ctx.sampler(config, sequences=12) as meanwhile:
         assert meanwhile is small  # a small job does not wait for it: generate, kept
-    started.set()
-    ctx.warming.join(timeout=120)
-    (engine,) = ctx._samplers.values()  # up for the next job; the small jobs' generate retired
+        started.set()
+        ctx.warming.join(timeout=120)  # the engine comes up while that job still samples
+        assert closed == []  # generate is retired, but in use
+    assert closed == ["generate"] and starts == ["warm-engine"]  # closed once done; no second start behind it
+    (engine,) = ctx._samplers.values()  # up for the next job
     assert engine.engine == "vllm" and engine.engine_line == f"vllm ({ve.AUTO_VLLM})"
     with ctx.sampler(config, sequences=4) as tiny:
         assert tiny is engine  # the engine is up: a small job no longer pays for its start
@@ -394,6 +399,9 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
         assert first.engine == "vllm" and second is first
     monkeypatch.delenv("RLHF_ENGINE")
     ctx.release_models()
+    with ctx.sampler(config, sequences=4):
+        ctx.release_models()  # a training launches while a small job samples: no engine starts behind it
+    assert ctx.warming is None and len(starts) == 3  # the warm, the big job's, the pinned one's
     started.clear()
     with ctx.sampler(config, sequences=4):
         pass

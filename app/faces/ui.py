@@ -77,7 +77,9 @@ class AppContext:
         self._retired: list = []  # samplers dropped while in use: closed when their sampling ends
         self._users: dict[int, int] = {}  # samplings running on each sampler, by id
         self._lock = threading.Lock()
-        self.warming: threading.Thread | None = None  # an engine starting in the background (warm)
+        self.warming: threading.Thread | None = None  # an engine starting in the background (warm), for this key:
+        self._warming_key: str | None = None
+        self._warm_failed: set[str] = set()  # configs whose background start failed
         self._released = 0  # training launches so far (release_models)
         if warm:  # rlhf ui --warm-engine
             self.warm()
@@ -123,8 +125,8 @@ class AppContext:
         for an engine already starting rather than start a second."""
         key = repr(config)
         small = too_small(sequences, config.engine)
-        warming = self.warming
-        if not small and warming is not None and warming.is_alive():
+        released, warming = self._released, self.warming
+        if not small and warming is not None and self._warming_key == key and warming.is_alive():
             warming.join()
         with self._lock:
             sampler = self._samplers.pop(key, None)
@@ -148,9 +150,12 @@ class AppContext:
                 if not self._users[id(sampler)]:
                     del self._users[id(sampler)]
                 self._close_idle()
-        starting = self.warming is not None and self.warming.is_alive()
-        if small and not starting and engine_for(sampler.folder, config.engine)[0] == "vllm":
-            self.warm(config)
+        if small and engine_for(sampler.folder, config.engine)[0] == "vllm":
+            with self._lock:  # the engine for the jobs after this one, unless it is up, starting, failed to start
+                busy = self.warming is not None and self.warming.is_alive()  # or a training launched meanwhile
+                wanted = repr(config) not in self._samplers.keys() | self._warm_failed
+                if wanted and not busy and self._released == released:
+                    self._start_warm(config, released)
 
     def _make_room(self) -> None:
         """Retire the least recently used samplers until one more fits (its memory back before the new one loads).
@@ -161,16 +166,22 @@ class AppContext:
 
     def warm(self, config: SamplingConfig | None = None) -> threading.Thread:
         """Start `config`'s engine (the Sample button's by default) in the background: `rlhf ui --warm-engine` at
-        launch, so the first click finds it up, and after a small job sampled with generate. It loads outside the
-        lock (jobs go on meanwhile) and is kept when it is up, unless a training launch came first; a failure to
-        start is left for the next job to report."""
-        config = config or self.sampling
-        key, released = repr(config), self._released
+        launch, so the first click finds it up; `sampler` does the same after a small job sampled with generate."""
+        with self._lock:
+            return self._start_warm(config or self.sampling, self._released)
+
+    def _start_warm(self, config: SamplingConfig, released: int) -> threading.Thread:
+        """The engine loads outside the lock (jobs go on meanwhile) and is kept when it is up, unless a job opened
+        one meanwhile or a training launched (`released` changed); a failure is remembered (no start after every
+        small job) and left for the next job that opens it to report. Under the lock."""
+        key = repr(config)
 
         def start() -> None:
             try:
                 engine = open_sampler(config)
-            except Exception:  # noqa: BLE001 - the next job that needs it says what went wrong, in one line
+            except Exception:  # noqa: BLE001 - the next job that opens it says what went wrong, in one line
+                with self._lock:
+                    self._warm_failed.add(key)
                 return
             with self._lock:
                 if key in self._samplers or self._released != released:
@@ -181,7 +192,7 @@ class AppContext:
                     self._samplers[key] = engine
                 self._close_idle()
 
-        self.warming = threading.Thread(target=start, daemon=True, name="warm-engine")
+        self.warming, self._warming_key = threading.Thread(target=start, daemon=True, name="warm-engine"), key
         self.warming.start()
         return self.warming
 
