@@ -283,7 +283,7 @@ def test_an_owner_killed_while_its_engine_starts_leaves_no_engine_behind(graded,
         f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256)\n"
         "    print('ready', flush=True)\n"
     )
-    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     deadline, engine = time.monotonic() + 120, []
     while not engine and time.monotonic() < deadline and owner.poll() is None:
         try:
@@ -298,6 +298,7 @@ def test_an_owner_killed_while_its_engine_starts_leaves_no_engine_behind(graded,
     while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine)
+    assert b"ready" not in owner.communicate(timeout=30)[0]  # killed during the start, not after it
 
 
 @pytest.mark.integration

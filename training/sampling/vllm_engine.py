@@ -20,6 +20,7 @@ import itertools
 import os
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "
 CPU_KV_CACHE_GB = 1
 # The share of a GPU's memory the engine takes beside the trainer (TRL's colocate default after its OOM reports)
 GPU_MEMORY_SHARE = 0.3
+# Engines start one at a time in a process (VllmEngine.__init__): each one's watchdog notes only its own processes
+_STARTING = threading.Lock()
 # Why `auto` picked vLLM: the one choice that falls back to hf when the engine cannot start (open_engine)
 AUTO_VLLM = "auto: vLLM is installed and loads this model"
 # On a CPU, the sequences (prompts x K) from which a cold engine's start pays against generate; smaller jobs under
@@ -181,26 +184,30 @@ class VllmEngine:
             else {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
         )
         # watched from before it starts: an owner killed during the start (the app stopped while an engine warms)
-        # leaves no engine behind either
-        self.watchdog = _watchdog(_children())
-        try:
-            self.llm = LLM(
-                str(folder),
-                dtype={"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}[dtype],
-                seed=seed,
-                max_model_len=max_model_len,
-                enforce_eager=True,  # compiled graphs sampled no faster here and start 45 s later
-                enable_prefix_caching=True,  # the K samples of a prompt share its prefill
-                worker_extension_cls="training.sampling.vllm_worker.WeightSync",
-                disable_log_stats=True,
-                use_tqdm_on_load=False,  # the app's and the trainer's progress is what users watch
-                **extra,
-            )
-        except Exception as e:  # vLLM raises many kinds; the user gets one line
-            self.close()
-            raise EngineError(f"vLLM cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
-        self.watchdog.stdin.write(b"started\n")  # the processes it has seen are this engine's: it keeps to them
-        self.watchdog.stdin.flush()
+        # leaves no engine behind either. One start at a time in a process, so a watchdog notes only its own.
+        with _STARTING:
+            self.watchdog = _watchdog(_children())
+            try:
+                self.llm = LLM(
+                    str(folder),
+                    dtype={"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}[dtype],
+                    seed=seed,
+                    max_model_len=max_model_len,
+                    enforce_eager=True,  # compiled graphs sampled no faster here and start 45 s later
+                    enable_prefix_caching=True,  # the K samples of a prompt share its prefill
+                    worker_extension_cls="training.sampling.vllm_worker.WeightSync",
+                    disable_log_stats=True,
+                    use_tqdm_on_load=False,  # the app's and the trainer's progress is what users watch
+                    **extra,
+                )
+            except Exception as e:  # vLLM raises many kinds; the user gets one line
+                self.close()
+                raise EngineError(f"vLLM cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
+            try:
+                self.watchdog.stdin.write(b"started\n")  # what it noted is this engine's: it keeps to that
+                self.watchdog.stdin.flush()
+            except OSError:  # the watchdog is gone: the engine works, unwatched
+                pass
 
     def sample(self, prompts: list[list[int]], n: int, s: Settings, seed: int) -> list[list[Output]]:
         """n responses for each prompt; out[i][j] is sample j of prompts[i]. Prompt i's request is seeded with
@@ -330,14 +337,20 @@ def key(p):
     return f"{p.pid}:{p.create_time()}"
 def note():
     try:
-        for p in psutil.Process(owner).children(recursive=True):
+        for p in psutil.Process(owner).children():  # direct: a training the owner launched has engines of its own
             try:
                 if key(p) not in before and p.name().startswith("VLLM"):
-                    seen[key(p)] = p
+                    for q in [p, *p.children(recursive=True)]:
+                        seen[key(q)] = q
             except psutil.Error:
                 pass
     except psutil.Error:
         pass
+def gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
 while True:
     if starting:
         note()
@@ -349,13 +362,13 @@ while True:
 if starting:  # the pipe closed before the engine was up (the owner died, or the start failed): what it left
     time.sleep(0.5)  # a dying owner's pipe closes before its children are handed to init
     note()
-    for p in psutil.process_iter():
-        try:
-            if p.ppid() == 1 and p.name().startswith("VLLM") and p.create_time() >= since and key(p) not in before:
-                for q in [p, *p.children(recursive=True)]:
-                    seen[key(q)] = q
-        except psutil.Error:
-            pass
+for p in psutil.process_iter() if starting and gone(owner) else []:  # died: orphans it could not note
+    try:
+        if p.ppid() == 1 and p.name().startswith("VLLM") and p.create_time() >= since and key(p) not in before:
+            for q in [p, *p.children(recursive=True)]:
+                seen[key(q)] = q
+    except psutil.Error:
+        pass
 for k, p in seen.items():
     try:
         if abs(p.create_time() - float(k.split(":")[1])) < 1e-3:
