@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench.app_server import AppServer
+from training.sampling.generation import SamplingConfig
 
 PROMPTS, K = 4, 4
 ENGINES = ("vllm", "hf")  # the break-even's two sides
@@ -108,6 +109,7 @@ def run() -> list[dict]:
         {
             "prompts": PROMPTS,
             "k": K,
+            "max_new_tokens": SamplingConfig().max_new_tokens,  # the Sample button's (the app's default)
             **sides,
             "first_ratio": sides["hf"]["first_s"] / sides["vllm"]["first_s"],
             "second_ratio": sides["hf"]["second_s"] / sides["vllm"]["second_s"],
@@ -126,32 +128,37 @@ def with_break_even(rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> list[str]:
-    """The rows as the page's Markdown table (a ratio above 1: vLLM's click returns sooner)."""
+    """The rows as the page's Markdown table (a ratio above 1: vLLM's click returns sooner); the auto column where
+    the results have that side."""
     from bench.repeat import fig
 
-    out = [
-        "| click (4 prompts x 4) | vLLM, kept warm | generate | generate / vLLM | auto (the default) |",
-        "|---|---:|---:|---:|---:|",
-    ]
+    auto = all("auto" in r for r in rows)
+    out = []
     for r in rows:
-        auto = {n: fig(r, "{:.1f} s", "auto", f"{n}_s") if "auto" in r else "—" for n in ("first", "second")}
+        sides = [e for e in SIDES if e != "auto" or auto]
+        cells = {n: [fig(r, "{:.1f} s", e, f"{n}_s") for e in sides] for n in ("first", "second")}
         out += [
-            f"| first (the model loads, the engine starts) | {fig(r, '{:.1f} s', 'vllm', 'first_s')} | "
-            f"{fig(r, '{:.1f} s', 'hf', 'first_s')} | {fig(r, '{:.2f}x', 'first_ratio')} | {auto['first']} |",
-            f"| second, at once (kept from the first) | {fig(r, '{:.1f} s', 'vllm', 'second_s')} | "
-            f"{fig(r, '{:.1f} s', 'hf', 'second_s')} | {fig(r, '{:.2f}x', 'second_ratio')} | {auto['second']} |",
+            f"| click ({r['prompts']} prompts x {r['k']}) | vLLM (pinned) | generate (pinned) | generate / vLLM |"
+            + (" auto (the default) |" if auto else ""),
+            "|---|---:|---:|---:|" + ("---:|" if auto else ""),
+            f"| first (the model loads, the engine starts) | {cells['first'][0]} | {cells['first'][1]} | "
+            f"{fig(r, '{:.2f}x', 'first_ratio')} |" + (f" {cells['first'][2]} |" if auto else ""),
+            f"| second, at once (kept from the first) | {cells['second'][0]} | {cells['second'][1]} | "
+            f"{fig(r, '{:.2f}x', 'second_ratio')} |" + (f" {cells['second'][2]} |" if auto else ""),
         ]
-    for r in rows:
         n = r.get("break_even_prompts")
         out += [
             "",
             "- A cold vLLM engine is faster than generate from "
             + (
-                f"{n:.0f} prompts x {r['k']} on (estimated from the median clicks, as linear in prompts)."
+                f"{n:.0f} prompts x {r['k']} on (estimated from the median clicks, as linear in prompts, for "
+                + (f"{r['max_new_tokens']} new tokens at most)." if "max_new_tokens" in r else "the button's length).")
                 if n is not None
                 else "no job size: vLLM was not faster per prompt."
             ),
         ]
+    if not auto:
+        out += ["- These results have no auto side (they predate it): `python -m bench.run --only clicks` adds it."]
     return out
 
 
