@@ -10,7 +10,15 @@ import torch
 
 from training.models import ModelError
 from training.sampling.generation import Sampler, SamplingConfig, open_sampler
-from training.sampling.vllm_engine import EngineError, Settings, engine_for, open_engine, unsupported, vllm_installed
+from training.sampling.vllm_engine import (
+    EngineError,
+    Settings,
+    VllmEngine,
+    engine_for,
+    open_engine,
+    unsupported,
+    vllm_installed,
+)
 
 
 def _config_file(folder, **over):
@@ -263,6 +271,67 @@ def test_new_weights_reach_the_engine(engines):
     ours.vllm.load_weights(hf.model.state_dict())  # the module's engine as it was
 
 
+def _vllm_children() -> list:
+    import psutil
+
+    alive = [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.integration
+@needs_vllm
+def test_one_engine_runs_in_the_process_and_a_second_beside_it_in_processes_of_its_own(engines, graded):
+    """The app's first engine runs in its process (no VLLM process); a second one at the same time (a round's
+    policy beside the Sample button's) runs in VLLM processes of its own, as a trainer's does. Sampled at once from
+    two threads, each draws what it draws alone, seed for seed, and the two draw alike for the same seed; new weights
+    reach the second; closing it ends its processes and leaves the first working (vLLM's shutdown of an engine in
+    the process tears down the process's parallel groups: a second one in it would take the first's down)."""
+    import threading
+    import time
+
+    ours, hf = engines
+    assert ours.vllm.in_process and _vllm_children() == []
+    other = VllmEngine(graded, "fp32", ours.vllm.eos_ids, 256, seed=1)
+    try:
+        assert not other.in_process and _vllm_children()
+        prompts = [
+            hf.tokenizer(hf.chat_prompt(f"Tell me about {w}."), add_special_tokens=False)["input_ids"]
+            for w in ("cats", "rivers", "maps")
+        ]
+        settings = Settings(1.0, 1.0, 0, max_new_tokens=12, min_tokens=0)
+        alone = {"a": ours.vllm.sample(prompts, 6, settings, 3), "b": other.sample(prompts, 6, settings, 4)}
+        assert alone["a"] != alone["b"] and other.sample(prompts, 6, settings, 3) == alone["a"]
+        together: dict = {"a": [], "b": []}
+
+        def run(name, engine, seed):
+            for _ in range(4):
+                together[name].append(engine.sample(prompts, 6, settings, seed))
+
+        threads = [
+            threading.Thread(target=run, args=a) for a in (("a", ours.vllm, 3), ("b", other, 4), ("b", other, 4))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert together == {"a": [alone["a"]] * 4, "b": [alone["b"]] * 8}  # two threads on one engine, too
+
+        changed = type(hf.model).from_pretrained(ours.folder, dtype=torch.float32)
+        with torch.no_grad():
+            for p in changed.parameters():
+                p.mul_(0.5)
+            expected = changed(torch.tensor([prompts[0]])).logits[0, -1].float().log_softmax(-1)
+        other.load_weights(changed.state_dict())
+        assert max(abs(lp - float(expected[t])) for t, lp in other.next_logprobs(prompts[0], 5).items()) < 1e-4
+    finally:
+        other.close()
+    deadline = time.monotonic() + 20
+    while _vllm_children() and time.monotonic() < deadline:  # the engine core's exit is not waited for
+        time.sleep(0.2)
+    assert _vllm_children() == []
+    assert ours.vllm.sample(prompts, 6, settings, 3) == alone["a"]
+
+
 @pytest.mark.integration
 @needs_vllm
 def test_an_owner_killed_while_its_engine_starts_leaves_no_engine_behind(graded, tmp_path):
@@ -280,7 +349,7 @@ def test_an_owner_killed_while_its_engine_starts_leaves_no_engine_behind(graded,
     script.write_text(
         "if __name__ == '__main__':\n"
         "    from training.sampling.vllm_engine import VllmEngine\n"
-        f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256)\n"
+        f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256, in_process=False)\n"
         "    print('ready', flush=True)\n"
     )
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -318,7 +387,7 @@ def test_an_owner_killed_with_sigkill_leaves_no_engine_behind(graded, tmp_path):
         "import sys, time\n"
         "if __name__ == '__main__':\n"
         "    from training.sampling.vllm_engine import VllmEngine\n"
-        f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256)\n"
+        f"    VllmEngine({str(graded)!r}, 'fp32', [2], 256, in_process=False)\n"
         "    print('ready', flush=True)\n"
         "    time.sleep(300)\n"
     )

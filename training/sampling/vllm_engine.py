@@ -15,12 +15,14 @@ size passes it (`sequences`): on a CPU, `auto` samples a job too small to pay fo
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib.util
 import itertools
 import os
 import subprocess
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,10 @@ CPU_KV_CACHE_GB = 1
 GPU_MEMORY_SHARE = 0.3
 # Engines start one at a time in a process (VllmEngine.__init__): each one's watchdog notes only its own processes
 _STARTING = threading.Lock()
+# The engine running in this process, if one is (in_process): one at most. vLLM keeps an engine's parallel groups and
+# a step's forward context in module globals, and an engine's shutdown tears the process's groups down, so a second
+# engine beside it runs in processes of its own (and closing either leaves the other working)
+_IN_THIS_PROCESS: weakref.WeakSet = weakref.WeakSet()
 # Why `auto` picked vLLM: the one choice that falls back to hf when the engine cannot start (open_engine)
 AUTO_VLLM = "auto: vLLM is installed and loads this model"
 # On a CPU, the sequences (prompts x K) from which a cold engine's start pays against generate; smaller jobs under
@@ -152,27 +158,33 @@ class VllmEngine:
     model's weights in place (a PPO actor after its update)."""
 
     def __init__(
-        self, folder: Path, dtype: str, eos_ids: list[int], max_model_len: int, seed: int = 0, only_eos: bool = False
+        self,
+        folder: Path,
+        dtype: str,
+        eos_ids: list[int],
+        max_model_len: int,
+        seed: int = 0,
+        only_eos: bool = False,
+        in_process: bool = True,
     ):
         """eos_ids: where responses end. only_eos: there and nowhere else (a trainer's rollouts, whose EOS is one
-        token); else also at the EOS ids of the model's generation_config.json, as transformers' generate does."""
+        token); else also at the EOS ids of the model's generation_config.json, as transformers' generate does.
+
+        in_process: the engine core and its worker run in this process (vLLM's uniprocess executor, no
+        multiprocessing): it starts in half the time on a CPU (no two spawned processes importing torch and vLLM)
+        and leaves nothing behind if this process dies. One engine at most runs so; a second one beside it runs in
+        processes of its own. A trainer's rank passes False: vLLM sets up torch.distributed groups of its own and
+        tears the process's down at shutdown, which in a rank would meet DeepSpeed's. An engine in processes of its
+        own is watched (_watchdog). Calls to one engine from several threads take turns."""
         if not vllm_installed():
             raise EngineError("cannot sample with vLLM: vLLM is not installed")
         gpu = _on_gpu()
-        if not gpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
-            # the engine's threads share the cores with the app or the trainer's ranks: never pinned to cores
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        # vLLM logs to stdout, where `rlhf` prints its results: to stderr, and only its errors unless asked for more
-        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-        # the engine's process starts fresh rather than as a fork of a threaded app or a trainer's rank
-        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        from vllm import LLM
-
+        _set_environment(gpu)
         self.folder = Path(folder)
         self.max_model_len = max_model_len
         self.eos_ids, self.only_eos = sorted(set(eos_ids)), only_eos
+        # the app's sessions share an engine: one call steps it at a time (vLLM's LLM is not for several threads)
+        self._turns = threading.RLock()
         self._streams: dict[str, collections.deque] = {}  # request id -> its outputs not yet read (stream)
         self._stream_ids = itertools.count()
         # On a CPU a prompt's prefill is never split across steps: vLLM 0.32 rewinds a seeded request's random
@@ -183,29 +195,40 @@ class VllmEngine:
             if gpu
             else {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
         )
-        # watched from before it starts: an owner killed during the start (the app stopped while an engine warms)
-        # leaves no engine behind either. One start at a time in a process, so a watchdog notes only its own.
+        self._start(dtype, seed, in_process, extra)
+
+    def _start(self, dtype: str, seed: int, in_process: bool, extra: dict) -> None:
+        """The engine, watched from before it starts where it runs in processes of its own: an owner killed during
+        the start (the app stopped while an engine warms) leaves no engine behind either. One start at a time in a
+        process, so a watchdog notes only its own processes."""
+        from vllm import LLM
+
         with _STARTING:
-            self.watchdog = _watchdog(_children())
+            self.in_process = in_process and not len(_IN_THIS_PROCESS) and not _distributed()
+            self.watchdog = None if self.in_process else _watchdog(_children())
             try:
-                self.llm = LLM(
-                    str(folder),
-                    dtype={"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}[dtype],
-                    seed=seed,
-                    max_model_len=max_model_len,
-                    enforce_eager=True,  # compiled graphs sampled no faster here and start 45 s later
-                    enable_prefix_caching=True,  # the K samples of a prompt share its prefill
-                    worker_extension_cls="training.sampling.vllm_worker.WeightSync",
-                    disable_log_stats=True,
-                    use_tqdm_on_load=False,  # the app's and the trainer's progress is what users watch
-                    **extra,
-                )
+                with _multiprocessing(not self.in_process):
+                    self.llm = LLM(
+                        str(self.folder),
+                        dtype={"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}[dtype],
+                        seed=seed,
+                        max_model_len=self.max_model_len,
+                        enforce_eager=True,  # compiled graphs sampled no faster here and start 45 s later
+                        enable_prefix_caching=True,  # the K samples of a prompt share its prefill
+                        worker_extension_cls="training.sampling.vllm_worker.WeightSync",
+                        disable_log_stats=True,
+                        use_tqdm_on_load=False,  # the app's and the trainer's progress is what users watch
+                        **extra,
+                    )
             except Exception as e:  # vLLM raises many kinds; the user gets one line
                 self.close()
-                raise EngineError(f"vLLM cannot load {folder}: {str(e).splitlines()[0][:200]}") from None
+                raise EngineError(f"vLLM cannot load {self.folder}: {str(e).splitlines()[0][:200]}") from None
+            if self.in_process:
+                _IN_THIS_PROCESS.add(self)
             try:
-                self.watchdog.stdin.write(b"started\n")  # what it noted is this engine's: it keeps to that
-                self.watchdog.stdin.flush()
+                if self.watchdog is not None:
+                    self.watchdog.stdin.write(b"started\n")  # what it noted is this engine's: it keeps to that
+                    self.watchdog.stdin.flush()
             except OSError:  # the watchdog is gone: the engine works, unwatched
                 pass
 
@@ -215,7 +238,8 @@ class VllmEngine:
         prompts, or the same prompt in two calls with other seeds, get different samples."""
         params = [self._params(n, s, request_seed(seed, i)) for i in range(len(prompts))]
         try:
-            outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+            with self._turns:
+                outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         except ValueError as e:  # vLLM's request checks (a prompt longer than the engine holds, an empty one)
             raise EngineError(f"vLLM refused the request: {str(e).splitlines()[0][:200]}") from None
         return [[self._output(c) for c in o.outputs] for o in outs]
@@ -247,7 +271,8 @@ class VllmEngine:
         rid = f"stream-{next(self._stream_ids)}"
         params = self._params(1, s, request_seed(seed, 0), output_kind=RequestOutputKind.DELTA)
         try:
-            engine.add_request(rid, {"prompt_token_ids": prompt}, params)
+            with self._turns:
+                engine.add_request(rid, {"prompt_token_ids": prompt}, params)
         except ValueError as e:  # vLLM's request checks, as in `sample`
             raise EngineError(f"vLLM refused the request: {str(e).splitlines()[0][:200]}") from None
         inbox = self._streams[rid] = collections.deque()
@@ -261,11 +286,14 @@ class VllmEngine:
         finally:
             self._streams.pop(rid, None)
             if not finished:
-                engine.abort_request([rid])
+                with self._turns:
+                    engine.abort_request([rid])
 
     def _pump(self) -> None:
         """One engine step's outputs to the streams they belong to (the engine core samples on in its process)."""
-        for out in self.llm.llm_engine.step():
+        with self._turns:
+            outs = self.llm.llm_engine.step()
+        for out in outs:
             inbox = self._streams.get(out.request_id)
             if inbox is not None:
                 inbox.append((list(out.outputs[0].token_ids), out.finished))
@@ -276,7 +304,8 @@ class VllmEngine:
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, logprobs=k, temperature=1.0, seed=0, detokenize=False)
-        out = self.llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)[0].outputs[0]
+        with self._turns:
+            out = self.llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)[0].outputs[0]
         return {token: lp.logprob for token, lp in out.logprobs[0].items()}
 
     def _output(self, completion) -> Output:
@@ -301,10 +330,11 @@ class VllmEngine:
         try:
             save_file(unique, path)
             size = os.path.getsize(path)
-            self.llm.collective_rpc("rlhf_load_weights", args=(path,))
+            with self._turns:
+                self.llm.collective_rpc("rlhf_load_weights", args=(path,))
+                self.llm.reset_prefix_cache()
         finally:
             os.unlink(path)
-        self.llm.reset_prefix_cache()
         return size
 
     def close(self) -> None:
@@ -312,7 +342,9 @@ class VllmEngine:
         if llm is not None:
             shutdown = getattr(llm.llm_engine, "engine_core", None)
             if shutdown is not None and hasattr(shutdown, "shutdown"):
-                shutdown.shutdown(timeout=2)
+                with self._turns:  # in this process: its memory goes back once nothing refers to it
+                    shutdown.shutdown(timeout=2)
+            _IN_THIS_PROCESS.discard(self)
         watchdog, self.watchdog = getattr(self, "watchdog", None), None
         if watchdog is not None:
             watchdog.stdin.close()  # its engine is gone: it checks and leaves
@@ -402,6 +434,48 @@ def _transfer_dir(tensors: dict) -> str | None:
         return "/dev/shm" if shutil.disk_usage("/dev/shm").free > 2 * size else None
     except OSError:
         return None
+
+
+def _set_environment(gpu: bool) -> None:
+    """vLLM's settings, unless the user set them."""
+    if not gpu:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
+        # the engine's threads share the cores with the app or the trainer's ranks: never pinned to cores
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    # vLLM logs to stdout, where `rlhf` prints its results: to stderr, and only its errors unless asked for more
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # an engine's processes start fresh rather than as forks of a threaded app or a trainer's rank
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+
+
+def _distributed() -> bool:
+    """Whether this process has torch.distributed groups (a trainer's rank) that an engine in it would meet."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+@contextlib.contextmanager
+def _multiprocessing(on: bool):
+    """vLLM's engine core in processes of its own (on) or in this one, for the engine started in the block: vLLM
+    reads VLLM_ENABLE_V1_MULTIPROCESSING as it builds one. The variable is as it was afterwards. Under _STARTING.
+
+    An engine core started in this process freezes vLLM's reading of its variables (envs.enable_envs_cache), so
+    one beside it would read the first one's setting: the freeze is lifted first."""
+    from vllm import envs
+
+    envs.disable_envs_cache()
+    name = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    was = os.environ.get(name)
+    os.environ[name] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = was
 
 
 def _children() -> list:
