@@ -337,15 +337,17 @@ def test_the_app_keeps_an_engine_per_model_warm_for_clicks_and_rounds(db, tiny_m
     assert closed == ["policy", "button"] and ctx._samplers == {}
 
 
-def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_model_dir, tmp_path, monkeypatch):
-    """On a CPU under `auto`, a Sample click too small to pay for starting vLLM samples with generate, and the
-    engine starts in the background once it is done; every job after it, small ones included, uses the engine (its
-    start is paid), which retires the small jobs' generate. A job big enough starts the engine itself."""
+def test_the_apps_engine_samples_every_click_and_a_click_waits_for_its_start(db, tiny_model_dir, tmp_path, monkeypatch):
+    """On a CPU under `auto`, a command's job too small to pay for starting vLLM samples with generate, but the
+    app's Sample button starts the engine for the same job: the app keeps it for every click after. A click while
+    --warm-engine's start runs waits for that start (no second one); an engine up after a training launched is
+    closed, not kept."""
     import threading
+    import time
 
     import training.sampling.generation as generation
     import training.sampling.vllm_engine as ve
-    from training.sampling.generation import Sampler
+    from training.sampling.generation import Sampler, open_sampler
 
     started = threading.Event()  # the stand-in engine's start lasts until the test lets it end
     starts, closed = [], []
@@ -358,57 +360,62 @@ def test_a_small_job_gets_generate_then_the_engine_starts_for_the_next(db, tiny_
             assert started.wait(timeout=120)
             super().__init__(*args, **kwargs)
 
+        def close(self):
+            closed.append(starts[-1])
+            super().close()
+
     monkeypatch.delenv("RLHF_ENGINE", raising=False)
     monkeypatch.setattr(ve, "vllm_installed", lambda: True)
     monkeypatch.setattr(ve, "unsupported", lambda folder: None)
     monkeypatch.setattr(ve, "_on_gpu", lambda: False)
     monkeypatch.setattr(ve, "CPU_ENGINE_PAYS_FROM", 40)
     monkeypatch.setattr(generation, "VllmSampler", EngineStandIn)
-    ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs")
     config = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=2)
-    with ctx.sampler(config, sequences=16) as small:
-        assert small.engine == "hf" and "16 sequences, fewer than the 40" in small.engine_line
-        assert ctx.warming is None  # not while the click samples: the two would share the cores
-    assert ctx.warming.is_alive()  # the engine is starting
-    small.close = lambda: closed.append("generate")
-    with ctx.sampler(config, sequences=12) as meanwhile:
-        assert meanwhile is small  # a small job does not wait for it: generate, kept
-        started.set()
-        ctx.warming.join(timeout=120)  # the engine comes up while that job still samples
-        assert closed == []  # generate is retired, but in use
-    assert closed == ["generate"] and starts == ["warm-engine"]  # closed once done; no second start behind it
-    (engine,) = ctx._samplers.values()  # up for the next job
-    assert engine.engine == "vllm" and engine.engine_line == f"vllm ({ve.AUTO_VLLM})"
-    with ctx.sampler(config, sequences=4) as tiny:
-        assert tiny is engine  # the engine is up: a small job no longer pays for its start
-    with ctx.sampler(config) as unknown:
-        assert unknown is engine
+    started.set()
+    with open_sampler(config, sequences=16) as alone:  # `rlhf sample`'s job of 4 prompts x 4
+        assert alone.engine == "hf" and "16 sequences, fewer than the 40" in alone.engine_line
+    assert starts == []
+    from app.faces.data_tab import sample_from_app
+    from store.db import write
+    from store.prompts import add_prompts
+
+    with write(db) as con:
+        add_prompts(con, [f"Prompt {i}" for i in range(8)], source="test")
+    ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs", sampling=config)
+    line = sample_from_app(ctx, 4, 4)  # the Sample button, for the same job
+    assert line.startswith("sampled 16 responses for 4 prompts") and f"vllm ({ve.AUTO_VLLM})" in line
+    (clicked,) = ctx._samplers.values()
+    assert sample_from_app(ctx, 4, 4).startswith("sampled 16 responses for 4 prompts")
+    assert ctx._samplers == {repr(config): clicked} and starts == [
+        "MainThread"
+    ]  # kept: the second click starts nothing
+
     ctx.release_models()
-    assert ctx._samplers == {}
-    with ctx.sampler(config, sequences=64) as big:  # big enough: the engine at once
-        assert big.engine == "vllm" and big is not engine
-    monkeypatch.setenv("RLHF_ENGINE", "hf")  # generate pinned: no engine started behind a small job
-    ctx.release_models()
-    ctx.warming = None
-    with ctx.sampler(config, sequences=4) as pinned:
-        assert pinned.engine == "hf"
-    assert ctx.warming is None
-    monkeypatch.setenv("RLHF_ENGINE", "vllm")  # the engine pinned: one for every job, whatever its size
-    ctx.release_models()
-    with ctx.sampler(config, sequences=4) as first, ctx.sampler(config, sequences=64) as second:
-        assert first.engine == "vllm" and second is first
-    monkeypatch.delenv("RLHF_ENGINE")
-    ctx.release_models()
-    with ctx.sampler(config, sequences=4):
-        ctx.release_models()  # a training launches while a small job samples: no engine starts behind it
-    assert ctx.warming is None and len(starts) == 3  # the warm, the big job's, the pinned one's
+    assert closed == ["MainThread"]
     started.clear()
-    with ctx.sampler(config, sequences=4):
-        pass
+    ctx.warm(config)  # rlhf ui --warm-engine
+    got = []
+
+    def click():
+        with ctx.sampler(config) as sampler:
+            got.append(sampler)
+
+    job = threading.Thread(target=click)
+    job.start()
+    time.sleep(0.5)
+    assert got == [] and starts == ["MainThread", "warm-engine"]  # the click waits for the start under way
+    started.set()
+    job.join(timeout=120)
+    (warm,) = ctx._samplers.values()
+    assert got == [warm] and starts == ["MainThread", "warm-engine"]  # one start, for both
+
+    ctx.release_models()
+    started.clear()
+    warming = ctx.warm(config)
     ctx.release_models()  # a training launches while the engine starts
     started.set()
-    ctx.warming.join(timeout=120)
-    assert ctx._samplers == {}  # it arrived after the launch: closed, not kept
+    warming.join(timeout=120)
+    assert ctx._samplers == {} and closed == ["MainThread", "warm-engine", "warm-engine"]  # closed on arrival
 
 
 def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_else(tmp_path):

@@ -29,7 +29,6 @@ from app.jobs.sampling import run_sampling
 from store.db import StoreRef, read
 from store.errors import UserError
 from store.guidelines import MAX_GUIDELINE_CHARS, current_guideline
-from store.prompts import pending_count
 
 
 def counts_markdown(db: StoreRef) -> str:
@@ -94,9 +93,7 @@ def ls_export_download(db: StoreRef) -> list[str]:
 
 def sample_from_app(ctx, k: int, limit: int | None, progress=None) -> str:
     ctx.limits.check_sampling(int(k), ctx.sampling.max_new_tokens)
-    with read(ctx.db) as con:  # the job's size: what `auto` weighs against an engine's start
-        prompts = pending_count(con, int(limit) if limit else None)
-    with ctx.sampler(ctx.sampling, sequences=prompts * int(k)) as sampler:
+    with ctx.sampler(ctx.sampling) as sampler:
         report = run_sampling(
             ctx.db,
             sampler,

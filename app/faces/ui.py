@@ -20,9 +20,6 @@ from app.faces.logins import ExpiringSessions, LoginGate, read_users
 from store.db import Store, StoreRef, store_of
 from store.errors import UserError
 from training.sampling.generation import Sampler, SamplingConfig, VllmSampler, open_sampler
-from training.sampling.vllm_engine import engine_for, too_small
-
-SMALL_JOB = " on generate (a small job)"  # the key of a config's sampler for jobs too small for its engine
 
 
 class AppContext:
@@ -79,7 +76,6 @@ class AppContext:
         self._lock = threading.Lock()
         self.warming: threading.Thread | None = None  # an engine starting in the background (warm), for this key:
         self._warming_key: str | None = None
-        self._warm_failed: set[str] = set()  # configs whose background start failed
         self._released = 0  # training launches so far (release_models)
         if warm:  # rlhf ui --warm-engine
             self.warm()
@@ -112,34 +108,25 @@ class AppContext:
             old.close()
 
     @contextlib.contextmanager
-    def sampler(self, config: SamplingConfig, sequences: int | None = None):
+    def sampler(self, config: SamplingConfig):
         """The app's sampler for `config` while the block runs: one engine per config, kept between uses (the Sample
         button, a round's policy: `rlhf ui` pays an engine's start once, not per click). A config beyond
         `max_engines` retires the least recently used one; a training launch retires all; a retired engine closes
-        once no sampling uses it.
+        once no sampling uses it. A job waits for its config's engine starting in the background (`warm`) rather
+        than start a second.
 
-        `sequences`: the job's size. An engine already up samples any job. A job too small to pay for starting one
-        (on a CPU, under `auto`: training/sampling/vllm_engine.py's too_small) samples with generate, kept as a
-        config of its own, and once it is done the engine starts in the background (`warm`) for the jobs after it;
-        small jobs keep to generate until the engine is up, which then retires that generate. A bigger job waits
-        for an engine already starting rather than start a second."""
+        A job's size does not choose the engine here, as it does for a command's one job (`rlhf sample`: a small
+        one samples with generate on a CPU, training/sampling/vllm_engine.py's too_small): the app's engine is
+        started once for every click after, each of which it samples faster than generate."""
         key = repr(config)
-        small = too_small(sequences, config.engine)
-        released, warming = self._released, self.warming
-        if not small and warming is not None and self._warming_key == key and warming.is_alive():
+        warming = self.warming
+        if warming is not None and self._warming_key == key and warming.is_alive():
             warming.join()
         with self._lock:
             sampler = self._samplers.pop(key, None)
-            if sampler is None and small:
-                key += SMALL_JOB
-                sampler = self._samplers.pop(key, None)
-            else:
-                small = False  # an engine (or what `auto` falls back to) is up: the job is its
             if sampler is None:
-                if not small:  # the engine replaces its small jobs' generate
-                    self._retired += [self._samplers.pop(k) for k in [key + SMALL_JOB] if k in self._samplers]
                 self._make_room()
-                sampler = open_sampler(config, sequences)
+                sampler = open_sampler(config)
             self._samplers[key] = sampler  # the most recently used last
             self._users[id(sampler)] = self._users.get(id(sampler), 0) + 1
         try:
@@ -150,12 +137,6 @@ class AppContext:
                 if not self._users[id(sampler)]:
                     del self._users[id(sampler)]
                 self._close_idle()
-        if small and engine_for(sampler.folder, config.engine)[0] == "vllm":
-            with self._lock:  # the engine for the jobs after this one, unless it is up, starting, failed to start
-                busy = self.warming is not None and self.warming.is_alive()  # or a training launched meanwhile
-                wanted = repr(config) not in self._samplers.keys() | self._warm_failed
-                if wanted and not busy and self._released == released:
-                    self._start_warm(config, released)
 
     def _make_room(self) -> None:
         """Retire the least recently used samplers until one more fits (its memory back before the new one loads).
@@ -166,28 +147,23 @@ class AppContext:
 
     def warm(self, config: SamplingConfig | None = None) -> threading.Thread:
         """Start `config`'s engine (the Sample button's by default) in the background: `rlhf ui --warm-engine` at
-        launch, so the first click finds it up; `sampler` does the same after a small job sampled with generate."""
-        with self._lock:
-            return self._start_warm(config or self.sampling, self._released)
-
-    def _start_warm(self, config: SamplingConfig, released: int) -> threading.Thread:
-        """The engine loads outside the lock (jobs go on meanwhile) and is kept when it is up, unless a job opened
-        one meanwhile or a training launched (`released` changed); a failure is remembered (no start after every
-        small job) and left for the next job that opens it to report. Under the lock."""
+        launch, so the first click finds it up. It loads outside the lock and is kept when it is up, unless a job
+        opened one meanwhile or a training launched (then it closes); a start that fails is left for the next job,
+        which starts it again and says what went wrong, in one line."""
+        config = config or self.sampling
         key = repr(config)
+        with self._lock:
+            released = self._released
 
         def start() -> None:
             try:
                 engine = open_sampler(config)
             except Exception:  # noqa: BLE001 - the next job that opens it says what went wrong, in one line
-                with self._lock:
-                    self._warm_failed.add(key)
                 return
             with self._lock:
                 if key in self._samplers or self._released != released:
                     self._retired.append(engine)  # opened by a job meanwhile, or a training needs the memory
                 else:
-                    self._retired += [self._samplers.pop(k) for k in [key + SMALL_JOB] if k in self._samplers]
                     self._make_room()
                     self._samplers[key] = engine
                 self._close_idle()

@@ -143,7 +143,9 @@ def draw(
         model=ref, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, dtype=cfg.dtype, seed=cfg.seed
     )
     out = []
-    with (samplers or open_sampler)(config, sequences=len(prompts) * k) as sampler:
+    # the app's engine is kept, whatever the job's size; a command's own, for this job, is sized by it (too_small)
+    opened = samplers(config) if samplers else open_sampler(config, sequences=len(prompts) * k)
+    with opened as sampler:
         for i in range(0, len(prompts), config.batch_prompts):
             out += sampler(prompts[i : i + config.batch_prompts], k, seed + i)
         return out, sampler.model_id, sampler.params(k)
