@@ -1,17 +1,17 @@
 """The Data tab's Sample button in chromium (issue 55): the first and the second click of 4 prompts x 4 responses,
 sampled by the app's vLLM engine (`RLHF_ENGINE=vllm`), by transformers' generate (`RLHF_ENGINE=hf`) and as the app
-picks by default (`auto`: on a CPU a job this small samples with generate, and the engine starts in the background
-once it is done), side by side in one run.
+picks by default (`auto`: vLLM where it loads the model, whatever the job's size: the app keeps its engine for the
+clicks after), side by side in one run.
 
 Each side starts the app afresh (`rlhf ui` on 127.0.0.1, the default model, an empty store), loads the example
 prompts and clicks "Sample pending prompts" twice with K = 4 and "At most this many prompts" 4. A click is timed as
 its user waits for it: from the click to the store's counts showing the click's 16 new responses. The first click
 pays for loading the model (generate) or starting the engine (vLLM); the app keeps either for the next click, which
-pays only for sampling. Under `auto` the second click follows the first at once: it finds generate kept while the
-engine starts (a user who ranks the first four before clicking again finds the engine up). The sides take turns in
-each repeat (vLLM, generate, auto), so a slow minute of the machine falls on all.
+pays only for sampling; it follows the first at once. The sides take turns in each repeat (vLLM, generate, auto),
+so a slow minute of the machine falls on all.
 
-Where an engine's start pays (`break_even`): a job of n prompts costs a side its start (first click minus second)
+Where an engine's start pays for a command's one job (`break_even`, `rlhf sample`'s CPU_ENGINE_PAYS_FROM): a job of
+n prompts costs a side its start (first click minus second)
 plus n times its time per prompt (second click over 4), so a cold vLLM engine beats generate from
 n = (vLLM's start - generate's) / (generate's time per prompt - vLLM's) on; that line is an estimate that takes the
 time as linear in the prompts (a batch of 4 is not the batch of 40), and is None where vLLM is not faster per
