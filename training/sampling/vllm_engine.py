@@ -48,7 +48,7 @@ AUTO_VLLM = "auto: vLLM is installed and loads this model"
 # On a CPU, the sequences (prompts x K) from which a cold engine's start pays against generate; smaller jobs under
 # `auto` use generate. `python -m bench.run --only clicks` estimates it (docs/benchmarks.json: the clicks section's
 # break_even_prompts x k, 2 cores here); a GPU runs every job on vLLM (not measured there).
-CPU_ENGINE_PAYS_FROM = 60
+CPU_ENGINE_PAYS_FROM = 20
 
 
 class EngineError(RuntimeError):
