@@ -306,7 +306,7 @@ def test_a_planted_download_root_is_refused_and_only_our_old_download_folders_go
 
 def test_a_sampler_in_use_is_closed_only_when_its_sampling_ends(db, tiny_model_dir, tmp_path):
     """A training launch (release_models) or a new sampling config retires the app's sampler; one still sampling
-    closes when that sampling ends (a vLLM engine's process would otherwise die under it), an idle one at once."""
+    closes when that sampling ends (a vLLM engine would otherwise shut down under it), an idle one at once."""
     ctx = AppContext(db, model=str(tiny_model_dir), runs_dir=tmp_path / "runs", max_engines=1)
     closed = []
     config = SamplingConfig(model=str(tiny_model_dir), max_new_tokens=2, engine="hf")
@@ -375,12 +375,13 @@ def test_the_apps_engine_samples_every_click_and_a_click_waits_for_its_start(db,
         engine = "vllm"
 
         def __init__(self, *args, **kwargs):
+            self.name = f"{threading.current_thread().name} {len(starts)}"  # which start made it
             starts.append(threading.current_thread().name)
             assert started.wait(timeout=120)
             super().__init__(*args, **kwargs)
 
         def close(self):
-            closed.append(starts[-1])
+            closed.append(self.name)
             super().close()
 
     monkeypatch.delenv("RLHF_ENGINE", raising=False)
@@ -410,7 +411,7 @@ def test_the_apps_engine_samples_every_click_and_a_click_waits_for_its_start(db,
     ]  # kept: the second click starts nothing
 
     ctx.release_models()
-    assert closed == ["MainThread"]
+    assert closed == ["MainThread 0"]
     started.clear()
     ctx.warm(config)  # rlhf ui --warm-engine
     got = []
@@ -422,11 +423,11 @@ def test_the_apps_engine_samples_every_click_and_a_click_waits_for_its_start(db,
     job = threading.Thread(target=click)
     job.start()
     time.sleep(0.5)
-    assert got == [] and starts == ["MainThread", "warm-engine"]  # the click waits for the start under way
+    assert got == [] and job.is_alive()  # the click waits for the start under way, rather than start its own
     started.set()
     job.join(timeout=120)
     (warm,) = ctx._samplers.values()
-    assert got == [warm] and starts == ["MainThread", "warm-engine"]  # one start, for both
+    assert got == [warm] and warm.name == "warm-engine 1" and starts == ["MainThread", "warm-engine"]  # one start
 
     ctx.release_models()
     started.clear()
@@ -434,7 +435,7 @@ def test_the_apps_engine_samples_every_click_and_a_click_waits_for_its_start(db,
     ctx.release_models()  # a training launches while the engine starts
     started.set()
     warming.join(timeout=120)
-    assert ctx._samplers == {} and closed == ["MainThread", "warm-engine", "warm-engine"]  # closed on arrival
+    assert ctx._samplers == {} and closed == ["MainThread 0", "warm-engine 1", "warm-engine 2"]  # closed on arrival
 
 
 def test_a_killed_apps_private_folder_is_removed_by_the_next_one_and_nothing_else(tmp_path):

@@ -334,6 +334,38 @@ def test_one_engine_runs_in_the_process_and_a_second_beside_it_in_processes_of_i
 
 @pytest.mark.integration
 @needs_vllm
+def test_a_start_that_fails_in_the_process_leaves_it_as_it_was(graded, tmp_path):
+    """An engine whose weights cannot load fails after vLLM set up its groups in the process: one line, the groups
+    taken down with it, and the next engine still runs in the process (it ran apart, as beside a trainer's groups,
+    before the failed start cleaned up). In a process of its own: the module's engine runs in this one."""
+    import shutil
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken"
+    shutil.copytree(graded, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "if __name__ == '__main__':\n"
+        "    import torch.distributed as dist\n"
+        "    from training.sampling.vllm_engine import EngineError, VllmEngine\n"
+        "    try:\n"
+        f"        VllmEngine({str(broken)!r}, 'fp32', [2], 256)\n"
+        "    except EngineError as e:\n"
+        "        print('refused:', str(e).splitlines()[0][:60], '|', len(str(e).splitlines()), flush=True)\n"
+        "    print('distributed after:', dist.is_initialized(), flush=True)\n"
+        f"    engine = VllmEngine({str(graded)!r}, 'fp32', [2], 256)\n"
+        "    print('next in process:', engine.in_process, flush=True)\n"
+        "    engine.close()\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300).stdout
+    assert f"refused: vLLM cannot load {broken}"[:68] in out and "| 1" in out, out
+    assert "distributed after: False" in out and "next in process: True" in out, out
+
+
+@pytest.mark.integration
+@needs_vllm
 def test_an_owner_killed_while_its_engine_starts_leaves_no_engine_behind(graded, tmp_path):
     """The app stopped while an engine warms in the background: the engine core already runs, vLLM has not returned,
     and the watchdog (started before the engine) kills it."""

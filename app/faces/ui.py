@@ -119,8 +119,9 @@ class AppContext:
         one samples with generate on a CPU, training/sampling/vllm_engine.py's too_small): the app's engine is
         started once for every click after, each of which it samples faster than generate."""
         key = repr(config)
-        warming = self.warming
-        if warming is not None and self._warming_key == key and warming.is_alive():
+        with self._lock:
+            warming, warming_key = self.warming, self._warming_key
+        if warming is not None and warming_key == key and warming.is_alive():
             warming.join()
         with self._lock:
             sampler = self._samplers.pop(key, None)
@@ -152,8 +153,6 @@ class AppContext:
         which starts it again and says what went wrong, in one line."""
         config = config or self.sampling
         key = repr(config)
-        with self._lock:
-            released = self._released
 
         def start() -> None:
             try:
@@ -168,9 +167,12 @@ class AppContext:
                     self._samplers[key] = engine
                 self._close_idle()
 
-        self.warming, self._warming_key = threading.Thread(target=start, daemon=True, name="warm-engine"), key
-        self.warming.start()
-        return self.warming
+        thread = threading.Thread(target=start, daemon=True, name="warm-engine")
+        with self._lock:  # the thread and its key together, for a job that checks them (sampler)
+            released = self._released
+            self.warming, self._warming_key = thread, key
+        thread.start()
+        return thread
 
 
 def is_loopback(host: str) -> bool:

@@ -15,8 +15,10 @@ requests, on one core, the app spent 35.9 ms of CPU per submit (p95 332 ms) with
 handled one in the last QUIET_S (`AppActivity`: a time shared with the child), the child waits after each step for
 as long as makes its CPU BUSY_SHARE of the time (a step of 0.1 s CPU: 0.9 s), at most YIELD_MAX_S. A chat on a busy
 server advances slowly, never not at all, and on a quiet one at full speed. (The chat's models are on the CPU:
-training/sampling/chat.py loads them there. A model on vLLM runs its engine core inside this process, not in one of its
-own, so a step is still this process's CPU, at its priority, and yields the same way.)
+training/sampling/chat.py loads them there. The first model on vLLM runs its engine inside this process, so a step is
+still this process's CPU, at its priority, and yields the same way; a second vLLM model at the same time runs its
+engine in processes of its own (training/sampling/vllm_engine.py: one engine per process), which inherit this
+process's priority and SCHED_IDLE but step on their own, outside the yield.)
 
 One request at a time, in arrival order (the chat's events run one at a time anyway: app/faces/chat_queue.py). Requests
 and their frames travel over one pipe, each tagged with its id; a reader thread hands frames to the request's
@@ -110,9 +112,6 @@ def _serve(conn, max_loaded: int, nice: int, busy=None) -> None:
     import torch
 
     torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads())
-    # a chat model on vLLM (training/sampling/chat.py) runs its engine core here, not in a process of its own: each
-    # step is this process's CPU (at this priority, and yielding to the app below), and nothing outlives it
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from app.jobs.compare import LocalChat
     from training.sampling.chat import Models
 

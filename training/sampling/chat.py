@@ -2,7 +2,7 @@
 same sampling parameters and the same seed, and a reward model can score each reply.
 
 A chat model samples on the engine training/sampling/vllm_engine.py's open_engine picks for its folder: vLLM (the reply
-streamed from the engine's process; best-of-N's N replies as n=N over one prefill) or the trainers' own decode
+streamed from the engine; best-of-N's N replies as n=N over one prefill) or the trainers' own decode
 (training/sampling/decode.py) over a transformers model. Models load on first use; the cache keeps the few used last
 (`Models(max_loaded)`) and drops them all on `release()` (the app frees them when a training run starts)."""
 
@@ -78,8 +78,8 @@ class HfChatModel:
 
 
 class VllmChatModel:
-    """A vLLM engine over the model and the model's tokenizer; the engine's core runs in a process of its own, or
-    in this one under VLLM_ENABLE_V1_MULTIPROCESSING=0 (the app's chat process sets it). The reply ends at the
+    """A vLLM engine over the model and the model's tokenizer; the engine runs in this process, or in processes of
+    its own beside another engine (training/sampling/vllm_engine.py's in_process). The reply ends at the
     tokenizer's EOS or generation_config's, as transformers' generate ends it. `vllm`: an engine already open over
     `folder` with those stop ids (a sampler's), shared rather than started again; its owner closes it."""
 
@@ -123,7 +123,7 @@ class VllmChatModel:
         if self.owned:
             self.vllm.close()
 
-    def __del__(self):  # dropped by the cache and no reply streaming from it: its engine's process goes now
+    def __del__(self):  # dropped by the cache and no reply streaming from it: its engine goes now
         try:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown; the engine's watchdog ends it then

@@ -125,7 +125,8 @@ class _Base:
         )
 
     def close(self) -> None:
-        """Free the engine (vLLM's process); the HF sampler's model goes with the object."""
+        """Free the engine (vLLM's, with its processes where it has some); the HF sampler's model goes with the
+        object."""
 
     def __enter__(self):
         return self

@@ -76,7 +76,7 @@ class EngineRollouts:
     checks the sync: the engine's next-token log-probs against the actor's own forward (`take()` reports it)."""
 
     def __init__(self, folder, dtype: str, eos_id: int, max_len: int, seed: int, zero3: bool, clock=None):
-        # in processes of its own: vLLM's worker in the rank's process would set up a second torch.distributed
+        # in processes of its own: vLLM in the rank's process would take DeepSpeed's group and tear it down at close
         self.engine = VllmEngine(folder, dtype, [eos_id], max_len, seed, only_eos=True, in_process=False)
         self.zero3, self.clock = zero3, clock
         self.version: int | None = None

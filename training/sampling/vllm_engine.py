@@ -1,8 +1,10 @@
 """vLLM as the engine that samples: the K responses annotators rank, best-of-N, and (training/rollouts/rollout.py) the
 rollouts of the trainers on prompts, on the CPU here and on GPUs unchanged.
 
-The engine holds one model. Its core runs in a process of its own (vLLM's V1 engine), so its torch threads and its
-torch.distributed group never meet the trainer's. New weights reach it through a safetensors file in shared memory
+The engine holds one model. On a CPU its core and worker run in the process that uses it (one engine per process:
+VllmEngine's in_process); a second engine beside it, any engine on a GPU and a trainer rank's run in processes of
+their own (vLLM's V1 engine core and worker), so their torch.distributed groups never meet the trainer's and closing
+one frees all its memory. New weights reach it through a safetensors file in shared memory
 (/dev/shm where there is one): the trainer writes its tensors once, the engine's worker reads them and reloads in
 place (training/sampling/vllm_worker.py). On a CPU vLLM packs the linear layers' weights for oneDNN when it loads them;
 the reload repacks them.
@@ -204,7 +206,9 @@ class VllmEngine:
         from vllm import LLM
 
         with _STARTING:
-            self.in_process = in_process and not len(_IN_THIS_PROCESS) and not _distributed()
+            # on a GPU apart too: closing an engine in its own processes gives its memory back, CUDA context included,
+            # for the training the app launches next
+            self.in_process = in_process and not len(_IN_THIS_PROCESS) and not _distributed() and not _on_gpu()
             self.watchdog = None if self.in_process else _watchdog(_children())
             try:
                 with _multiprocessing(not self.in_process):
@@ -221,8 +225,15 @@ class VllmEngine:
                         **extra,
                     )
             except Exception as e:  # vLLM raises many kinds; the user gets one line
+                line = f"vLLM cannot load {self.folder}: {str(e).splitlines()[0][:200]}"
+                failed = True
+            else:
+                failed = False
+            if failed:  # outside the except: the error's frames would keep the half-built engine's memory
                 self.close()
-                raise EngineError(f"vLLM cannot load {self.folder}: {str(e).splitlines()[0][:200]}") from None
+                if self.in_process:  # its groups, set up before the model or the KV cache failed, go with it
+                    _cleanup_process_groups()
+                raise EngineError(line)
             if self.in_process:
                 _IN_THIS_PROCESS.add(self)
             try:
@@ -264,18 +275,20 @@ class VllmEngine:
     def stream(self, prompt: list[int], s: Settings, seed: int) -> Iterator[list[int]]:
         """One response to `prompt`, as the engine samples it: each item the tokens since the last (its EOS
         included when it ended), the seed request_seed(seed, 0)'s as in `sample`. Streams of one engine may be read
-        in turns (the Compare chat's two sides of one model); one closed before its end aborts its request."""
+        in turns (the Compare chat's two sides of one model); one closed before its end aborts its request. Not
+        beside `sample` on the same engine: vLLM's generate steps every request it holds."""
         from vllm.sampling_params import RequestOutputKind
 
         engine = self.llm.llm_engine
         rid = f"stream-{next(self._stream_ids)}"
         params = self._params(1, s, request_seed(seed, 0), output_kind=RequestOutputKind.DELTA)
+        inbox = self._streams[rid] = collections.deque()  # before the request: another stream's step may answer it
         try:
             with self._turns:
                 engine.add_request(rid, {"prompt_token_ids": prompt}, params)
         except ValueError as e:  # vLLM's request checks, as in `sample`
+            self._streams.pop(rid, None)
             raise EngineError(f"vLLM refused the request: {str(e).splitlines()[0][:200]}") from None
-        inbox = self._streams[rid] = collections.deque()
         finished = False
         try:
             while not finished:
@@ -290,7 +303,7 @@ class VllmEngine:
                     engine.abort_request([rid])
 
     def _pump(self) -> None:
-        """One engine step's outputs to the streams they belong to (the engine core samples on in its process)."""
+        """One engine step's outputs to the streams they belong to."""
         with self._turns:
             outs = self.llm.llm_engine.step()
         for out in outs:
@@ -339,12 +352,16 @@ class VllmEngine:
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            shutdown = getattr(llm.llm_engine, "engine_core", None)
+        try:
+            shutdown = getattr(llm.llm_engine, "engine_core", None) if llm is not None else None
             if shutdown is not None and hasattr(shutdown, "shutdown"):
                 with self._turns:  # in this process: its memory goes back once nothing refers to it
                     shutdown.shutdown(timeout=2)
+        finally:
             _IN_THIS_PROCESS.discard(self)
+            self._close_watchdog()
+
+    def _close_watchdog(self) -> None:
         watchdog, self.watchdog = getattr(self, "watchdog", None), None
         if watchdog is not None:
             watchdog.stdin.close()  # its engine is gone: it checks and leaves
@@ -447,6 +464,14 @@ def _set_environment(gpu: bool) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     # an engine's processes start fresh rather than as forks of a threaded app or a trainer's rank
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+
+
+def _cleanup_process_groups() -> None:
+    """What vLLM's shutdown of an engine in this process does to the process (its groups, torch.distributed, the
+    cached memory), for a start that failed before there was an engine to shut down."""
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
 
 
 def _distributed() -> bool:

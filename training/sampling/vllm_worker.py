@@ -1,4 +1,4 @@
-"""Runs inside vLLM's worker process (LLM(worker_extension_cls=...)): the weight reload that
+"""Runs inside vLLM's worker (LLM(worker_extension_cls=...), in its process or the owner's): the weight reload that
 training/sampling/vllm_engine.py's load_weights asks for. Imports nothing of rlhf-studio's."""
 
 from __future__ import annotations
