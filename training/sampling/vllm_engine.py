@@ -197,7 +197,9 @@ class VllmEngine:
             if gpu
             else {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
         )
-        self._start(dtype, seed, in_process, extra)
+        # on a GPU apart too: closing an engine in its own processes gives its memory back, CUDA context included,
+        # for the training the app launches next
+        self._start(dtype, seed, in_process and not gpu, extra)
 
     def _start(self, dtype: str, seed: int, in_process: bool, extra: dict) -> None:
         """The engine, watched from before it starts where it runs in processes of its own: an owner killed during
@@ -206,9 +208,7 @@ class VllmEngine:
         from vllm import LLM
 
         with _STARTING:
-            # on a GPU apart too: closing an engine in its own processes gives its memory back, CUDA context included,
-            # for the training the app launches next
-            self.in_process = in_process and not len(_IN_THIS_PROCESS) and not _distributed() and not _on_gpu()
+            self.in_process = in_process and not len(_IN_THIS_PROCESS) and not _distributed()
             self.watchdog = None if self.in_process else _watchdog(_children())
             try:
                 with _multiprocessing(not self.in_process):
@@ -225,15 +225,14 @@ class VllmEngine:
                         **extra,
                     )
             except Exception as e:  # vLLM raises many kinds; the user gets one line
-                line = f"vLLM cannot load {self.folder}: {str(e).splitlines()[0][:200]}"
-                failed = True
+                failure = f"vLLM cannot load {self.folder}: {str(e).splitlines()[0][:200]}"
             else:
-                failed = False
-            if failed:  # outside the except: the error's frames would keep the half-built engine's memory
+                failure = None
+            if failure:  # outside the except: the error's frames would keep the half-built engine's memory
                 self.close()
                 if self.in_process:  # its groups, set up before the model or the KV cache failed, go with it
                     _cleanup_process_groups()
-                raise EngineError(line)
+                raise EngineError(failure)
             if self.in_process:
                 _IN_THIS_PROCESS.add(self)
             try:
