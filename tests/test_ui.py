@@ -97,25 +97,6 @@ def test_auth_file_and_bind_rules(tmp_path):
     assert not is_loopback("0.0.0.0") and not is_loopback("192.0.2.7")
 
 
-def test_the_train_tab_polls_its_runs_only_while_it_is_shown(tmp_path):
-    """The Train tab's views refresh every 2 s while it is the tab shown, and not otherwise: every open page (an
-    annotator's too) polled the app every 2 s, on the cores that sample. Its timer starts inactive, the Train tab's
-    select starts it, every other tab's select stops it."""
-    from app.faces.ui import AppContext, build_app
-
-    demo = build_app(AppContext(str(tmp_path / "s.duckdb"), runs_dir=tmp_path / "runs"))
-    config = demo.get_config_file()
-    (timer,) = [c for c in config["components"] if c.get("type") == "timer"]
-    assert timer["props"]["active"] is False and timer["props"]["value"] == 2.0
-    tabs = {c["id"]: c["props"]["label"] for c in config["components"] if c.get("type") == "tabitem"}
-    switches = {}
-    for i, dep in enumerate(config["dependencies"]):
-        for target, event in dep["targets"]:
-            if event == "select" and target in tabs and dep["outputs"] == [timer["id"]]:
-                switches[tabs[target]] = demo.fns[i].fn().active
-    assert switches == {"Train": True, "Annotate": False, "Data": False, "Compare": False}
-
-
 @pytest.mark.integration
 def test_refuses_a_public_bind_without_auth(tmp_path):
     r = subprocess.run(

@@ -55,11 +55,9 @@ def form_title(spec) -> str:
     return f"{spec.title} settings ({spec.summary})"
 
 
-def build_train_tab(ctx, demo, tab):
-    """The tab's components and events; returns its timer, which polls the runs every 2 s while `tab` is shown
-    (build_app stops it when another tab is selected)."""
+def build_train_tab(ctx, demo) -> None:
     ui = SimpleNamespace(**_trainer_forms(), **_run_view(ctx))
-    return _wire(ctx, demo, ui, tab)
+    _wire(ctx, demo, ui)
 
 
 def _trainer_forms() -> dict:
@@ -160,7 +158,7 @@ def refresh_view(ctx, run_path: str) -> list:
     ]
 
 
-def _wire(ctx, demo, ui, tab):
+def _wire(ctx, demo, ui) -> None:
     """Every event of the tab; each answers admins only (app/faces/handlers.py::admin_only): a run can be started, and a
     run's log read."""
     import gradio as gr
@@ -195,12 +193,5 @@ def _wire(ctx, demo, ui, tab):
     select = admin_only(ctx, on_select, quiet=1)
     ui.table.select(select, [ui.table], [ui.selected], api_visibility="private")  # a click only
     ui.selected.change(view, [ui.selected], views, show_progress="hidden")
-    # the runs' views poll only while the tab is shown: every open page polled the app every 2 s (its browser
-    # redrawing the plots), on the cores that sample and train
-    timer = gr.Timer(2.0, active=False)
-    timer.tick(view, [ui.selected], views, show_progress="hidden")
-    tab.select(lambda: gr.Timer(active=True), None, timer, api_visibility="private").then(
-        view, [ui.selected], views, show_progress="hidden"
-    )
+    gr.Timer(2.0).tick(view, [ui.selected], views, show_progress="hidden")
     demo.load(admin_only(ctx, choices, quiet=1), None, [ui.data]).then(view, [ui.selected], views)
-    return timer

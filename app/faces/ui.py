@@ -208,18 +208,16 @@ def build_app(ctx: AppContext):
             if ctx.auth:  # Gradio's /logout ends this login's sessions and goes back to the login page
                 gr.Button("Log out", link="/logout", size="sm", scale=0, min_width=90, elem_id="logout")
         with gr.Tabs() as tabs:
-            with gr.Tab("Annotate", id="annotate") as annotate_tab:
+            with gr.Tab("Annotate", id="annotate"):
                 build_annotate_tab(ctx, demo)
             # under --auth these two start hidden and are shown to admins on page load (Gradio 6 shows a hidden tab
             # on an update, but does not hide a shown one)
             with gr.Tab("Data", id="data", visible=not ctx.auth) as data_tab:
                 build_data_tab(ctx, demo)
             with gr.Tab("Train", id="train", visible=not ctx.auth) as train_tab:
-                train_timer = build_train_tab(ctx, demo, train_tab)
+                build_train_tab(ctx, demo)
             with gr.Tab("Compare", id="compare") as compare:
                 build_compare_tab(ctx, demo, compare)
-        for other in (annotate_tab, data_tab, compare):  # the Train tab's polling stops when it is left
-            other.select(lambda: gr.Timer(active=False), None, train_timer, api_visibility="private")
 
         def tabs_for(request):
             """The tab to open on; under --auth also which tabs show (an annotator sees Annotate and Compare; the
