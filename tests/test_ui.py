@@ -209,6 +209,32 @@ def test_who_is_an_admin():
         team.check_admin(Req("bob"))
 
 
+def test_the_train_tabs_timer_redraws_only_what_changed(db, tmp_path, tiny_model_dir):
+    """Every open page polls the runs every 2 s; a tick whose runs table, status line and run folder are as the page
+    last drew them sends nothing to redraw (gr.skip), and one after a change (a log line, another run) draws."""
+    import gradio as gr
+
+    from app.faces.train_tab import PLOTS, refresh_view
+    from app.jobs.training import prepare_pairs_run
+    from tests.builders import separable_pairs
+    from tests.conftest import write_jsonl
+    from training.reward.config import RewardConfig
+
+    pairs = str(write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(16)))
+    run = prepare_pairs_run(db, RewardConfig(model=str(tiny_model_dir), max_steps=1), tmp_path / "runs", pairs)
+    ctx = AppContext(db, runs_dir=tmp_path / "runs")
+    drawn = refresh_view(ctx, run.name)
+    assert len(drawn) == 5 + PLOTS and drawn[0][0][0] == run.name and drawn[1].startswith(f"**{run.name}**")
+    idle = refresh_view(ctx, run.name, drawn[-1])
+    assert idle[-1] == drawn[-1] and idle[:-1] == [gr.skip()] * (4 + PLOTS)
+    (run / "train.log").write_text("step 1 of 1\n")
+    logged = refresh_view(ctx, run.name, drawn[-1])
+    assert logged[-1] != drawn[-1] and logged[3] == "step 1 of 1" and logged[0] == drawn[0]
+    assert refresh_view(ctx, run.name, logged[-1])[:-1] == [gr.skip()] * (4 + PLOTS)
+    other = refresh_view(ctx, "", logged[-1])  # no run selected: the table stays, the run's views empty
+    assert other[-1] != logged[-1] and other[1] == "" and other[0] == drawn[0]
+
+
 @pytest.mark.integration
 def test_blind_compare_shows_the_scores_with_the_names_after_the_vote(app, db, tiny_model_dir, tmp_path):
     """Through the app's endpoints (one client, one session): blind, the scores endpoint answers the line saying

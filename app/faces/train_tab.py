@@ -1,12 +1,14 @@
 """Train tab: one form per trainer of the registry (training/registry.py: reward model, PPO, DPO), generated from its
 config dataclass, buttons that start runs through the same functions as the CLI, and a live view (runs table,
-status, plots, log tail, samples) polled every 2 s from the run folders. Every handler is a plain function over
-app/jobs/train_view.py.
+status, plots, log tail, samples) polled every 2 s from the run folders, redrawn only when they changed. Every handler
+is a plain function over app/jobs/train_view.py.
 
 No `from __future__ import annotations` here: Gradio finds the `gr.SelectData` parameter by its evaluated
 annotation."""
 
 import functools
+import hashlib
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -142,19 +144,44 @@ def start_run(runs, forms: dict, which: str, data_value, prompts_value, method, 
     return f"started {run.name}", run.name
 
 
-def refresh_view(ctx, run_path: str) -> list:
-    """The runs table, and the selected run's status line, samples, log tail and plots."""
+def view_key(rows: list, status: str, run: Path | None) -> str:
+    """What the run views are drawn from: the runs table, the run's status line and the run folder's files (name,
+    size, modification time). The same key as a page's last draw means there is nothing new to show it."""
+    files = []
+    if run is not None and run.is_dir():
+        for entry in os.scandir(run):
+            try:
+                if entry.is_file():
+                    stat = entry.stat()
+                    files.append((entry.name, stat.st_size, stat.st_mtime_ns))
+            except OSError:  # removed between the listing and the stat: the next tick sees it gone
+                continue
+    return hashlib.sha256(repr((rows, status, str(run), sorted(files))).encode()).hexdigest()
+
+
+def refresh_view(ctx, run_path: str, seen: str | None = None) -> list:
+    """The runs table, and the selected run's status line, samples, log tail and plots; then the views' key
+    (view_key). When the key is `seen`, the page's last draw, every view is left as it is (gr.skip): an open page
+    whose runs do not change costs a small request every 2 s and no redraw of its plots."""
+    import gradio as gr
+
     ctx.runs.poll()
     try:  # only a run the store recorded (a typed folder shows nothing)
         run = ctx.runs.find(run_path) if run_path else None
     except UserError:
         run = None
+    rows = runs_rows(ctx.db)
+    status = run_status_line(run) if run else ""
+    key = view_key(rows, status, run)
+    if key == seen:
+        return [*(gr.skip() for _ in range(4 + PLOTS)), key]
     return [
-        runs_rows(ctx.db),
-        run_status_line(run) if run else "",
+        rows,
+        status,
         samples_rows(run) if run else [],
         log_tail(run) if run else "",
         *plot_updates(run),
+        key,
     ]
 
 
@@ -165,8 +192,11 @@ def _wire(ctx, demo, ui) -> None:
 
     runs = ctx.runs
 
-    def refresh(run_path: str):  # the views' endpoint keeps its name, /refresh
+    def refresh(run_path: str):  # the views' endpoint keeps its name, /refresh; it always draws
         return refresh_view(ctx, run_path)
+
+    def refresh_if_changed(run_path: str, seen: str | None):  # the timer's: draws only what changed since `seen`
+        return refresh_view(ctx, run_path, seen)
 
     def choices():
         return gr.Dropdown(choices=snapshot_choices(ctx.db))
@@ -177,7 +207,8 @@ def _wire(ctx, demo, ui) -> None:
 
     inputs = [ui.data, ui.prompts, ui.chain_method, ui.chain_dpo, *(c for comps in ui.forms.values() for c in comps)]
     ui.chain_method.change(lambda kind: gr.Button(value=chain_label(kind)), [ui.chain_method], [ui.chain_btn])
-    views = [ui.table, ui.status, ui.samples, ui.log, *ui.plots]
+    seen = gr.State(None)  # the key of this page's last draw (refresh_view)
+    views = [ui.table, ui.status, ui.samples, ui.log, *ui.plots, seen]
     clicks = [(ui.buttons[kind], kind, button_of(spec)[2]) for kind, spec in TRAINERS.items()]
     clicks.append((ui.chain_btn, "chain", "rm_then_ppo"))
     view = admin_only(ctx, refresh, quiet=len(views))
@@ -193,5 +224,6 @@ def _wire(ctx, demo, ui) -> None:
     select = admin_only(ctx, on_select, quiet=1)
     ui.table.select(select, [ui.table], [ui.selected], api_visibility="private")  # a click only
     ui.selected.change(view, [ui.selected], views, show_progress="hidden")
-    gr.Timer(2.0).tick(view, [ui.selected], views, show_progress="hidden")
+    tick = admin_only(ctx, refresh_if_changed, quiet=len(views))
+    gr.Timer(2.0).tick(tick, [ui.selected, seen], views, show_progress="hidden", api_visibility="private")
     demo.load(admin_only(ctx, choices, quiet=1), None, [ui.data]).then(view, [ui.selected], views)
