@@ -313,6 +313,21 @@ def test_seeds_that_chose_the_settings_are_shown_apart_and_left_out_of_the_mean(
     assert json.loads((tmp_path / "o" / "seeds.json").read_text())["chose_settings"] == [0]
 
 
+def test_a_negative_correlation_over_seeds_reads_as_one():
+    """The reward model's score against length is a correlation, -1 to 1: printed signed, its interval cut at -1
+    and 1 (it was read as a rate and cut at 0%, so -0.5 over seeds printed as 0.0% to -50.0%)."""
+    runs = []
+    for seed, corr in ((0, -0.5), (1, -0.4), (2, -0.6)):
+        r = results(seed, 0.6, 0.9, 0.3, 0.8, 1.0)
+        r["reward_model"] = {"k": 4, "best_of_k_accuracy": 0.5, "length_correlation": corr}
+        runs.append(r)
+    md = report(over_seeds(runs))
+    # mean -0.5, sd 0.1, se 0.05774, t(0.975, 2 df) 4.303: -0.5 +- 0.2484
+    assert "|reward model: score's correlation with words|-0.500|-0.400|-0.600|-0.500 (-0.748 to -0.252)|" in md
+    wide = report(over_seeds(runs[:2]))  # -0.45 +- 12.706 * 0.05 = 0.635: cut at -1
+    assert "|-0.450 (-1.000 to +0.185)|" in wide
+
+
 def test_the_peak_comparison_says_when_best_of_n_is_at_a_lower_kl():
     r = results(0, 0.9, 0.9, 0.5, 0.8, 9.0)
     r["watch"]["peak_kl_beyond_best_of_n"] = True

@@ -289,12 +289,15 @@ def plot_one_sample(combined: dict, out: Path) -> str | None:
 
 
 def _kind(headline: str) -> str:
-    """How a headline's numbers read: nats, a difference of two rates (in points) or a rate."""
-    return "nats" if "nats" in headline else "difference" if "minus" in headline else "rate"
+    """How a headline's numbers read: nats, a correlation (-1 to 1), a difference of two rates (in points) or a
+    rate."""
+    if "nats" in headline:
+        return "nats"
+    return "correlation" if "correlation" in headline else "difference" if "minus" in headline else "rate"
 
 
 def _fmt(x: float, kind: str) -> str:
-    return {"nats": f"{x:+.3f}", "difference": f"{100 * x:+.1f} pts"}.get(kind, f"{x:.1%}")
+    return {"nats": f"{x:+.3f}", "correlation": f"{x:+.3f}", "difference": f"{100 * x:+.1f} pts"}.get(kind, f"{x:.1%}")
 
 
 def _interval(ci: list[float], kind: str) -> str:
@@ -304,8 +307,8 @@ def _interval(ci: list[float], kind: str) -> str:
 
 def _clipped(o: tuple[float, float, float] | None, kind: str) -> tuple[float, float, float] | None:
     """An interval over seeds within what its numbers can be: a rate in 0-100%, a difference of two rates in
-    -100 to +100 points (two seeds give t = 12.7)."""
-    low = {"rate": 0.0, "difference": -1.0}.get(kind)
+    -100 to +100 points, a correlation in -1 to 1 (two seeds give t = 12.7)."""
+    low = {"rate": 0.0, "difference": -1.0, "correlation": -1.0}.get(kind)
     if o is None or low is None:
         return o
     return o[0], max(low, o[1]), min(1.0, o[2])
