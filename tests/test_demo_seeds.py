@@ -362,11 +362,14 @@ def test_one_sample_against_best_of_n_over_seeds_by_hand(tmp_path):
 def test_readmes_paragraph_says_one_sample_against_best_of_n_from_the_combination(tmp_path, capsys):
     """README's "Does it learn?" from three seeds by hand: PPO (the default recommendation) 0.6, 0.7, 0.8 -> 70.0%
     +- 24.84 points; best-of-16 0.7, 0.8, 0.9 -> 80.0% (55.2% to 100.0%, clipped); their difference -0.1 in every
-    seed -> -10.0 points with no spread: below. PPO over DPO 0.4 everywhere."""
+    seed -> -10.0 points with no spread: below. Off topic: the reference 10% in every seed, PPO 10%, 20%, 30%: its
+    excess 0, 0.1, 0.2 -> +10.0 +- 24.84 points, which holds zero. PPO over DPO 0.4 everywhere."""
     from app.faces.cli import main
     from app.studies.demo_seeds import README_END, README_START, readme_paragraph, write_combined
 
     runs = [results(s, ppo, 0.9, 0.4, bon, 1.0) for s, ppo, bon in ((0, 0.6, 0.7), (1, 0.7, 0.8), (2, 0.8, 0.9))]
+    for run, off in zip(runs, (0.1, 0.2, 0.3), strict=True):
+        run |= {"off_topic_reference": 0.1, "off_topic_actor": off}
     combined = write_combined(runs, tmp_path / "seeds")
     text = readme_paragraph(combined, "docs/results/x")
     assert text == (
@@ -375,9 +378,15 @@ def test_readmes_paragraph_says_one_sample_against_best_of_n_from_the_combinatio
         "(45.2% to 94.8%) over the reference with one sample, the mean over seeds with its 95% t interval; "
         "best-of-16 of the reference under the reward model wins 80.0% (55.2% to 100.0%) with 16 samples. "
         "The difference, -10.0 points (-10.0 to -10.0), puts one sample below best-of-16's sixteen. "
+        "Answers sharing no content word with the prompt (off topic): reference 10.0%, PPO 20.0%. "
+        "PPO's off-topic share minus the reference's: +10.0 points (-14.8 to +34.8): no clear difference over seeds. "
         "PPO's actor over DPO's policy, head to head: 40.0% (40.0% to 40.0%). "
         "Every seed's numbers and every method: [docs/results/x/seeds.md](docs/results/x/seeds.md)."
         "\n\n![one sample against best-of-N over seeds](docs/results/x/one_sample_over_seeds.png)\n"
+    )
+    worse = [r | {"off_topic_actor": 0.3} for r in runs]  # 20 points more in every seed: above zero
+    assert "+20.0 points (+20.0 to +20.0): more off-topic answers than the reference's." in readme_paragraph(
+        write_combined(worse, tmp_path / "worse"), "x"
     )
     for s, r in enumerate(runs):
         (tmp_path / f"seed-{s}").mkdir()

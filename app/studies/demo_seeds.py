@@ -75,7 +75,8 @@ def peak_label(watch: dict, top: dict | None) -> str:
 
 def one_sample_headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]:
     """Each trained policy's one sample minus the largest best-of-N, each over the reference (issue 52's question),
-    and the off-topic shares of the reference, of best-of-N and of each policy (a seed without them: n/a)."""
+    the off-topic shares of the reference, of best-of-N and of each policy (a seed without them: n/a), and each
+    policy's share minus the reference's (issue 52 asks for no more off-topic answers than the reference's)."""
     from app.studies.demo_samples import best_of_rows, policy_rows
 
     best = best_of_rows(r)
@@ -84,10 +85,20 @@ def one_sample_headlines(r: dict) -> dict[str, tuple[float, list[float] | None]]
     top, out = best[-1], {}
     for p in policy_rows(r):
         out[f"{p['name']} (1 sample) minus {top['name']}"] = (p["win_rate"] - top["win_rate"], None)
-    for p in [{"name": "reference", "off_topic": r.get("off_topic_reference")}, top, *policy_rows(r)]:
+    reference = r.get("off_topic_reference")
+    for p in [{"name": "reference", "off_topic": reference}, top, *policy_rows(r)]:
         if p["off_topic"] is not None:
             out[f"off-topic share: {p['name']}"] = (p["off_topic"], None)
+    for p in [top, *policy_rows(r)]:
+        if p["off_topic"] is not None and reference is not None:
+            out[off_topic_excess(p["name"])] = (p["off_topic"] - reference, None)
     return out
+
+
+def off_topic_excess(name: str) -> str:
+    """The headline of a policy's off-topic share minus the reference's, in points (a difference: its verdict says
+    above, below or holds zero)."""
+    return f"off-topic share: {name} minus the reference's"
 
 
 def campaign_headlines(c: dict | None) -> dict[str, tuple[float, list[float] | None]]:
@@ -442,6 +453,20 @@ def readme_paragraph(combined: dict, folder: str) -> str:
     said = [f"{who} {row['over_seeds'][0]:.1%}" for who, row in topic if row and row["over_seeds"]]
     if said:
         out.append(f"Answers sharing no content word with the prompt (off topic): {', '.join(said)}.")
+    excess = rows.get(off_topic_excess(name))
+    if excess and excess["over_seeds"]:
+        m, lo, hi = _clipped(excess["over_seeds"], "difference")
+        side = (
+            "more off-topic answers than the reference's"
+            if lo > 0
+            else "fewer off-topic answers than the reference's"
+            if hi < 0
+            else "no clear difference over seeds"
+        )
+        out.append(
+            f"{name}'s off-topic share minus the reference's: {m * 100:+.1f} points ({lo * 100:+.1f} to "
+            f"{hi * 100:+.1f}): {side}."
+        )
     ppo_dpo = rows.get("PPO actor over the DPO policy")
     if ppo_dpo and ppo_dpo["over_seeds"]:
         out.append(f"PPO's actor over DPO's policy, head to head: {rate(ppo_dpo['over_seeds'])}.")
