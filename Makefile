@@ -63,11 +63,12 @@ test:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	# the fast lane first (it fails in a minute where it fails), then the runs, servers and browser, each file on one
-	# of two workers (a module's server or trained model is made once)
+	# of two workers (a module's server or trained model is made once), the longest files first (tests/conftest.py:
+	# LONGEST_FIRST; --no-loadscope-reorder keeps that order)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
 	# the same tests that have a store, on the second backend (store.db.MemoryStore; tests/conftest.py)
 	RLHF_TEST_STORE=memory $(TEST_ENV) $(BIN)/python -m pytest -q -n 2 -m "not integration and not browser"
-	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "integration or browser"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 -m "integration or browser"
 
 # Two pytest workers, and one torch thread in each process they start. Run one at a time, the integration tests
 # leave a third of these 2 cores idle (imports, servers starting, the browser: single-threaded); two at a time with

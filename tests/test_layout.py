@@ -377,3 +377,21 @@ def test_no_test_file_imports_another():
             if isinstance(node, ast.ImportFrom) and node.module == "tests" and node.level == 0:
                 found += [f"{path.relative_to(ROOT)}:{node.lineno} imports tests.{a.name}" for a in node.names]
     assert not found, "\n".join(found)
+
+
+def test_the_longest_test_files_are_handed_out_first():
+    """The integration lane hands whole files to its two workers in collection order (Makefile:
+    --no-loadscope-reorder); tests/conftest.py puts LONGEST_FIRST's files first, each a file that exists and holds
+    integration or browser tests (a renamed file would drop to the end unnoticed)."""
+    from types import SimpleNamespace
+
+    from tests.conftest import LONGEST_FIRST, longest_first
+
+    for name in LONGEST_FIRST:
+        text = (ROOT / "tests" / name).read_text()
+        assert "pytest.mark.integration" in text or "pytest.mark.browser" in text, name
+    items = [SimpleNamespace(path=ROOT / "tests" / n) for n in ("test_a.py", "test_ppo_watch.py", "test_b.py")]
+    items.append(SimpleNamespace(path=ROOT / "tests" / "test_demo.py"))
+    ordered = [i.path.name for i in longest_first(items)]
+    assert ordered == ["test_demo.py", "test_ppo_watch.py", "test_a.py", "test_b.py"]
+    assert "--no-loadscope-reorder" in (ROOT / "Makefile").read_text()
