@@ -91,7 +91,7 @@ UNTRACEABLE = {
     *(f"results/ppo-trials/default-seed{s}-whiten-lr2e-5/results.json" for s in (0, 1)),
 }
 # benchmark sections run before the results file recorded each section's command, commit and CPU
-UNTRACEABLE_BENCHMARKS = {"sampling", "reward", "dpo", "ppo", "rloo", "gpu"}
+UNTRACEABLE_BENCHMARKS = {"reward", "dpo", "ppo", "rloo", "gpu"}
 
 
 def test_every_results_file_records_its_command_commit_date_and_cpu():
