@@ -293,3 +293,55 @@ def test_a_fork_keeps_a_method_on_prompts_only_where_its_own_settings_are_unchan
     # RLOO's own settings retrain RLOO only
     stages, runs = kept_stages(done, dataclasses.replace(parent, rloo_settings="kl_ctl=0.2"), parent)
     assert "rloo" not in stages and "rloo-run" not in runs and {"ppo", "online_dpo"} <= set(stages)
+
+
+@pytest.mark.integration
+def test_the_demos_reward_stage_keeps_finished_members_and_resumes_the_one_it_was_in(tmp_path, tiny_model_dir):
+    """A sitting cut in the reward stage: the next one keeps the ensemble's finished member 0 (not trained again) and
+    continues member 1 from its last checkpoint, ending where an uninterrupted run ends."""
+    import os
+    import signal
+    import time
+
+    from app.jobs.training import follow, prepare_run
+    from app.studies.demo import train_reward
+    from tests.builders import separable_pairs
+    from tests.conftest import write_jsonl
+    from training.launcher import launch
+    from training.reward.config import RewardConfig
+    from training.runs import read_metrics, read_status
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", separable_pairs(160))
+    cfg = RewardConfig(model=str(tiny_model_dir), max_steps=16, lr=1e-3, eval_fraction=0.25, ensemble=2, save_every=4)
+    db, runs = str(tmp_path / "s.duckdb"), tmp_path / "runs"
+    whole = prepare_run(db, cfg, runs, str(pairs))
+    assert follow(whole, launch("reward", whole))["state"] == "finished"
+
+    cut = prepare_run(db, cfg, runs, str(pairs))
+    stages = Stages(tmp_path)
+    stages.start("reward", cut)  # as train_reward records the run it prepares
+    proc = launch("reward", cut)
+    member1 = cut / "members" / "1"
+    deadline = time.monotonic() + 300
+    latest = member1 / "checkpoints" / "latest"
+    while not (latest.exists() and latest.read_text().strip() == "step8"):  # member 1 checkpointed, step 8 of 16
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sitting ends
+    proc.wait()
+    model0 = cut / "members" / "0" / "model" / "model.safetensors"
+    before = (model0.stat().st_mtime_ns, len(read_metrics(cut / "members" / "0")))
+
+    lines = []
+    got_cfg, run, final = train_reward(DemoConfig(), None, "unused", runs, lines.append, Stages(tmp_path))
+    assert run == cut and got_cfg.max_steps == 16 and got_cfg.ensemble == 2  # the run's own settings, not the demo's
+    assert (model0.stat().st_mtime_ns, len(read_metrics(cut / "members" / "0"))) == before  # member 0 kept
+    resumed = [r for r in read_metrics(member1) if r.get("event") == "resumed"]
+    assert [r["step"] for r in resumed] == [8]
+    assert any("goes on from its last checkpoint" in line for line in lines)
+    a = read_status(whole)["final"]
+    assert final.keys() == a.keys()
+    for key in a:
+        assert final[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), key
+    # the stage finished: a later sitting keeps the run as it is
+    assert prepared_run(Stages(tmp_path), "reward", runs, lambda: pytest.fail("prepared again")) == (cut, "finished")

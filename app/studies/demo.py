@@ -31,7 +31,7 @@ from pathlib import Path
 
 from annotation.imports import ImportSummary
 from app.jobs.sampling import run_sampling
-from app.jobs.training import prepare_run, run_training
+from app.jobs.training import prepare_run
 from app.studies.demo_common import (
     CHANCE,
     compare,
@@ -181,7 +181,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     )
     rm_cfg, rm_run, rm_final = stage(
         "reward",
-        lambda: train_reward(cfg, db, reward_base, runs, log),
+        lambda: train_reward(cfg, db, reward_base, runs, log, stages),
         encode=lambda v: [dataclasses.asdict(v[0]), v[1].name, v[2]],
         decode=lambda v: (RewardConfig(**v[0]), runs / v[1], v[2]),
     )
@@ -284,13 +284,31 @@ def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run:
     return results
 
 
-def train_reward(cfg: DemoConfig, db: StoreRef, reward_base: str, runs: Path, log) -> tuple[RewardConfig, Path, dict]:
-    """The reward model (an ensemble with --rm-ensemble) on the ranked pairs: (config, run folder, final metrics)."""
+# The reward model checkpoints every RM_SAVE_EVERY steps (a checkpoint changes nothing it computes): a sitting cut
+# in a member's training costs at most that many steps, not the member (two hours each for the default model here).
+RM_SAVE_EVERY = 50
+
+
+def train_reward(
+    cfg: DemoConfig, db: StoreRef, reward_base: str, runs: Path, log, stages=None
+) -> tuple[RewardConfig, Path, dict]:
+    """The reward model (an ensemble with --rm-ensemble) on the ranked pairs: (config, run folder, final metrics).
+    A run an earlier sitting started goes on: its finished members kept, the one it was in from its last
+    checkpoint (app/studies/demo_stages.py, training/reward/ensemble.py)."""
+    from app.studies.demo_stages import prepared_run, train_run
+
     rm_cfg = RewardConfig(
-        model=reward_base, epochs=cfg.rm_epochs, lr=cfg.rm_lr, dtype=cfg.dtype, seed=cfg.seed, ensemble=cfg.rm_ensemble
+        model=reward_base,
+        epochs=cfg.rm_epochs,
+        lr=cfg.rm_lr,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+        ensemble=cfg.rm_ensemble,
+        save_every=RM_SAVE_EVERY,
     )
-    rm_run = prepare_run(db, rm_cfg, runs)
-    _finished("reward", rm_run, run_training("reward", rm_run))
+    rm_run, mode = prepared_run(stages, "reward", runs, lambda: prepare_run(db, rm_cfg, runs))
+    _finished("reward", rm_run, train_run("reward", rm_run, mode, lambda row: None, log))
+    rm_cfg = RewardConfig.load(rm_run / "config.json") if mode != "new" else rm_cfg
     rm_final = read_status(rm_run)["final"]
     log(f"reward model: held-out accuracy {rm_final['eval/rm_accuracy']:.3f} on {rm_final['eval/pairs']} pairs")
     return rm_cfg, rm_run, rm_final
