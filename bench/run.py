@@ -62,10 +62,27 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dpo-pairs", type=int, default=192, help="pairs per DPO run (a multiple of 12)")
     p.add_argument("--rankings", type=int, default=1_000_000)
     p.add_argument("--repeats", type=int, default=3, help="whole runs per benchmark: the median and the range")
+    p.add_argument(
+        "--dtypes",
+        default="bf16,fp32",
+        help="the training benches' precisions (reward, dpo, ppo, rloo), comma-separated; fp32 alone on a CPU "
+        "without native bf16, where bf16 is emulated and `auto` trains in fp32",
+    )
     args = p.parse_args()
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
+    args.dtypes = tuple(d for d in args.dtypes.split(",") if d)
+    if not args.dtypes or set(args.dtypes) - {"bf16", "fp32"}:
+        p.error("--dtypes takes bf16, fp32 or both")
     return args
+
+
+def ppo_cases(dtypes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(dtype, shape) of the PPO bench: the fixed shape in each dtype, the default shape in bf16 where it runs
+    (what `auto` takes on a GPU or a CPU with native bf16), else in fp32."""
+    return tuple((d, "fixed") for d in ("fp32", "bf16") if d in dtypes) + (
+        ("bf16" if "bf16" in dtypes else "fp32", "default"),
+    )
 
 
 def main() -> None:
@@ -113,16 +130,16 @@ def main() -> None:
         )
         print("\n" + "\n".join(page.annotation_table(report["annotation"])))
     if args.only in (None, "reward"):
-        report["reward"] = runs(lambda: reward.run(n_rankings=args.reward_rankings))
+        report["reward"] = runs(lambda: reward.run(n_rankings=args.reward_rankings, dtypes=args.dtypes))
         print_pairs_trainer("reward model, 128 tokens", report["reward"])
     if args.only in (None, "dpo"):
-        report["dpo"] = runs(lambda: dpo.run(n_pairs=args.dpo_pairs))
+        report["dpo"] = runs(lambda: dpo.run(n_pairs=args.dpo_pairs, dtypes=args.dtypes))
         print_pairs_trainer("DPO, 64 + 64 tokens", report["dpo"])
     if args.only in (None, "ppo"):
-        report["ppo"] = runs(ppo.run)
+        report["ppo"] = runs(lambda: ppo.run(ppo_cases(args.dtypes)))
         print_ppo(report["ppo"])
     if args.only in (None, "rloo"):
-        report["rloo"] = runs(rloo.run)
+        report["rloo"] = runs(lambda: rloo.run(("bf16",) if "bf16" in args.dtypes else ("fp32",)))
         print("\n" + "\n".join(rloo.table(report["rloo"])))
     save(report, [k for k in page.SECTIONS if k in report and (args.only in (None, k))], args.repeats)
 

@@ -210,3 +210,23 @@ def test_the_sample_click_section_times_both_engines_and_where_vllms_start_pays(
     assert page.count("| 13.0 s (13.0 s-13.0 s) |") == 1  # auto's second click
     assert "- A cold vLLM engine is faster than generate from 14 prompts x 4 on" in page
     assert not_in_source(page, results) == []
+
+
+def test_the_training_benches_run_in_the_precisions_asked(monkeypatch):
+    """--dtypes fp32 on a CPU without native bf16: every PPO shape in fp32, the default shape included; both
+    precisions keep the shapes of before (the default shape in bf16); a precision the trainers lack is refused."""
+    import sys
+
+    import pytest
+
+    from bench.run import parse_args, ppo_cases
+
+    assert ppo_cases(("bf16", "fp32")) == (("fp32", "fixed"), ("bf16", "fixed"), ("bf16", "default"))
+    assert ppo_cases(("fp32",)) == (("fp32", "fixed"), ("fp32", "default"))
+    monkeypatch.setattr(sys, "argv", ["bench.run", "--only", "reward", "--dtypes", "fp32"])
+    assert parse_args().dtypes == ("fp32",)
+    monkeypatch.setattr(sys, "argv", ["bench.run"])
+    assert parse_args().dtypes == ("bf16", "fp32")
+    monkeypatch.setattr(sys, "argv", ["bench.run", "--dtypes", "fp16"])
+    with pytest.raises(SystemExit):
+        parse_args()
