@@ -392,6 +392,10 @@ def _precision() -> str:
     )
 
 
+# how a section is made again where it is not `python -m bench.run --only NAME`
+RERUN = {"gpu": "`bash bench/gpu_check.sh --record NOTE` on a machine with a CUDA GPU"}
+
+
 def _ran(report: dict, name: str) -> list[str]:
     """When a section ran and, where the results file recorded it, by what command at what commit on what CPU; a
     section without that record says so."""
@@ -404,7 +408,7 @@ def _ran(report: dict, name: str) -> list[str]:
             "",
             f"Ran {when}, before the results file recorded each section's command, commit and CPU, and before its "
             f"timings were the median of several runs timed alike on both sides: these figures are not traceable. "
-            f"`python -m bench.run --only {name}` reruns them with that record.",
+            f"{RERUN.get(name, f'`python -m bench.run --only {name}`')} reruns them with that record.",
         ]
     runs = made.get("repeats", 1)
     how = f"median of {runs} runs" if runs > 1 else "one run"
