@@ -121,9 +121,9 @@ class DemoConfig:
 # not as today's default (app/studies/demo_stages.py::load_settings, demo_seeds.py).
 LEGACY = {"taste": "concise", "split": "tail"}
 
-# The quick demo and the rounds study keep the PPO settings their committed results were made with, DeepSpeed-Chat's
-# (8 prompts a step, no whitening, kl_ctl 0.1); PPO's defaults changed after (docs/results/ppo-settings.md, "The
-# defaults").
+# The quick demo and the rounds study keep the PPO settings they were first run with, DeepSpeed-Chat's (8 prompts a
+# step, no whitening, kl_ctl 0.1); PPO's defaults changed after, chosen on earlier trials whose results files did not
+# record their provenance and were removed (issue 53).
 DS_CHAT_PPO = dict(kl_ctl=0.1, ppo_settings="whiten_advantages=false,generation_batch_size=8")
 
 # Quick mode: tiny models, a few dozen prompts; a couple of minutes on two CPU cores.
@@ -148,5 +148,5 @@ QUICK = dict(
 )
 
 # The rounds study on the default model (`rlhf demo --rounds R`, not --quick): 200 training prompts, 120 labels, 48 PPO
-# steps per arm at twice the actor's learning rate; about an hour on two CPU cores (docs/results/demo-rounds/).
+# steps per arm at twice the actor's learning rate.
 ROUNDS = dict(n_prompts=264, label_budget=120, ppo_steps=48, actor_lr=2e-5, **DS_CHAT_PPO)

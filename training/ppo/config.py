@@ -1,10 +1,10 @@
 """PPO settings: one dataclass, the source of `rlhf train-ppo`'s flags, the app's form and every run's config.json.
 The fields every trainer on prompts shares are training/rollouts/prompts_config.py's; these are PPO's own (the critic,
 GAE, the PPO epochs over a buffer, the EMAs, PPO-ptx). Defaults follow DeepSpeed-Chat step 3 (reward clip 5, clip
-ranges 0.2, gamma 1, lambda 0.95, one PPO epoch, critic learning rate 5e-6) except four, chosen by measurement on the
-default-model demo (docs/results/ppo-settings.md, "The defaults"): 32 prompts a rollout batch (DS-Chat 8), advantages
-whitened per batch, the KL coefficient 0.05 (DS-Chat 0.1) and the actor's learning rate 2e-5 (DS-Chat 9.65e-6). The
-rest beyond DS-Chat is off by default."""
+ranges 0.2, gamma 1, lambda 0.95, one PPO epoch, critic learning rate 5e-6) except four: 32 prompts a rollout batch
+(DS-Chat 8), advantages whitened per batch, the KL coefficient 0.05 (DS-Chat 0.1) and the actor's learning rate 2e-5
+(DS-Chat 9.65e-6). Those four were chosen on earlier default-model demo trials whose results files did not record
+their provenance and were removed (issue 53). The rest beyond DS-Chat is off by default."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class PPOConfig(PromptsConfig):
         metadata={"help": "RUN/actor = the checkpoint the held-out judge scores best (the last one in RUN/actor_last)"},
     )
     critic: str = field(default="", metadata={"help": "critic start: a reward run or HF folder (default: --reward)"})
-    # PPO's own defaults of the shared settings (docs/results/ppo-settings.md; DeepSpeed-Chat's are 8, 9.65e-6 and 0.1)
+    # PPO's own defaults of the shared settings (see the module's docstring; DeepSpeed-Chat's are 8, 9.65e-6 and 0.1)
     generation_batch_size: int = field(
         default=32,
         metadata={"help": "prompts per rank per rollout batch (fewer where the prompts do not fill one for each rank)"},
