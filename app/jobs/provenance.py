@@ -61,7 +61,7 @@ def provenance(argv: list[str] | None = None, program: str = "rlhf") -> dict:
     if argv is None:
         argv = _invoked if _invoked is not None else ["(not run from the rlhf command)"]
     out = {
-        "command": shlex.join([program, *argv]),
+        "command": shlex.join([*shlex.split(program), *argv]),
         "commit": commit(),
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine(),
