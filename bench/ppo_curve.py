@@ -51,8 +51,14 @@ def run_seed(w: dict, seed: int, tmp: Path, min_new_tokens: int | None = None, e
 
 
 def run(seeds: list[int], out: Path, min_new_tokens: int | None = None, engine: str = "auto") -> None:
+    """Each seed's curves into `out` as it finishes, with the record of what made them (command, commit, date,
+    machine, CPU)."""
+    import sys
+
+    from app.jobs.provenance import provenance
     from bench.ppo import workload
 
+    made = provenance(sys.argv[1:], "python -m bench.ppo_curve")
     work = Path(tempfile.mkdtemp(prefix="ppo-curve-"))
     try:
         w = workload(work)
@@ -61,7 +67,7 @@ def run(seeds: list[int], out: Path, min_new_tokens: int | None = None, engine: 
             tmp = Path(tempfile.mkdtemp(prefix="seed-", dir=work))
             results.append(run_seed(w, seed, tmp, min_new_tokens, engine))
             shutil.rmtree(tmp)  # its checkpoints: about 4 GB a run
-            out.write_text(json.dumps(results))
+            out.write_text(json.dumps({"provenance": made, "seeds": results}, indent=1) + "\n")
             print(f"seed {seed}: {summary(results[-1])}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -106,7 +112,13 @@ def main() -> None:
     if args.command == "run":
         run(args.seeds, args.out, args.min_new_tokens, args.engine)
     else:
-        print("\n".join(compare(json.loads(args.old.read_text()), json.loads(args.new.read_text()))))
+        print("\n".join(compare(seeds_of(args.old), seeds_of(args.new))))
+
+
+def seeds_of(path: Path) -> list[dict]:
+    """A run file's seeds: {"provenance", "seeds"}, or a bare list of seeds as files from before the record."""
+    data = json.loads(path.read_text())
+    return data["seeds"] if isinstance(data, dict) else data
 
 
 if __name__ == "__main__":

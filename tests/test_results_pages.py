@@ -93,7 +93,7 @@ def test_every_results_file_records_its_command_commit_date_and_cpu():
             continue
         made = data.get("provenance") or {}
         assert {"command", "commit", "date", "machine", "cpu"} <= set(made), name
-        assert made["command"].startswith("rlhf ") and made["commit"] != "unknown", (name, made)
+        assert made["command"].startswith(("rlhf ", "python -m bench.")) and made["commit"] != "unknown", (name, made)
     bench = json.loads((DOCS / "benchmarks.json").read_text())
     untraced = {name for name in bench.get("ran_at", {}) if name not in bench.get("provenance", {})}
     assert untraced <= UNTRACEABLE_BENCHMARKS, untraced
