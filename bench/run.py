@@ -71,7 +71,7 @@ def parse_args() -> argparse.Namespace:
     args = p.parse_args()
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
-    args.dtypes = tuple(d for d in args.dtypes.split(",") if d)
+    args.dtypes = tuple(dict.fromkeys(d for d in args.dtypes.split(",") if d))  # each once
     if not args.dtypes or set(args.dtypes) - {"bf16", "fp32"}:
         p.error("--dtypes takes bf16, fp32 or both")
     return args

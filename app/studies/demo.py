@@ -37,6 +37,7 @@ from app.studies.demo_common import (
     compare,
     demo_split,
     demo_taste,
+    drop_resume_state,
     finite,
     judging,
     mean_words,
@@ -285,7 +286,7 @@ def finish(folder: Path, results: dict, heldout: list[str], texts: dict, rm_run:
 
 
 # The reward model checkpoints every RM_SAVE_EVERY steps (a checkpoint changes nothing it computes): a sitting cut
-# in a member's training costs at most that many steps, not the member (two hours each for the default model here).
+# in a member's training costs at most that many steps, not the member (hours each for the default model on a CPU).
 RM_SAVE_EVERY = 50
 
 
@@ -308,6 +309,7 @@ def train_reward(
     )
     rm_run, mode = prepared_run(stages, "reward", runs, lambda: prepare_run(db, rm_cfg, runs))
     _finished("reward", rm_run, train_run("reward", rm_run, mode, lambda row: None, log))
+    drop_resume_state(rm_run)  # trained: PPO and the judges read its models, nothing resumes it
     rm_cfg = RewardConfig.load(rm_run / "config.json") if mode != "new" else rm_cfg
     rm_final = read_status(rm_run)["final"]
     log(f"reward model: held-out accuracy {rm_final['eval/rm_accuracy']:.3f} on {rm_final['eval/pairs']} pairs")

@@ -336,3 +336,12 @@ def _ppo_kwargs(cfg: DemoConfig, actor: str, reward: Path, max_steps: int, seed:
 
 def finite(x: object) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
+
+
+def drop_resume_state(run: Path) -> None:
+    """A finished run's DeepSpeed resume state (weights and optimizer moments: about 2 GB a model at 135M, a reward
+    ensemble's in each member's folder), which nothing reads again: the saved models stay."""
+    import shutil
+
+    for folder in sorted(run.glob("**/checkpoints"), reverse=True):
+        shutil.rmtree(folder)

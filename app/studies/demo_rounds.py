@@ -114,12 +114,13 @@ def one_round(ctx: dict, arm: Arm, db: StoreRef, round_: int, n: int, steps: int
 
 
 def _finished(run: Path, status: dict) -> None:
-    """A run that did not finish ends the study; a finished one drops its DeepSpeed resume state (weights, optimizer
-    moments: about 2 GB a model at 135M), which nothing reads again: the study keeps the saved models only."""
+    """A run that did not finish ends the study; a finished one drops its DeepSpeed resume state: the study keeps
+    the saved models only."""
+    from app.studies.demo_common import drop_resume_state
+
     if status.get("state") != "finished":
         raise UserError(f"the rounds study's run {run.name} {status.get('state')}: {status.get('error', run)}")
-    for latest in sorted((run / "checkpoints").glob("**/latest")):
-        shutil.rmtree(latest.parent)
+    drop_resume_state(run)
 
 
 def evaluate(ctx: dict, rm: Path, ppo: Path) -> dict:

@@ -3,8 +3,9 @@ skips what is done and goes on from the first stage that is not.
 
 The default-model demo takes hours on a CPU (sampling, a reward-model ensemble, PPO, RLOO, DPO, best-of-16): more
 than one sitting. A stage is done when its outputs are written here (atomically, after the stage returned); a stage
-cut short is run again, except a training run that checkpoints (PPO, RLOO): its run folder is recorded when it
-starts, and a resumed demo continues that run from its last checkpoint (`resume_run`) instead of starting over.
+cut short is run again, except a training run that checkpoints (the reward model, PPO, RLOO): its run folder is
+recorded when it starts, and a resumed demo continues that run from its last checkpoint (`resume_run`) instead of
+starting over (a demo started before the reward stage recorded its run trains its reward model again).
 DEMO/demo.json keeps the settings the demo started with, so a resumed demo cannot mix two configurations."""
 
 from __future__ import annotations
