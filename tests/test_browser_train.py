@@ -31,6 +31,13 @@ def runs_table(page) -> list[list[str]]:
     return [cells[i : i + 7] for i in range(7, len(cells), 7)]
 
 
+def choose_chain(page, title: str) -> None:
+    """Pick the trainer the one-click path runs after the reward model, and wait for the button to name it."""
+    page.click("#chain-method input")
+    page.get_by_role("option", name=title, exact=True).click()
+    page.wait_for_function(f"document.querySelector('#rm-then-policy').innerText.endsWith('then {title}')")
+
+
 @pytest.mark.browser
 def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path, tiny_model_dir):
     assert cli("import", str(write_jsonl(tmp_path / "r.jsonl", native_rankings(64))))[0] == 0
@@ -50,7 +57,8 @@ def test_reward_model_then_ppo_then_compare_and_vote(browser, cli, db, tmp_path,
             "document.querySelector('#ppo-max-steps input').value === '3'"
             " && document.querySelector('#rm-max-steps input').value === '4'"
         )
-        page.click("#rm-then-ppo")
+        choose_chain(page, "PPO")  # the one-click default is RLOO
+        page.click("#rm-then-policy")
         page.wait_for_function("document.querySelector('#train-action').innerText.includes('started rm-')")
         # the reward run is selected: its plots fill while it trains (the first DeepSpeed run on a machine also
         # builds DeepSpeed's communication op, about a minute, more on a busy machine)
@@ -136,7 +144,8 @@ def test_one_click_chain_with_dpo_then_dpo_against_ppo_blind(browser, cli, db, t
             " && document.querySelector('#rm-max-steps input').value === '2'"
         )
         page.check("#chain-dpo input")
-        page.click("#rm-then-ppo")
+        choose_chain(page, "PPO")  # the one-click default is RLOO
+        page.click("#rm-then-policy")
         page.wait_for_function("document.querySelector('#train-action').innerText.includes('started rm-')")
         page.wait_for_function(
             "() => { const t = document.querySelector('#runs-table').innerText;"

@@ -138,7 +138,7 @@ def test_the_one_click_path_offers_every_trainer_on_prompts_and_names_it_on_the_
     from app.faces.train_tab import CHAIN_DEFAULT, chain_choices, chain_label
 
     assert chain_choices() == [("PPO", "ppo"), ("RLOO", "rloo"), ("Online DPO", "online_dpo")]
-    assert chain_label(CHAIN_DEFAULT) == "Reward model then PPO" and chain_label("online_dpo").endswith("Online DPO")
+    assert chain_label(CHAIN_DEFAULT) == "Reward model then RLOO" and chain_label("online_dpo").endswith("Online DPO")
 
 
 @pytest.mark.integration

@@ -80,7 +80,7 @@ def _trainer_forms() -> dict:
         for kind, spec in TRAINERS.items():
             label, elem_id, _ = button_of(spec)
             buttons[kind] = gr.Button(label, elem_id=elem_id)
-        chain_btn = gr.Button(chain_label(CHAIN_DEFAULT), variant="primary", elem_id="rm-then-ppo")
+        chain_btn = gr.Button(chain_label(CHAIN_DEFAULT), variant="primary", elem_id="rm-then-policy")
         chain_method = gr.Dropdown(
             label="then", choices=chain_choices(), value=CHAIN_DEFAULT, elem_id="chain-method", scale=0
         )
@@ -90,7 +90,9 @@ def _trainer_forms() -> dict:
     return {**pickers, "buttons": buttons, **chain}
 
 
-CHAIN_DEFAULT = "ppo"  # the one-click path's policy method
+# the one-click path's policy method: RLOO, the method chosen on the validation split (docs/evaluation.md, "Declared
+# runs"); the "then" menu offers the others
+CHAIN_DEFAULT = "rloo"
 
 
 def chain_choices() -> list[tuple[str, str]]:
@@ -210,7 +212,7 @@ def _wire(ctx, demo, ui) -> None:
     seen = gr.State(None)  # the key of this page's last draw (refresh_view)
     views = [ui.table, ui.status, ui.samples, ui.log, *ui.plots, seen]
     clicks = [(ui.buttons[kind], kind, button_of(spec)[2]) for kind, spec in TRAINERS.items()]
-    clicks.append((ui.chain_btn, "chain", "rm_then_ppo"))
+    clicks.append((ui.chain_btn, "chain", "rm_then_policy"))
     view = admin_only(ctx, refresh, quiet=len(views))
     for btn, which, name in clicks:
         start = admin_only(ctx, functools.partial(start_run, runs, ui.forms, which))
