@@ -379,6 +379,8 @@ def render(report: dict) -> str:
     for name, section in OPTIONAL.items():
         if name in report:
             lines += [""] + section(report[name]) + _ran(report, name)
+        else:
+            lines += ["", *ABSENT[name]]
     return "\n".join(lines) + "\n"
 
 
@@ -391,6 +393,17 @@ def _precision() -> str:
         "settings our ranks get (`bench/fair.py`)."
     )
 
+
+# what the page says of an optional section the results file does not hold
+ABSENT = {
+    "gpu": [
+        "## On a GPU",
+        "",
+        "No GPU run with its record (command, commit, date, machine) is in the results file: "
+        "`bash bench/gpu_check.sh --record NOTE` on a machine with a CUDA GPU writes this section (rlhf-studio's "
+        "PPO step at ZeRO-2 and 3, DPO and reward-model training, bf16, one process).",
+    ]
+}
 
 # how a section is made again where it is not `python -m bench.run --only NAME`
 RERUN = {"gpu": "`bash bench/gpu_check.sh --record NOTE` on a machine with a CUDA GPU"}

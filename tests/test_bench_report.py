@@ -58,6 +58,10 @@ def test_page_puts_each_figure_beside_its_peer_and_names_what_is_missing(tmp_pat
     assert "Ran 2026-11-29 12:00, before the results file recorded each section's command, commit and CPU" in page
     for missing in ("pairs", "sampling", "annotation"):
         assert f"python -m bench.run --only {missing}" in page
+    # no GPU run in the file: the page says how one is made, and shows no GPU figure
+    assert "No GPU run with its record" in page and "`bash bench/gpu_check.sh --record NOTE`" in page
+    with_gpu = results | {"gpu": {"machine": "one H200", "rows": []}, "ran_at": {"gpu": "2026-11-30 21:25"}}
+    assert "No GPU run" not in report.render(with_gpu) and "on one H200" in report.render(with_gpu)
     # the committed page is what the committed results render to
     committed = json.loads(report.RESULTS.read_text())
     assert report.PAGE.read_text() == report.render(committed)

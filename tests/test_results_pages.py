@@ -82,7 +82,7 @@ def test_the_demo_reports_ppo_table_is_its_results_files_lists():
 
 
 # benchmark sections run before the results file recorded each section's command, commit and CPU
-UNTRACEABLE_BENCHMARKS = {"reward", "dpo", "ppo", "rloo", "gpu"}
+UNTRACEABLE_BENCHMARKS = {"reward", "dpo", "ppo", "rloo"}
 
 
 def test_every_results_file_records_its_command_commit_date_and_cpu():
