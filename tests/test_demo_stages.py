@@ -349,3 +349,35 @@ def test_the_demos_reward_stage_keeps_finished_members_and_resumes_the_one_it_wa
     assert (cut / "model" / "model.safetensors").is_file() and model0.is_file()
     # the stage finished: a later sitting keeps the run as it is
     assert prepared_run(Stages(tmp_path), "reward", runs, lambda: pytest.fail("prepared again")) == (cut, "finished")
+
+
+def test_a_finished_runs_resume_state_goes_and_its_models_stay(tmp_path):
+    """drop_resume_state: every folder of DeepSpeed tags that names its `latest`, under a checkpoints folder (a
+    reward ensemble's members included); the saved models and PPO's judged actor snapshots stay."""
+    from app.studies.demo_common import drop_resume_state
+
+    files = [
+        "rm/checkpoints/latest",
+        "rm/checkpoints/step50/mp_rank_00_model_states.pt",
+        "rm/members/0/checkpoints/latest",
+        "rm/members/0/checkpoints/step4/x.pt",
+        "rm/members/0/model/model.safetensors",
+        "rm/model/model.safetensors",
+        "ppo/checkpoints/actor/latest",
+        "ppo/checkpoints/actor/step4/x.pt",
+        "ppo/checkpoints/critic/latest",
+        "ppo/checkpoints/actor-step4/model.safetensors",
+        "ppo/actor/model.safetensors",
+    ]
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("x")
+    drop_resume_state(tmp_path / "rm")
+    drop_resume_state(tmp_path / "ppo")
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert left == [
+        "ppo/actor/model.safetensors",
+        "ppo/checkpoints/actor-step4/model.safetensors",
+        "rm/members/0/model/model.safetensors",
+        "rm/model/model.safetensors",
+    ]

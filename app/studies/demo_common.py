@@ -339,9 +339,12 @@ def finite(x: object) -> bool:
 
 
 def drop_resume_state(run: Path) -> None:
-    """A finished run's DeepSpeed resume state (weights and optimizer moments: about 2 GB a model at 135M, a reward
-    ensemble's in each member's folder), which nothing reads again: the saved models stay."""
+    """A finished run's DeepSpeed resume state, each folder of tags under a `checkpoints` folder that names its
+    `latest` (weights and optimizer moments: about 2 GB a model at 135M; a reward ensemble's in each member's
+    folder), which nothing reads again. The saved models stay, PPO's judged actor snapshots
+    (checkpoints/actor-stepN) among them."""
     import shutil
 
-    for folder in sorted(run.glob("**/checkpoints"), reverse=True):
-        shutil.rmtree(folder)
+    for latest in sorted(run.glob("**/checkpoints/**/latest"), key=lambda p: len(p.parts), reverse=True):
+        if latest.parent.exists():
+            shutil.rmtree(latest.parent)
