@@ -5,8 +5,10 @@ every run's own row kept under "repeats" so the range of any figure can be read 
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 
 
 def median_of(runs: list) -> object:
@@ -25,12 +27,22 @@ def median_of(runs: list) -> object:
     return [median_of(list(parts)) for parts in zip(*runs, strict=True)]
 
 
-def repeated(run: Callable[[], list[dict]], n: int) -> list[dict]:
+def repeated(run: Callable[[], list[dict]], n: int, keep: Path | None = None, made: dict | None = None) -> list[dict]:
     """`run()` n times: one row per row of a run, its figures the median over the runs, its runs' own rows under
-    "repeats"."""
+    "repeats". keep: a file each run's rows are appended to as it ends, with `made` (the command, commit and
+    machine): a sitting cut after some runs loses only the one it was in, and the next call with the same `made`
+    runs only the rest (a kept run made otherwise is dropped, never mixed in). The file goes once all n are done."""
     if n < 1:
         raise ValueError("at least one run")
-    runs = [run() for _ in range(n)]
+    runs = kept_runs(keep, made)[:n] if keep else []
+    while len(runs) < n:
+        runs.append(run())
+        if keep:
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            with keep.open("a") as f:
+                f.write(json.dumps({"made": made, "rows": runs[-1]}) + "\n")
+    if keep:
+        keep.unlink(missing_ok=True)
     rows = median_of(runs)
     return [{**row, "repeats": [r[i] for r in runs]} for i, row in enumerate(rows)]
 
@@ -56,3 +68,21 @@ def fig(row: dict, form: str, *path: str) -> str:
     shown = form.format(value)
     low_high = spread(row, *path)
     return shown if low_high is None else f"{shown} ({form.format(low_high[0])}-{form.format(low_high[1])})"
+
+
+def kept_runs(keep: Path, made: dict | None) -> list[list[dict]]:
+    """The runs an earlier sitting kept in `keep` with the same `made`; a file from another command, commit or
+    machine is removed (a half-written last line, from a kill mid-write, is not a run)."""
+    if not keep.exists():
+        return []
+    runs = []
+    for line in keep.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("made") != made:
+            keep.unlink()
+            return []
+        runs.append(entry["rows"])
+    return runs

@@ -9,10 +9,13 @@ import argparse
 import datetime as dt
 import json
 import sys
+from pathlib import Path
 
 from bench import annotation_latency, dpo, pairs, ppo, reward, rloo, sample_click, sampling
 from bench import report as page
 from bench.repeat import repeated
+
+KEPT = Path(__file__).parent / "results" / "partial"  # each section's finished runs until all are done (ignored by git)
 
 
 def provenance(repeats: int) -> dict:
@@ -88,8 +91,11 @@ def ppo_cases(dtypes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 def main() -> None:
     args = parse_args()
 
-    def runs(measure):  # each benchmark `args.repeats` times: medians, each run's rows kept (bench/repeat.py)
-        return repeated(measure, args.repeats)
+    def runs(
+        measure, name: str
+    ):  # each benchmark `args.repeats` times: medians, each run's rows kept (bench/repeat.py)
+        made = {k: v for k, v in provenance(args.repeats).items() if k != "date"}
+        return repeated(measure, args.repeats, KEPT / f"{name}.jsonl", made)  # a cut sitting keeps its finished runs
 
     from app.jobs.provenance import machine
 
@@ -100,7 +106,7 @@ def main() -> None:
     elif "gpu" in last:  # written by bench/gpu_check.sh --record on a GPU machine, which this run is not
         report |= {"gpu": last["gpu"], "ran_at": {"gpu": last["ran_at"]["gpu"]}}
     if args.only in (None, "pairs"):
-        report["pairs"] = runs(lambda: pairs.run(n=args.rankings))
+        report["pairs"] = runs(lambda: pairs.run(n=args.rankings), "pairs")
         print("\n| K | pairs | DuckDB view pairs/s | Python loop pairs/s | ratio |\n|---|---|---|---|---|")
         for r in report["pairs"]:
             print(
@@ -108,7 +114,7 @@ def main() -> None:
                 f"{r['loop_pairs_per_s'] / 1e6:.2f}M | {r['ratio']:.1f}x |"
             )
     if args.only in (None, "sampling"):
-        report["sampling"] = runs(sampling.run)
+        report["sampling"] = runs(sampling.run, "sampling")
         print(
             "\n| sampling (K=4, 64 new tokens) | engine | dtype | tokens/s | vs one call per response "
             "| vs generate, one call | engine start |\n|---|---|---|---|---|---|---|"
@@ -119,27 +125,28 @@ def main() -> None:
                 f"{r['speedup_vs_per_response']:.1f}x | {r['vs_hf_one_call']:.2f}x | {r['engine_start_s']:.0f} s |"
             )
     if args.only in (None, "clicks"):
-        report["clicks"] = sample_click.with_break_even(runs(sample_click.run))
+        report["clicks"] = sample_click.with_break_even(runs(sample_click.run, "clicks"))
         print("\n" + "\n".join(sample_click.table(report["clicks"])))
     if args.only in (None, "annotation"):
         report["annotation"] = runs(
             lambda: [
                 annotation_latency.run(n, think_s=t, hammer=h, login_guesses=g)
                 for n, t, h, g in annotation_latency.CASES
-            ]
+            ],
+            "annotation",
         )
         print("\n" + "\n".join(page.annotation_table(report["annotation"])))
     if args.only in (None, "reward"):
-        report["reward"] = runs(lambda: reward.run(n_rankings=args.reward_rankings, dtypes=args.dtypes))
+        report["reward"] = runs(lambda: reward.run(n_rankings=args.reward_rankings, dtypes=args.dtypes), "reward")
         print_pairs_trainer("reward model, 128 tokens", report["reward"])
     if args.only in (None, "dpo"):
-        report["dpo"] = runs(lambda: dpo.run(n_pairs=args.dpo_pairs, dtypes=args.dtypes))
+        report["dpo"] = runs(lambda: dpo.run(n_pairs=args.dpo_pairs, dtypes=args.dtypes), "dpo")
         print_pairs_trainer("DPO, 64 + 64 tokens", report["dpo"])
     if args.only in (None, "ppo"):
-        report["ppo"] = runs(lambda: ppo.run(ppo_cases(args.dtypes)))
+        report["ppo"] = runs(lambda: ppo.run(ppo_cases(args.dtypes)), "ppo")
         print_ppo(report["ppo"])
     if args.only in (None, "rloo"):
-        report["rloo"] = runs(lambda: rloo.run(("bf16",) if "bf16" in args.dtypes else ("fp32",)))
+        report["rloo"] = runs(lambda: rloo.run(("bf16",) if "bf16" in args.dtypes else ("fp32",)), "rloo")
         print("\n" + "\n".join(rloo.table(report["rloo"])))
     save(report, [k for k in page.SECTIONS if k in report and (args.only in (None, k))], args.repeats)
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from bench import report
 
 
@@ -165,6 +167,38 @@ def test_a_benchmark_run_three_times_is_its_median_with_each_runs_row_kept():
     assert rows[0]["s"] == 2.5 and [r["s"] for r in rows[0]["repeats"]] == [3.0, 1.0, 2.5]
 
 
+def test_a_sitting_cut_between_runs_keeps_the_finished_ones_and_runs_only_the_rest(tmp_path):
+    from bench.repeat import repeated
+
+    keep, made = tmp_path / "partial" / "reward.jsonl", {"command": "python -m bench.run --only reward", "commit": "a"}
+    calls = []
+
+    def measure(values):
+        def run():
+            calls.append(len(calls))
+            if not values:
+                raise KeyboardInterrupt  # the sitting ends in this run
+            return [{"s": values.pop(0)}]
+
+        return run
+
+    with pytest.raises(KeyboardInterrupt):
+        repeated(measure([3.0]), 3, keep, made)  # one run done, the second cut
+    assert len(keep.read_text().splitlines()) == 1
+    with keep.open("a") as f:
+        f.write('{"made": {"comm')  # a kill in the middle of a write: not a run
+    calls.clear()
+    rows = repeated(measure([1.0, 2.0]), 3, keep, made)  # the same command and commit: two runs more, not three
+    assert len(calls) == 2 and [r["s"] for r in rows[0]["repeats"]] == [3.0, 1.0, 2.0] and rows[0]["s"] == 2.0
+    assert not keep.exists()  # all three done: nothing kept for a next call
+    # runs kept by another commit are dropped, never mixed in
+    with pytest.raises(KeyboardInterrupt):
+        repeated(measure([9.0]), 3, keep, made)
+    calls.clear()
+    rows = repeated(measure([1.0, 2.0, 4.0]), 3, keep, made | {"commit": "b"})
+    assert len(calls) == 3 and [r["s"] for r in rows[0]["repeats"]] == [1.0, 2.0, 4.0]
+
+
 def test_a_repeated_timing_shows_its_range_and_the_page_numbers_are_all_in_the_results():
     from bench.repeat import repeated
     from tests.page_numbers import not_in_source
@@ -220,8 +254,6 @@ def test_the_training_benches_run_in_the_precisions_asked(monkeypatch):
     """--dtypes fp32 on a CPU without native bf16: every PPO shape in fp32, the default shape included; both
     precisions keep the shapes of before (the default shape in bf16); a precision the trainers lack is refused."""
     import sys
-
-    import pytest
 
     from bench.run import parse_args, ppo_cases
 
