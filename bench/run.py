@@ -97,14 +97,7 @@ def main() -> None:
         made = {k: v for k, v in provenance(args.repeats).items() if k != "date"}
         return repeated(measure, args.repeats, KEPT / f"{name}.jsonl", made)  # a cut sitting keeps its finished runs
 
-    from app.jobs.provenance import machine
-
-    report = {"machine": machine()}
-    last = json.loads(page.RESULTS.read_text()) if page.RESULTS.exists() else {}
-    if args.only:  # one benchmark again: the others keep their last results
-        report = {**last, **report}
-    elif "gpu" in last:  # written by bench/gpu_check.sh --record on a GPU machine, which this run is not
-        report |= {"gpu": last["gpu"], "ran_at": {"gpu": last["ran_at"]["gpu"]}}
+    report = started(args.only)
     if args.only in (None, "pairs"):
         report["pairs"] = runs(lambda: pairs.run(n=args.rankings), "pairs")
         print("\n| K | pairs | DuckDB view pairs/s | Python loop pairs/s | ratio |\n|---|---|---|---|---|")
@@ -149,6 +142,19 @@ def main() -> None:
         report["rloo"] = runs(lambda: rloo.run(("bf16",) if "bf16" in args.dtypes else ("fp32",)), "rloo")
         print("\n" + "\n".join(rloo.table(report["rloo"])))
     save(report, [k for k in page.SECTIONS if k in report and (args.only in (None, k))], args.repeats)
+
+
+def started(only: str | None) -> dict:
+    """This machine, and what this run keeps of the last results: the other sections with `--only`, else the GPU's."""
+    from app.jobs.provenance import machine
+
+    report = {"machine": machine()}
+    last = json.loads(page.RESULTS.read_text()) if page.RESULTS.exists() else {}
+    if only:  # one benchmark again: the others keep their last results
+        return {**last, **report}
+    if "gpu" in last:  # written by bench/gpu_check.sh --record on a GPU machine, which this run is not
+        report |= {"gpu": last["gpu"], "ran_at": {"gpu": last["ran_at"]["gpu"]}}
+    return report
 
 
 def save(report: dict, ran: list[str], repeats: int) -> None:
