@@ -211,6 +211,7 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
         "campaign",
     ]
     del stages["done"]["ppo"], stages["done"]["evaluation"]
+    stages["sittings"][0]["stages"] = [s for s in stages["sittings"][0]["stages"] if s not in ("ppo", "evaluation")]
     stages["started"]["ppo"] = r["ppo_run"]
     # and whose checkpoints and DPO stages were kept before the kept checkpoint's samples were (2026-12-06)
     done = stages["done"]
@@ -227,6 +228,14 @@ def test_quick_demo_runs_end_to_end_and_moves_every_quantity_the_right_way(tmp_p
     assert again["ppo_run"] == r["ppo_run"] and again["win_rate"] == r["win_rate"]  # the same seeded samples
     assert again["timings_s"].keys() == r["timings_s"].keys() and all(again["checks"].values())
     assert again["kept_vs_dpo"] == r["kept_vs_dpo"]  # its samples drawn again from its weights, judged again
+    # each sitting with its command and commit, and the stages it ran (this one: the two the edit above undid)
+    assert [s["command"] for s in again["sittings"]] == [made["command"], again["provenance"]["command"]]
+    assert again["sittings"][0]["stages"] == [s for s in r["timings_s"] if s not in ("ppo", "evaluation")]
+    assert again["sittings"][1]["stages"] == [
+        "ppo",
+        "evaluation",
+    ]
+    assert "Its stages ran in these sittings" in (folder / "report.md").read_text()
     assert "the kept checkpoint (step" in out and "as the checkpoints stage recorded" in out
     assert [json.loads(line)["kept_checkpoint"] for line in (folder / "samples.jsonl").open()] == kept
     # --fork: a new demo on this one's prompts, rankings and reward model with another PPO setting trains PPO

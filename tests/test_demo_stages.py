@@ -35,6 +35,36 @@ def test_a_finished_stage_is_kept_and_its_function_not_called_again(tmp_path):
     assert lines == ["sampling: 2 s", "sampling: done before (2 s), kept", "reward: 3 s"]
 
 
+def test_each_sitting_records_its_command_commit_and_the_stages_it_finished(tmp_path):
+    from app.studies.demo_report import _sittings
+
+    first = {"command": "rlhf demo --seed 1", "commit": "aaa1111", "date": "2026-12-07T10:00:00+00:00"}
+    stages = Stages(tmp_path)
+    stages.begin_sitting(first)
+    run_stage(stages, "set-up", lambda: 1, print)
+    run_stage(stages, "sampling", lambda: 2, print)
+    with pytest.raises(RuntimeError):  # the session ends in the reward stage: not this sitting's
+        run_stage(stages, "reward", lambda: (_ for _ in ()).throw(RuntimeError("cut")), print)
+    again = Stages(tmp_path)
+    second = {"command": "rlhf demo --resume D", "commit": "bbb2222", "date": "2026-12-08T09:00:00+00:00"}
+    again.begin_sitting(second)
+    for name in ("set-up", "sampling", "reward"):  # the first two kept, not the second sitting's
+        run_stage(again, name, lambda: 3, print)
+    assert Stages(tmp_path).sittings() == [first | {"stages": ["set-up", "sampling"]}, second | {"stages": ["reward"]}]
+    r = {"sittings": Stages(tmp_path).sittings(), "timings_s": Stages(tmp_path).seconds()}
+    assert _sittings(r).splitlines()[3:] == [
+        "- `rlhf demo --seed 1` at commit aaa1111 on 2026-12-07T10:00:00+00:00: set-up, sampling",
+        "- `rlhf demo --resume D` at commit bbb2222 on 2026-12-08T09:00:00+00:00: reward",
+    ]
+    # a demo begun before sittings were recorded names its earlier stages so; one sitting alone needs no list
+    older = {"sittings": [second | {"stages": ["reward"]}], "timings_s": {"set-up": 1, "sampling": 2, "reward": 3}}
+    assert _sittings(older).splitlines()[3] == "- before sittings were recorded: set-up, sampling"
+    assert (
+        _sittings({"sittings": [first | {"stages": ["set-up", "sampling"]}], "timings_s": {"set-up": 1, "sampling": 2}})
+        == ""
+    )
+
+
 def test_a_stage_that_raises_is_not_recorded_and_runs_again(tmp_path):
     stages = Stages(tmp_path)
     with pytest.raises(RuntimeError):

@@ -161,6 +161,7 @@ def _finished(kind: str, run: Path, status: dict) -> None:
 
 def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[str], None] = print) -> dict:
     """Every step of the demo into `folder`; returns the results (also written to folder/results.json)."""
+    from app.jobs.provenance import provenance
     from app.studies.demo_stages import Stages, run_stage
     from app.studies.demo_watch import run_watch_part, run_watch_stage
     from training.precision import with_resolved_dtype
@@ -169,6 +170,7 @@ def run_demo(cfg: DemoConfig, folder: Path, quick: bool = False, log: Callable[[
     cfg, dtype_line = with_resolved_dtype(cfg)  # every step, and results.json, name the dtype it ran in
     log(dtype_line)
     stages, runs = Stages(folder), folder / "runs"  # what an earlier sitting finished (rlhf demo --resume) is kept
+    stages.begin_sitting(provenance())
 
     def stage(name: str, fn: Callable, encode: Callable = lambda v: v, decode: Callable = lambda v: v):
         return run_stage(stages, name, fn, lambda line: log(f"[{time.time() - t0:6.0f} s] {line}"), encode, decode)
@@ -256,12 +258,14 @@ def run_facts(cfg: DemoConfig, folder: Path, quick: bool, rm_run: Path, ppo_run:
 
 
 def stage_times(stages) -> dict:
-    """Each stage's own seconds over every sitting, their sum, and where a fork's kept stages came from."""
+    """Each stage's own seconds over every sitting, their sum, where a fork's kept stages came from, and the
+    sittings that ran the others (command, commit, date, machine, the stages each finished)."""
     timings = stages.seconds()
     return {
         "timings_s": timings,
         "total_s": round(sum(timings.values()), 1),
         "forked": stages.state.get("forked"),  # rlhf demo --fork: {"from": that demo, "kept": its stages kept here}
+        "sittings": stages.sittings(),
     }
 
 

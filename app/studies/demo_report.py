@@ -153,6 +153,21 @@ def _made(r: dict) -> str:
     return f"Made by `{p['command']}` at commit {p['commit']} on {p['date']}, {p['machine']} ({p['cpu']}{gpu}). "
 
 
+def _sittings(r: dict) -> str:
+    """The sittings a resumed demo's stages ran in, each with its command and commit, and the stages that ran before
+    sittings were recorded (or in the demo a fork kept them from). Nothing for a demo run in one sitting."""
+    sittings = [s for s in r.get("sittings", []) if s["stages"]]
+    recorded = {name for s in sittings for name in s["stages"]}
+    forked = set((r.get("forked") or {}).get("kept", []))
+    before = [name for name in r["timings_s"] if name not in recorded and name not in forked]
+    if len(sittings) < 2 and not before:
+        return ""
+    lines = [f"- `{s['command']}` at commit {s['commit']} on {s['date']}: {', '.join(s['stages'])}" for s in sittings]
+    if before:
+        lines.insert(0, f"- before sittings were recorded: {', '.join(before)}")
+    return "\nIts stages ran in these sittings:\n\n" + "\n".join(lines) + "\n"
+
+
 def _forked(r: dict) -> str:
     if not r.get("forked"):
         return ""
@@ -226,7 +241,7 @@ wrong).
 
 {_made(r)}Settings: `{json.dumps(r["config"])}`. Wall time {r["total_s"] / 60:.1f} min ({timings}). Samples of both
 models: `samples.jsonl`; all numbers: `results.json`; the training runs' own metrics: `runs/*/metrics.jsonl`.
-{_forked(r)}"""
+{_forked(r)}{_sittings(r)}"""
 
 
 def headline(r: dict) -> list[str]:

@@ -31,7 +31,9 @@ def _read(path: Path) -> dict:
 
 
 class Stages:
-    """The demo folder's record of finished stages ({"done": {name: {"value", "seconds"}}, "started": {name: run}})."""
+    """The demo folder's record of finished stages ({"done": {name: {"value", "seconds"}}, "started": {name: run}})
+    and of the sittings that ran them ({"sittings": [{command, commit, date, machine, cpu, "stages": [name]}]}): a
+    demo resumed across sessions names the command and commit each of its stages ran at."""
 
     def __init__(self, folder: Path):
         self.path = folder / STAGES_FILE
@@ -47,9 +49,19 @@ class Stages:
         """Each finished stage's wall time, in the order they finished (across sessions)."""
         return {name: d["seconds"] for name, d in self.state["done"].items()}
 
+    def begin_sitting(self, made: dict) -> None:
+        """This sitting's command, commit, date and machine (app/jobs/provenance.py), before any stage runs."""
+        self.state.setdefault("sittings", []).append({**made, "stages": []})
+        write_json_atomic(self.path, self.state)
+
+    def sittings(self) -> list[dict]:
+        return self.state.get("sittings", [])  # none in a demo from before 2026-12-07's record of them
+
     def finish(self, name: str, value: Any, seconds: float) -> None:
         self.state["done"][name] = {"value": value, "seconds": round(seconds, 1)}
         self.state["started"].pop(name, None)
+        if self.sittings():
+            self.state["sittings"][-1]["stages"].append(name)
         write_json_atomic(self.path, self.state)
 
     def start(self, name: str, run: Path) -> None:
